@@ -1,0 +1,1 @@
+"""OpenAI-compatible simulator server with a continuous-batching engine and a ground-truth log."""
