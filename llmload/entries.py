@@ -1,0 +1,33 @@
+"""Names of the Locust stats entries the harness fires, shared by the users and the post-processor.
+
+One entry per rung carries the requests: type `REQUEST_TYPE`, name `rung_name(...)`,
+response_time = end-to-end ms, response_length = output tokens. Latency pseudo-entries (TTFT,
+TPOT) use their own types with the same name, so the per-rung request counts and token totals
+that the sweep table cross-checks are never mixed with them (filter on type).
+"""
+
+from __future__ import annotations
+
+import re
+
+REQUEST_TYPE = "POST"
+TTFT_TYPE = "TTFT"
+TPOT_TYPE = "TPOT"
+WARMUP_RUNG = -1
+
+_RUNG_RE = re.compile(r"^rung(?P<num>\d+) c(?P<users>\d+)$")
+
+
+def rung_name(rung: int, users: int) -> str:
+    """Entry name for rung index `rung` (0-based) at `users` concurrency: 'rung01 c4'."""
+    if rung == WARMUP_RUNG:
+        return f"warmup c{users}"
+    return f"rung{rung + 1:02d} c{users}"
+
+
+def parse_rung_name(name: str) -> tuple[int, int] | None:
+    """(rung index, users) from an entry name, or None if it is not a rung entry."""
+    m = _RUNG_RE.match(name)
+    if m is None:
+        return None
+    return int(m["num"]) - 1, int(m["users"])
