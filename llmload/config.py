@@ -1,0 +1,217 @@
+"""The run configuration: the YAML ladder file, its schema, validation and command-line overrides.
+
+`load_config(path)` returns a validated `SweepConfig` or raises `ConfigError` whose message is
+one line naming the file, the key and what was expected. Nothing is started before the whole
+file has been validated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "sweep.yaml"
+DEFAULT_PROMPT = (
+    "Write a detailed technical explanation of how continuous batching and speculative decoding "
+    "work together in a modern LLM inference server."
+)
+ENDPOINTS = ("completions", "chat")
+
+
+class ConfigError(ValueError):
+    """A configuration mistake; the message is one line naming the file and the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class SloConfig:
+    """Service-level objectives for goodput; a None bound is not checked."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutConfig:
+    """Client timeouts in seconds."""
+
+    connect: float = 10.0  # TCP connect
+    first_token: float = 120.0  # headers and each later read: the longest silence tolerated
+    total: float = 900.0  # a whole request, first byte to last
+
+
+@dataclass(frozen=True, slots=True)
+class SweepConfig:
+    """One run: the ladder and the request every user sends."""
+
+    rungs: tuple[int, ...] = (1, 4, 8, 10)
+    requests_per_user: int = 1
+    duration: float | None = None  # seconds per rung; None = count-based rungs
+    warmup_requests: int = 1  # per user, at the first rung's concurrency, excluded from results
+    spawn_rate: float = 1000.0
+    endpoint: str = "completions"
+    model: str | None = None  # None: the first model listed by GET /v1/models
+    max_tokens: int = 256
+    ignore_eos: bool = True
+    stream: bool = True
+    temperature: float = 0.0
+    prompt: str = DEFAULT_PROMPT
+    unique_prompts: bool = False  # prefix each prompt with a per-request tag to defeat prefix caching
+    percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)
+    slo: SloConfig = field(default_factory=SloConfig)
+    timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
+    source: str = "<defaults>"
+
+    def with_overrides(self, **overrides: Any) -> SweepConfig:
+        """A copy with the given fields replaced (None values are ignored), re-validated."""
+        changed = {k: v for k, v in overrides.items() if v is not None}
+        if not changed:
+            return self
+        raw = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source"}
+        raw["slo"] = dataclasses.asdict(self.slo)
+        raw["timeouts"] = dataclasses.asdict(self.timeouts)
+        raw.update(changed)
+        return parse_config(raw, source=f"{self.source} (with command-line overrides)")
+
+
+def _expect(source: str, key: str, value: Any, types: tuple[type, ...], what: str) -> Any:
+    # bool is an int subclass: never accept it where a number is expected
+    if isinstance(value, bool) and bool not in types:
+        raise ConfigError(f"{source}: '{key}' must be {what}, got {value!r}")
+    if not isinstance(value, types):
+        raise ConfigError(f"{source}: '{key}' must be {what}, got {value!r}")
+    return value
+
+
+def _positive_int(source: str, key: str, value: Any, *, allow_zero: bool = False) -> int:
+    _expect(source, key, value, (int,), "an integer")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else ">= 1"
+        raise ConfigError(f"{source}: '{key}' must be an integer {bound}, got {value!r}")
+    return int(value)
+
+
+def _positive_float(source: str, key: str, value: Any) -> float:
+    _expect(source, key, value, (int, float), "a number")
+    if value <= 0:
+        raise ConfigError(f"{source}: '{key}' must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def _section(source: str, key: str, value: Any, cls: type) -> Any:
+    if value is None:
+        return cls()
+    _expect(source, key, value, (dict,), "a mapping")
+    known = [f.name for f in dataclasses.fields(cls)]
+    kwargs: dict[str, Any] = {}
+    for sub, sub_value in value.items():
+        if sub not in known:
+            raise ConfigError(f"{source}: unknown key '{key}.{sub}' (known: {', '.join(known)})")
+        if sub_value is not None:
+            kwargs[sub] = _positive_float(source, f"{key}.{sub}", sub_value)
+    return cls(**kwargs)
+
+
+def _rungs(source: str, value: Any) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    _expect(source, "rungs", value, (list, tuple), "a list of user counts, e.g. [1, 4, 8, 10]")
+    if not value:
+        raise ConfigError(f"{source}: 'rungs' is empty; give at least one user count, e.g. [1, 4, 8, 10]")
+    return tuple(_positive_int(source, f"rungs[{i}]", v) for i, v in enumerate(value))
+
+
+def _percentiles(source: str, value: Any) -> tuple[float, ...]:
+    _expect(source, "percentiles", value, (list, tuple), "a list of numbers in (0, 100]")
+    out = []
+    for i, p in enumerate(value):
+        _expect(source, f"percentiles[{i}]", p, (int, float), "a number in (0, 100]")
+        if not 0 < p <= 100:
+            raise ConfigError(f"{source}: 'percentiles[{i}]' must be in (0, 100], got {p!r}")
+        out.append(float(p))
+    return tuple(out)
+
+
+def _prompt(source: str, value: Any) -> str:
+    _expect(source, "prompt", value, (str,), "a non-empty string")
+    if not value.strip():
+        raise ConfigError(f"{source}: 'prompt' must be a non-empty string")
+    return value
+
+
+def _endpoint(source: str, value: Any) -> str:
+    if value not in ENDPOINTS:
+        raise ConfigError(f"{source}: 'endpoint' must be one of {', '.join(ENDPOINTS)}, got {value!r}")
+    return str(value)
+
+
+def _temperature(source: str, value: Any) -> float:
+    _expect(source, "temperature", value, (int, float), "a number >= 0")
+    if value < 0:
+        raise ConfigError(f"{source}: 'temperature' must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _bool(key: str):
+    return lambda source, value: _expect(source, key, value, (bool,), "true or false")
+
+
+def _optional(check):
+    return lambda source, value: None if value is None else check(source, value)
+
+
+_VALIDATORS: dict[str, Any] = {
+    "rungs": _rungs,
+    "requests_per_user": lambda s, v: _positive_int(s, "requests_per_user", v),
+    "duration": _optional(lambda s, v: _positive_float(s, "duration", v)),
+    "warmup_requests": lambda s, v: _positive_int(s, "warmup_requests", v, allow_zero=True),
+    "spawn_rate": lambda s, v: _positive_float(s, "spawn_rate", v),
+    "endpoint": _endpoint,
+    "model": _optional(lambda s, v: _expect(s, "model", v, (str,), "a string")),
+    "max_tokens": lambda s, v: _positive_int(s, "max_tokens", v),
+    "ignore_eos": _bool("ignore_eos"),
+    "stream": _bool("stream"),
+    "temperature": _temperature,
+    "prompt": _prompt,
+    "unique_prompts": _bool("unique_prompts"),
+    "percentiles": _percentiles,
+    "slo": lambda s, v: _section(s, "slo", v, SloConfig),
+    "timeouts": lambda s, v: _section(s, "timeouts", v, TimeoutConfig),
+}
+
+
+def parse_config(raw: Any, source: str) -> SweepConfig:
+    """Validate a mapping (as read from YAML) into a SweepConfig."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in _VALIDATORS:
+            raise ConfigError(f"{source}: unknown key '{key}' (known: {', '.join(_VALIDATORS)})")
+        values[key] = _VALIDATORS[key](source, value)
+    return SweepConfig(**values, source=source)
+
+
+def load_config(path: str | Path) -> SweepConfig:
+    """Read and validate a YAML ladder file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read config file: {e}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}:{where}: YAML syntax error: {problem}") from None
+    return parse_config(raw, source=str(path))

@@ -1,0 +1,34 @@
+"""Hooks llmload into Locust: its command-line options and its custom messages.
+
+Importing this module registers the listeners on Locust's global `events`, the way Locust
+plugins do; locustfiles import it once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from locust import events
+
+from llmload.config import ConfigError
+from llmload.ladder import register_messages
+from llmload.options import add_arguments, run_config
+
+
+@events.init_command_line_parser.add_listener
+def _add_options(parser: Any, **_: Any) -> None:
+    add_arguments(parser)
+
+
+@events.init.add_listener
+def _on_init(environment: Any, **_: Any) -> None:
+    register_messages(environment)
+    options = environment.parsed_options
+    if options is not None and getattr(options, "headless", False) and not getattr(options, "worker", False):
+        try:  # fail fast on a bad ladder file, before any user starts
+            run_config(options)
+        except ConfigError as e:
+            logging.getLogger("llmload").error("llmload: %s", e)
+            sys.exit(2)

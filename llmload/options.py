@@ -1,0 +1,141 @@
+"""llmload's Locust command-line options (also environment variables and web-UI form fields).
+
+Each option overrides the matching key of the ladder file; an option left unset keeps the file's
+value. `run_config(parsed_options)` returns the validated configuration of the run.
+"""
+
+from __future__ import annotations
+
+import os
+from argparse import Namespace
+from pathlib import Path
+from typing import Any
+
+from llmload.config import ENDPOINTS, ConfigError, SweepConfig, load_config
+
+DEFAULT_LADDER = "config/sweep.yaml"
+
+
+def add_arguments(parser: Any) -> None:
+    """Register the options on Locust's parser (call from `init_command_line_parser`)."""
+    group = parser.add_argument_group("llmload", "LLM load-test options (override the ladder file)")
+    group.add_argument(
+        "--ladder",
+        default=DEFAULT_LADDER,
+        env_var="LOCUST_LADDER",
+        help="YAML ladder/config file (default: %(default)s)",
+    )
+    group.add_argument(
+        "--rungs",
+        default="",
+        env_var="LOCUST_RUNGS",
+        help="comma-separated concurrency ladder, e.g. 1,4,8,10 (overrides the file)",
+    )
+    group.add_argument(
+        "--requests-per-user",
+        type=int,
+        default=None,
+        env_var="LOCUST_REQUESTS_PER_USER",
+        help="requests each user sends per rung",
+    )
+    group.add_argument(
+        "--rung-duration",
+        type=float,
+        default=None,
+        env_var="LOCUST_RUNG_DURATION",
+        help="seconds per rung (time-based rungs instead of request counts)",
+    )
+    group.add_argument(
+        "--warmup-requests",
+        type=int,
+        default=None,
+        env_var="LOCUST_WARMUP_REQUESTS",
+        help="warm-up requests per user before the first rung (not measured)",
+    )
+    group.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        env_var="LOCUST_MAX_TOKENS",
+        help="output tokens per request (max_tokens, with ignore_eos)",
+    )
+    group.add_argument(
+        "--model",
+        default="",
+        env_var="LOCUST_MODEL",
+        help="model name (default: the first one listed by GET /v1/models)",
+    )
+    group.add_argument(
+        "--endpoint",
+        default="",
+        choices=["", *ENDPOINTS],
+        env_var="LOCUST_ENDPOINT",
+        help="completions or chat (default: from the ladder file)",
+    )
+    group.add_argument(
+        "--stream",
+        default="",
+        choices=["", "true", "false"],
+        env_var="LOCUST_STREAM",
+        help="stream responses over SSE (default: from the ladder file, true)",
+    )
+    group.add_argument(
+        "--api-key",
+        default="",
+        env_var="LOCUST_API_KEY",
+        is_secret=True,
+        help="API key sent as a Bearer token (or set OPENAI_API_KEY)",
+    )
+    group.add_argument(
+        "--records",
+        default="",
+        env_var="LOCUST_RECORDS",
+        include_in_web_ui=False,
+        help="per-request records file (default: <csv prefix>_records.jsonl)",
+    )
+    group.add_argument(
+        "--ca-bundle",
+        default="",
+        env_var="LOCUST_CA_BUNDLE",
+        include_in_web_ui=False,
+        help="CA bundle for verifying the server's TLS certificate",
+    )
+    group.add_argument(
+        "--tls-insecure",
+        action="store_true",
+        default=False,
+        env_var="LOCUST_TLS_INSECURE",
+        include_in_web_ui=False,
+        help="do not verify the server's TLS certificate",
+    )
+
+
+def _rungs_option(text: str) -> list[int] | None:
+    if not text.strip():
+        return None
+    try:
+        return [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise ConfigError(f"--rungs: expected comma-separated integers like 1,4,8,10, got {text!r}") from None
+
+
+def run_config(options: Namespace) -> SweepConfig:
+    """The ladder file (or the built-in defaults when the default file is absent) plus the options."""
+    ladder = getattr(options, "ladder", DEFAULT_LADDER) or DEFAULT_LADDER
+    base = SweepConfig() if ladder == DEFAULT_LADDER and not Path(ladder).exists() else load_config(ladder)
+    stream = getattr(options, "stream", "")
+    return base.with_overrides(
+        rungs=_rungs_option(getattr(options, "rungs", "") or ""),
+        requests_per_user=getattr(options, "requests_per_user", None),
+        duration=getattr(options, "rung_duration", None),
+        warmup_requests=getattr(options, "warmup_requests", None),
+        max_tokens=getattr(options, "max_tokens", None),
+        model=getattr(options, "model", "") or None,
+        endpoint=getattr(options, "endpoint", "") or None,
+        stream=None if not stream else stream == "true",
+    )
+
+
+def api_key(options: Namespace) -> str:
+    """The API key from --api-key / LOCUST_API_KEY, else OPENAI_API_KEY, else empty."""
+    return getattr(options, "api_key", "") or os.environ.get("OPENAI_API_KEY", "")

@@ -1,0 +1,72 @@
+"""Check the target before the first rung: reachable, OpenAI-compatible, auth accepted, model served.
+
+`preflight(host, ...)` returns the model to use (the configured one, or the first listed by
+`GET /v1/models`) or raises `PreflightError` with one line that says what is wrong, so a run
+against a wrong host stops at once instead of producing a thousand identical failures.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+
+
+class PreflightError(RuntimeError):
+    """The target cannot serve the run; the message is one line."""
+
+
+def tls_context(ca_bundle: str = "", insecure: bool = False) -> ssl.SSLContext:
+    """Certificate verification on by default; a CA bundle, or no verification, on request."""
+    if insecure:
+        return ssl._create_unverified_context()  # noqa: S323 (explicit user choice)
+    return ssl.create_default_context(cafile=ca_bundle or None)
+
+
+def auth_headers(api_key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def preflight(
+    host: str,
+    *,
+    model: str | None,
+    api_key: str = "",
+    context: ssl.SSLContext | None = None,
+    timeout: float = 10.0,
+) -> str:
+    """Return the model to use, or raise PreflightError."""
+    if not host:
+        raise PreflightError("no target host: pass --host http://HOST:PORT (or set LOCUST_HOST)")
+    url = host.rstrip("/") + "/v1/models"
+    req = urllib.request.Request(url, headers=auth_headers(api_key))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:  # noqa: S310
+            body = resp.read()
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403):
+            raise PreflightError(
+                f"{url}: HTTP {e.code}: the server rejected the API key "
+                "(set --api-key / LOCUST_API_KEY / OPENAI_API_KEY)"
+            ) from None
+        if e.code == 404:
+            raise PreflightError(
+                f"{url}: HTTP 404: not an OpenAI-compatible server at this address "
+                "(give --host without the /v1 path)"
+            ) from None
+        raise PreflightError(f"{url}: HTTP {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise PreflightError(f"{url}: cannot reach the server: {reason}") from None
+    try:
+        served = [m["id"] for m in json.loads(body)["data"]]
+    except (ValueError, KeyError, TypeError):
+        raise PreflightError(f"{url}: answer is not an OpenAI model list: {body[:80]!r}") from None
+    if model:
+        if model not in served:
+            raise PreflightError(f"model {model!r} is not served by {host}; it serves: {', '.join(served)}")
+        return model
+    if not served:
+        raise PreflightError(f"{url}: the server lists no model")
+    return served[0]

@@ -1,0 +1,168 @@
+"""Locust user classes that send greedy, fixed-length completion requests with token accounting.
+
+A user waits for the ladder's current stage (`llmload.ladder.BOARD`), sends its quota of
+requests for it, reports that it is done, and waits for the next stage. Each request becomes
+one `RequestRecord` (sent to the master to be written) and one Locust request event named after
+the rung, with response_time = end-to-end ms and response_length = output tokens, so Locust's
+own stats, CSVs and web UI carry tokens. Successful streamed requests also fire TTFT and TPOT
+pseudo-entries (their own request types, so rung request counts and token totals are unchanged).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+from locust import FastHttpUser, constant, task
+from locust.runners import WorkerRunner
+
+from llmload.client import RequestContext, send_request
+from llmload.config import SweepConfig
+from llmload.entries import REQUEST_TYPE, TPOT_TYPE, TTFT_TYPE
+from llmload.ladder import BOARD, MSG_RECORD, MSG_USER_DONE, Stage
+from llmload.options import api_key
+from llmload.payload import build_payload, endpoint_path
+from llmload.preflight import auth_headers, tls_context
+from llmload.records import RequestRecord
+
+STAGE_POLL_S = 1.0
+
+
+class RequestFailure(Exception):
+    """What Locust's failures table shows: the failure kind only, so failures group by kind."""
+
+
+class LLMUser(FastHttpUser):
+    """Base class: sends the configured request at each stage of the ladder."""
+
+    abstract = True
+    wait_time = constant(0)
+    endpoint: str | None = None  # subclasses may pin "completions" or "chat"
+
+    def __init__(self, environment: Any) -> None:
+        stage = BOARD.stage
+        config = stage.sweep_config() if stage else SweepConfig()
+        options = environment.parsed_options
+        # must be set before FastHttpUser builds its session
+        self.connection_timeout = config.timeouts.connect
+        self.network_timeout = config.timeouts.first_token
+        self.insecure = bool(getattr(options, "tls_insecure", False))
+        ca_bundle = getattr(options, "ca_bundle", "")
+        if ca_bundle:
+            self.ssl_context_factory = lambda: tls_context(ca_bundle)
+        super().__init__(environment)
+        self._last_seq = -1
+        self._config_seq = -1
+        self._config = config
+        runner = environment.runner
+        self._worker = runner.client_id if isinstance(runner, WorkerRunner) else "local"
+        self._headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+            "Accept-Encoding": "identity",
+            **auth_headers(api_key(options)),
+        }
+        self._http = self.client.client.clientpool.get_client(self.host)
+        self._base_path = urlsplit(self.host).path.rstrip("/")
+
+    def _stage_config(self, stage: Stage) -> SweepConfig:
+        if stage.seq != self._config_seq:
+            config = stage.sweep_config()
+            if self.endpoint:
+                config = config.with_overrides(endpoint=self.endpoint)
+            self._config, self._config_seq = config, stage.seq
+        return self._config
+
+    @task
+    def run_stage(self) -> None:
+        stage = BOARD.wait_after(self._last_seq, STAGE_POLL_S)
+        if stage is None:
+            return
+        sent = 0
+        if stage.deadline is None:
+            for _ in range(stage.requests_per_user):
+                self.send_one(stage)
+                sent += 1
+        else:
+            while time.time() < stage.deadline:
+                self.send_one(stage)
+                sent += 1
+        self._last_seq = stage.seq
+        self.environment.runner.send_message(MSG_USER_DONE, {"seq": stage.seq, "requests": sent})
+
+    def send_one(self, stage: Stage) -> RequestRecord:
+        config = self._stage_config(stage)
+        request_id = uuid.uuid4().hex
+        prompt = f"[{request_id[:12]}] {config.prompt}" if config.unique_prompts else config.prompt
+        ctx = RequestContext(
+            request_id,
+            stage.rung,
+            stage.users,
+            stage.phase,
+            config.endpoint,
+            config.stream,
+            config.max_tokens,
+            self._worker,
+        )
+        rec = send_request(
+            self._http,
+            self._base_path + endpoint_path(config.endpoint),
+            build_payload(config, stage.model, prompt),
+            {**self._headers, "X-Request-Id": request_id},
+            ctx,
+            total_timeout=config.timeouts.total,
+        )
+        self._report(rec, stage.name)
+        return rec
+
+    def _report(self, rec: RequestRecord, name: str) -> None:
+        fire = self.environment.events.request.fire
+        fire(
+            request_type=REQUEST_TYPE,
+            name=name,
+            response_time=rec.e2e_s * 1000.0,
+            response_length=rec.output_tokens,
+            exception=None if rec.ok else RequestFailure(rec.outcome),
+            context={},
+            response=None,
+            url=None,
+            start_time=rec.t_start,
+        )
+        if rec.ok and rec.stream and rec.t_first is not None:
+            fire(
+                request_type=TTFT_TYPE,
+                name=name,
+                response_time=(rec.t_first - rec.t_start) * 1000.0,
+                response_length=0,
+                exception=None,
+                context={},
+                response=None,
+                url=None,
+                start_time=rec.t_start,
+            )
+            if rec.output_tokens > 1:
+                tpot = (rec.t_end - rec.t_first) / (rec.output_tokens - 1)
+                fire(
+                    request_type=TPOT_TYPE,
+                    name=name,
+                    response_time=tpot * 1000.0,
+                    response_length=0,
+                    exception=None,
+                    context={},
+                    response=None,
+                    url=None,
+                    start_time=rec.t_start,
+                )
+        self.environment.runner.send_message(MSG_RECORD, rec.to_dict())
+
+
+class CompletionsUser(LLMUser):
+    """POST /v1/completions (or the endpoint the ladder file names)."""
+
+
+class ChatUser(LLMUser):
+    """POST /v1/chat/completions."""
+
+    endpoint = "chat"
