@@ -1,0 +1,212 @@
+"""The continuous-batching engine: one asyncio task that runs timed decode steps.
+
+Each step admits waiting sequences (FIFO, up to `max_num_seqs` running), lasts
+`(base_ms + per_seq_ms * running + prefill_ms_per_token * admitted prompt tokens) * degrade`
+milliseconds, and at its end gives every running sequence `k = 1 + Binomial(max_draft, p)`
+tokens (speculative decoding: one verified token plus the accepted draft tokens), capped at
+what the sequence still has to generate. Steps are scheduled at absolute deadlines on the loop
+clock (next start = previous end), so timer lateness does not accumulate into drift.
+
+The engine never writes to a client: it posts events to each sequence's queue (`ADMITTED`, a
+token count, or `STOPPED` when the engine shuts down) and the HTTP handler turns them into
+bytes on the wire. When idle it waits on an event; there is no busy loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from llmload.sim.truth import TruthLog
+
+ADMITTED = 0  # event: the sequence joined the running batch (its first step started)
+STOPPED = -1  # event: the engine shut down before the sequence finished
+# Start the next step "now" instead of at the previous deadline when the loop is this late
+# (an overloaded process), rather than firing a burst of catch-up steps.
+MAX_LAG_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class StepModel:
+    """Step duration model and speculative-decoding acceptance parameters."""
+
+    base_ms: float = 27.2
+    per_seq_ms: float = 6.0
+    prefill_ms_per_token: float = 0.0
+    accept_len: float = 4.5
+    max_draft: int = 7
+    degrade_pct_per_min: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_draft < 0:
+            raise ValueError("max_draft must be >= 0")
+        if not 1.0 <= self.accept_len <= 1 + self.max_draft:
+            raise ValueError(f"accept_len must be in [1, 1 + max_draft] = [1, {1 + self.max_draft}]")
+
+    @property
+    def accept_prob(self) -> float:
+        """Per-draft-token acceptance probability giving a mean of `accept_len` tokens per step."""
+        return 0.0 if self.max_draft == 0 else (self.accept_len - 1.0) / self.max_draft
+
+    def duration_s(self, batch: int, prefill_tokens: int, minutes_since_start: float) -> float:
+        ms = self.base_ms + self.per_seq_ms * batch + self.prefill_ms_per_token * prefill_tokens
+        return ms * (1.0 + self.degrade_pct_per_min / 100.0 * minutes_since_start) / 1000.0
+
+
+@dataclass(eq=False, slots=True)
+class Sequence:
+    """One request inside the engine; `events` is read by its HTTP handler."""
+
+    request_id: str
+    prompt_tokens: int
+    target_tokens: int  # tokens it will generate in total
+    finish_reason: str  # "stop" or "length", reported when target_tokens are generated
+    prompt_hash: int  # selects the generated words (see llmload.sim.tokens.completion_text)
+    rng: random.Random
+    events: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
+    generated: int = 0
+    admitted_at: float | None = None  # epoch seconds
+    aborted: bool = False
+
+    def abort(self) -> None:
+        """Called by the handler when the client is gone: the engine drops it at the next step."""
+        self.aborted = True
+
+
+@dataclass(slots=True)
+class Counters:
+    """Cumulative engine counters behind `/metrics`."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    finished: dict[str, int] = field(default_factory=dict)
+    spec_drafts: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    preemptions: int = 0  # the simulator never preempts; kept so the metric exists
+
+
+class Engine:
+    """Continuous batching over `Sequence`s; start with `run()` as a task."""
+
+    def __init__(
+        self,
+        model: StepModel,
+        *,
+        max_num_seqs: int = 256,
+        max_model_len: int = 32768,
+        truth: TruthLog | None = None,
+    ) -> None:
+        if max_num_seqs < 1:
+            raise ValueError("max_num_seqs must be >= 1")
+        self.model = model
+        self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.truth = truth
+        self.counters = Counters()
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._wake = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._t0 = self._loop.time()
+        self._epoch_offset = time.time() - self._t0
+
+    def submit(self, seq: Sequence) -> None:
+        """Queue a sequence; it is admitted at the start of a step (FIFO)."""
+        self.waiting.append(seq)
+        self._wake.set()
+
+    def kv_cache_usage(self) -> float:
+        """Tokens held by running sequences over a worst-case capacity (max_num_seqs * max_model_len)."""
+        held = sum(s.prompt_tokens + s.generated for s in self.running)
+        return held / (self.max_num_seqs * self.max_model_len)
+
+    async def run(self) -> None:
+        """The engine loop; on cancellation every unfinished sequence gets `STOPPED`."""
+        try:
+            await self._loop_forever()
+        finally:
+            for seq in (*self.running, *self.waiting):
+                seq.events.put_nowait(STOPPED)
+            self.running.clear()
+            self.waiting.clear()
+
+    async def _loop_forever(self) -> None:
+        next_start: float | None = None
+        while True:
+            if not self.running and not self.waiting:
+                self._wake.clear()
+                await self._wake.wait()
+                next_start = None
+            now = self._loop.time()
+            start = now if next_start is None or now - next_start > MAX_LAG_S else next_start
+            prefill = self._admit()
+            self.running = [s for s in self.running if not self._dropped_if_aborted(s)]
+            if not self.running:
+                continue
+            batch = len(self.running)
+            end = start + self.model.duration_s(batch, prefill, (start - self._t0) / 60.0)
+            await asyncio.sleep(end - self._loop.time())
+            tokens = self._advance()
+            if self.truth is not None:
+                self.truth.step(
+                    t_start=start + self._epoch_offset,
+                    t_end=end + self._epoch_offset,
+                    batch=batch,
+                    tokens=tokens,
+                    prefill_tokens=prefill,
+                )
+            next_start = end
+
+    def _admit(self) -> int:
+        """Move waiting sequences into the batch; returns their prompt tokens (prefill cost)."""
+        prefill = 0
+        while self.waiting and len(self.running) < self.max_num_seqs:
+            seq = self.waiting.popleft()
+            if self._dropped_if_aborted(seq):
+                continue
+            seq.admitted_at = time.time()
+            self.running.append(seq)
+            prefill += seq.prompt_tokens
+            seq.events.put_nowait(ADMITTED)
+        self.counters.prompt_tokens += prefill
+        return prefill
+
+    def _advance(self) -> int:
+        """End of step: every running sequence gains k tokens; finished ones leave the batch."""
+        p = self.model.accept_prob
+        drafts = self.model.max_draft
+        c = self.counters
+        total = 0
+        still_running = []
+        for seq in self.running:
+            if self._dropped_if_aborted(seq):
+                continue
+            rng = seq.rng.random
+            k = 1 + sum(1 for _ in range(drafts) if rng() < p) if p > 0 else 1
+            k = min(k, seq.target_tokens - seq.generated)
+            seq.generated += k
+            total += k
+            c.spec_drafts += 1
+            c.spec_draft_tokens += drafts
+            c.spec_accepted_tokens += k - 1
+            seq.events.put_nowait(k)
+            if seq.generated >= seq.target_tokens:
+                self._count_finished(seq.finish_reason)
+            else:
+                still_running.append(seq)
+        self.running = still_running
+        c.generation_tokens += total
+        return total
+
+    def _dropped_if_aborted(self, seq: Sequence) -> bool:
+        if seq.aborted:
+            self._count_finished("abort")
+        return seq.aborted
+
+    def _count_finished(self, reason: str) -> None:
+        finished = self.counters.finished
+        finished[reason] = finished.get(reason, 0) + 1

@@ -1,0 +1,76 @@
+"""Process lifecycle: bind the port, announce it, run the engine, shut down cleanly on SIGTERM/SIGINT.
+
+Shutdown order: stop the engine (every open stream gets `STOPPED` and ends without `[DONE]`),
+close the HTTP server (open connections are closed after a short grace), then flush and close
+the truth log, so no line is lost or half-written when the process is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from llmload.sim.config import SimConfig
+from llmload.sim.engine import Engine
+from llmload.sim.server import SHUTDOWN_TIMEOUT_S, SimServer
+from llmload.sim.truth import TruthLog
+
+LISTEN_BACKLOG = 1024  # room for a burst of hundreds of connections
+
+
+def write_port_file(path: Path, port: int) -> None:
+    """Write the port atomically (temp file + rename), so a reader never sees a partial number."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(f"{port}\n")
+    tmp.replace(path)
+
+
+async def serve(config: SimConfig) -> None:
+    """Run the simulator until SIGTERM or SIGINT."""
+    truth = TruthLog(config.truth_log) if config.truth_log else None
+    engine = Engine(
+        config.step, max_num_seqs=config.max_num_seqs, max_model_len=config.max_model_len, truth=truth
+    )
+    runner = web.AppRunner(
+        SimServer(config, engine, truth).app(), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S
+    )
+    await runner.setup()
+    engine_task = asyncio.create_task(engine.run(), name="llmload-sim-engine")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        site = web.TCPSite(runner, config.host, config.port, backlog=LISTEN_BACKLOG)
+        await site.start()
+        port = int(runner.addresses[0][1])
+        if config.port_file is not None:
+            write_port_file(config.port_file, port)
+        print(
+            f"llmload-sim: serving {config.model!r} on http://{config.host}:{port}",
+            file=sys.stderr,
+            flush=True,
+        )
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({stopped, engine_task}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if engine_task.done():
+            engine_task.result()  # the engine died: raise its error
+    finally:
+        engine_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await engine_task
+        await runner.cleanup()
+        if truth is not None:
+            truth.close()
+
+
+def run(config: SimConfig) -> None:
+    asyncio.run(serve(config))

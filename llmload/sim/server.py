@@ -1,0 +1,341 @@
+"""The aiohttp application: vLLM's OpenAI-compatible routes on top of the engine, plus faults.
+
+Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`,
+`GET /metrics`, `POST /tokenize`. A generation request is validated, gets its fault draw, is
+submitted to the engine as a `Sequence`, and its handler writes one SSE message per engine step
+as soon as the step ends (all k tokens of the step in one chunk). Every generation request,
+faulted or not, leaves one `request` line in the truth log when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import time
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from llmload.sim import metrics, shapes
+from llmload.sim.api import ApiError, GenerationRequest, check_model, parse_generation, prompt_of
+from llmload.sim.config import SimConfig
+from llmload.sim.engine import ADMITTED, STOPPED, Engine, Sequence
+from llmload.sim.faults import FaultPicker
+from llmload.sim.tokens import acceptance_rng, completion_text, natural_length, prompt_hash, token_ids
+from llmload.sim.truth import RequestTruth, TruthLog
+
+SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
+FLUSH_WAIT_S = 1.0  # longest wait for the socket buffer to drain before a deliberate RST
+SHUTDOWN_TIMEOUT_S = 2.0
+_HTTP_FAULTS = {
+    "http_500": (500, "InternalServerError", "Injected fault: internal server error"),
+    "http_503": (503, "ServiceUnavailableError", "Injected fault: service unavailable"),
+    "http_429": (429, "RateLimitError", "Injected fault: rate limit reached"),
+}
+_HTML = "<!DOCTYPE html><html><head><title>Injected fault</title></head><body>not an API</body></html>"
+
+
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=json.dumps(data, separators=(",", ":")),
+        status=status,
+        headers=headers,
+        content_type="application/json",
+    )
+
+
+def error_response(err: ApiError, headers: dict[str, str] | None = None) -> web.Response:
+    return json_response(
+        shapes.error_body(err.status, err.message, err.err_type, err.param), err.status, headers
+    )
+
+
+def reset_connection(request: web.BaseRequest) -> None:
+    """Close the client's TCP connection with an RST (SO_LINGER 0), dropping anything unsent."""
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+async def flush_then_reset(request: web.BaseRequest) -> None:
+    """Let already-written bytes leave (bounded wait), then reset the connection."""
+    transport = request.transport
+    deadline = time.monotonic() + FLUSH_WAIT_S
+    while transport is not None and transport.get_write_buffer_size() > 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.001)
+    reset_connection(request)
+
+
+class SimServer:
+    """Request handlers sharing one engine, one fault picker and one truth log."""
+
+    def __init__(self, config: SimConfig, engine: Engine, truth: TruthLog | None) -> None:
+        self.config = config
+        self.engine = engine
+        self.truth = truth
+        self.faults = FaultPicker(config.faults, config.fault_seed)
+        self.created = int(time.time())
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.add_routes(
+            [
+                web.post("/v1/completions", self.completions),
+                web.post("/v1/chat/completions", self.chat_completions),
+                web.get("/v1/models", self.models),
+                web.get("/health", self.health),
+                web.get("/metrics", self.metrics),
+                web.post("/tokenize", self.tokenize),
+            ]
+        )
+        return app
+
+    # --- small routes -------------------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def models(self, request: web.Request) -> web.Response:
+        model = self.config.model
+        card = {
+            "id": model,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "vllm",
+            "root": model,
+            "parent": None,
+            "max_model_len": self.config.max_model_len,
+            "permission": [],
+        }
+        return json_response({"object": "list", "data": [card]})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        text = metrics.render(self.engine, self.config.model)
+        return web.Response(text=text, headers={"Content-Type": metrics.CONTENT_TYPE})
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ApiError(400, "request body must be a JSON object")
+            check_model(body, self.config.model)
+            prompt, _ = prompt_of(body, chat="messages" in body)
+        except ApiError as err:
+            return error_response(err)
+        except ValueError:
+            return error_response(ApiError(400, "request body is not valid JSON"))
+        if "messages" in body:
+            _, count = prompt_of(body, chat=True)
+            tokens = token_ids(" ".join(str(m.get("content") or "") for m in body["messages"]))
+            tokens += [0] * (count - len(tokens))  # the template tokens
+        else:
+            tokens = token_ids(prompt)
+        return json_response(
+            {"count": len(tokens), "max_model_len": self.config.max_model_len, "tokens": tokens}
+        )
+
+    # --- generation ---------------------------------------------------------------------------
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        arrival = time.time()
+        request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        rec = RequestTruth(
+            id=request_id, endpoint="chat" if chat else "completions", stream=False, arrival=arrival
+        )
+        try:
+            resp = await self._respond(request, chat, rec, {"X-Request-Id": request_id})
+            rec.status = None if rec.fault == "reset" else resp.status
+            return resp
+        finally:
+            if self.truth is not None:
+                self.truth.request(rec)
+
+    async def _respond(
+        self, request: web.Request, chat: bool, rec: RequestTruth, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return error_response(ApiError(400, "request body is not valid JSON"), headers)
+        try:
+            req = parse_generation(
+                body, chat=chat, served_model=self.config.model, max_model_len=self.config.max_model_len
+            )
+        except ApiError as err:
+            return error_response(err, headers)
+        rec.stream = req.stream
+        rec.prompt_tokens = req.prompt_tokens
+        rec.fault = self.faults.draw()
+        return await self._serve(request, req, rec, headers)
+
+    async def _serve(
+        self, request: web.Request, req: GenerationRequest, rec: RequestTruth, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        fault = rec.fault
+        if fault in _HTTP_FAULTS:
+            status, err_type, message = _HTTP_FAULTS[fault]
+            extra = {"Retry-After": "1"} if status == 429 else {}
+            return error_response(ApiError(status, message, err_type), {**headers, **extra})
+        if fault == "wrong_content_type":
+            return web.Response(text=_HTML, content_type="text/html", headers=headers)
+        if fault == "reset":
+            reset_connection(request)
+            return web.Response(status=500)  # never sent: the connection is gone
+        if fault == "slow_headers":
+            await asyncio.sleep(self.config.slow_headers_s)
+
+        seq = self._sequence(req, rec.id)
+        self.engine.submit(seq)
+        fmt = shapes.Formatter(
+            request_id=rec.id,
+            model=self.config.model,
+            created=int(rec.arrival),
+            chat=req.chat,
+            style=self.config.usage_style,
+            prompt_tokens=req.prompt_tokens,
+            include_usage=req.include_usage,
+            continuous_usage=req.continuous_usage,
+            usage_allowed=fault != "no_usage",
+        )
+        resp = web.StreamResponse(headers=headers)
+        try:
+            if req.stream:
+                await self._stream(request, resp, seq, fmt, rec)
+            else:
+                await self._complete(request, resp, seq, fmt, rec)
+        except ConnectionError:
+            rec.finish_reason = "abort"  # the client went away
+        except asyncio.CancelledError:
+            rec.finish_reason = "abort"  # the server is shutting down
+            raise
+        finally:
+            seq.abort()  # no-op for a finished sequence; frees the batch slot otherwise
+            rec.admitted = seq.admitted_at
+            rec.completion_tokens = seq.generated
+        return resp
+
+    def _sequence(self, req: GenerationRequest, request_id: str) -> Sequence:
+        phash = prompt_hash(req.prompt)
+        natural = natural_length(phash)
+        honour_ignore_eos = req.ignore_eos and not self.config.ignore_eos_unsupported
+        if honour_ignore_eos or natural >= req.max_tokens:
+            target, reason = req.max_tokens, "length"
+        else:
+            target, reason = natural, "stop"
+        return Sequence(
+            request_id=request_id,
+            prompt_tokens=req.prompt_tokens,
+            target_tokens=target,
+            finish_reason=reason,
+            prompt_hash=phash,
+            rng=acceptance_rng(self.config.seed, req.prompt),
+        )
+
+    def _timings(self, rec: RequestTruth) -> shapes.Timings:
+        first = rec.first_token if rec.first_token is not None else rec.arrival
+        last = rec.last_token if rec.last_token is not None else first
+        return shapes.Timings(
+            prompt_n=rec.prompt_tokens or 0,
+            prompt_ms=(first - rec.arrival) * 1000.0,
+            predicted_n=rec.tokens_sent,
+            predicted_ms=(last - first) * 1000.0,
+        )
+
+    async def _stream(
+        self,
+        request: web.Request,
+        resp: web.StreamResponse,
+        seq: Sequence,
+        fmt: shapes.Formatter,
+        rec: RequestTruth,
+    ) -> None:
+        cfg, fault = self.config, rec.fault
+        resp.content_type = SSE_CONTENT_TYPE
+        resp.headers["Cache-Control"] = "no-cache"
+        await resp.prepare(request)
+        target = seq.target_tokens
+        cut_at = min(cfg.drop_after, target - 1) if fault == "drop" else None
+        malformed_at = max(1, target // 2) if fault == "malformed" else None
+        if cut_at == 0:
+            await flush_then_reset(request)
+            return
+        sent = 0
+        while sent < target:
+            k = await seq.events.get()
+            if k == STOPPED:
+                rec.finish_reason = "abort"
+                return
+            if k == ADMITTED:
+                if fmt.chat:
+                    await resp.write(fmt.role_chunk())
+                    rec.role_sent = time.time()
+                continue
+            if cut_at is not None:
+                k = min(k, cut_at - sent)
+            done = sent + k == target
+            text = completion_text(seq.prompt_hash, sent, k)
+            await resp.write(fmt.content_chunk(text, sent + k, seq.finish_reason if done else None))
+            rec.content_written(time.time(), k)
+            sent += k
+            if cut_at is not None and sent >= cut_at:
+                await flush_then_reset(request)
+                return
+            if fault == "stall" and len(rec.chunk_times) == 1:
+                await asyncio.sleep(cfg.stall_s)
+            if malformed_at is not None and sent >= malformed_at and not done:
+                await resp.write(shapes.MALFORMED)
+                malformed_at = None
+        rec.finish_reason = seq.finish_reason
+        for chunk in fmt.final_chunks(seq.finish_reason, sent, self._timings(rec)):
+            await resp.write(chunk)
+        if fault != "no_done":
+            await resp.write(shapes.DONE)
+        await resp.write_eof()
+
+    async def _complete(
+        self,
+        request: web.Request,
+        resp: web.StreamResponse,
+        seq: Sequence,
+        fmt: shapes.Formatter,
+        rec: RequestTruth,
+    ) -> None:
+        cfg, fault = self.config, rec.fault
+        while seq.generated < seq.target_tokens:
+            if await seq.events.get() == STOPPED:
+                rec.finish_reason = "abort"
+                return
+        if fault == "stall":
+            await asyncio.sleep(cfg.stall_s)
+        text = completion_text(seq.prompt_hash, 0, seq.generated)
+        now = time.time()
+        timings = shapes.Timings(rec.prompt_tokens or 0, (now - rec.arrival) * 1000.0, seq.generated, 0.0)
+        body = fmt.full_response(text, seq.finish_reason, seq.generated, timings)
+        complete = fault not in ("drop", "malformed")
+        if fault == "malformed":
+            body = body[: len(body) // 2]  # a 200 whose JSON body is cut in the middle
+        resp.content_type = "application/json"
+        resp.content_length = len(body)
+        await resp.prepare(request)
+        if fault == "drop":
+            await resp.write(body[: len(body) // 2])
+            await flush_then_reset(request)
+            return
+        await resp.write(body)
+        if complete:
+            rec.content_written(time.time(), seq.generated)
+            rec.finish_reason = seq.finish_reason
+        await resp.write_eof()

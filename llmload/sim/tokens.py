@@ -1,0 +1,77 @@
+"""The simulator's toy tokenizer and its deterministic "model output".
+
+One token per whitespace-separated word, both ways: a prompt costs `len(text.split())` tokens,
+and every generated token is `" " + word` from a fixed vocabulary, so `len(text.split())` of a
+completion equals its `usage.completion_tokens` exactly. Everything here is a pure function of
+the prompt (and the seed for the acceptance pattern), so the same prompt always gets the same
+text, the same natural stop length and the same speculative-decoding step pattern, like a
+greedy model on a real server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import zlib
+from collections.abc import Sequence
+
+# Plain ASCII words with no characters JSON would escape, so a chunk's text can be built by
+# concatenation and the token count survives any client-side whitespace split.
+_WORDS = (
+    "the of and to in is was for on that with as by at from it his an were are which this "
+    "be or has had not first one their its new after but who they have her she two been "
+    "other when there all during into school time may years more most only over city some "
+    "world would where later up such used many can state about national out known university "
+    "united then made"
+)
+VOCAB: tuple[str, ...] = tuple(_WORDS.split())
+CHAT_TEMPLATE_TOKENS_PER_MESSAGE = 3  # role header + separators a real chat template adds
+NATURAL_MIN_TOKENS = 16
+NATURAL_MAX_TOKENS = 511
+TOKEN_ID_SPACE = 32000  # ids returned by /tokenize are crc32(word) modulo this
+
+_MASK64 = (1 << 64) - 1
+
+
+def count_tokens(text: str) -> int:
+    """Tokens in `text`: one per whitespace-separated word."""
+    return len(text.split())
+
+
+def token_ids(text: str) -> list[int]:
+    """Stable integer ids for the words of `text` (what `/tokenize` returns)."""
+    return [zlib.crc32(word.encode()) % TOKEN_ID_SPACE for word in text.split()]
+
+
+def chat_prompt(messages: Sequence[dict[str, object]]) -> tuple[str, int]:
+    """The prompt text of a chat request and its token count (words + 3 per message)."""
+    contents = [str(m.get("content") or "") for m in messages]
+    text = "\n".join(f"{m.get('role', '')}: {c}" for m, c in zip(messages, contents, strict=True))
+    tokens = sum(count_tokens(c) for c in contents) + CHAT_TEMPLATE_TOKENS_PER_MESSAGE * len(messages)
+    return text, tokens
+
+
+def prompt_hash(prompt: str) -> int:
+    """A 64-bit hash of the prompt, stable across processes (unlike `hash()`)."""
+    return int.from_bytes(hashlib.blake2b(prompt.encode(), digest_size=8).digest(), "big")
+
+
+def natural_length(phash: int) -> int:
+    """Tokens the "model" generates before its end-of-sequence token, for a prompt hash."""
+    span = NATURAL_MAX_TOKENS - NATURAL_MIN_TOKENS + 1
+    return NATURAL_MIN_TOKENS + (phash >> 20) % span
+
+
+def completion_text(phash: int, start: int, count: int) -> str:
+    """The generated tokens at positions start .. start+count-1, concatenated (" word" each)."""
+    n = len(VOCAB)
+    words = []
+    for pos in range(start, start + count):
+        mixed = ((phash ^ (pos * 0x9E3779B97F4A7C15)) * 0xBF58476D1CE4E5B9) & _MASK64
+        words.append(VOCAB[(mixed >> 32) % n])
+    return " " + " ".join(words) if words else ""
+
+
+def acceptance_rng(seed: int, prompt: str) -> random.Random:
+    """The generator of a sequence's per-step accepted-token counts, seeded by (seed, prompt)."""
+    return random.Random(f"{seed}\x00{prompt}")

@@ -1,0 +1,109 @@
+"""The ground-truth log: what the simulator really did, as JSON lines, and its reader.
+
+Two kinds of line, each flushed as soon as it is written:
+
+- `{"type": "step", "t_start", "t_end", "batch", "tokens", "prefill_tokens"}` per engine step
+  (the step's scheduled boundaries on the engine clock, as epoch seconds).
+- `{"type": "request", "id", "endpoint", "stream", "arrival", "admitted", "first_token",
+  "last_token", "prompt_tokens", "completion_tokens", "tokens_sent", "finish_reason", "fault",
+  "chunk_times", "chunk_tokens", "status"}` (plus `"role_sent"` for chat) when a request ends,
+  faulted, rejected or not. Times are `time.time()` read right after the bytes were handed to the transport.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+
+@dataclass(slots=True)
+class RequestTruth:
+    """One request as the server handled it; filled in by the HTTP handler."""
+
+    id: str
+    endpoint: str  # "completions" or "chat"
+    stream: bool
+    arrival: float
+    admitted: float | None = None
+    first_token: float | None = None  # first content chunk written (body write if not streaming)
+    last_token: float | None = None  # last content chunk written
+    prompt_tokens: int | None = None
+    completion_tokens: int = 0  # tokens the engine generated for it
+    tokens_sent: int = 0  # tokens actually written to the client
+    finish_reason: str | None = None  # as sent; "abort" if the client left or the server stopped
+    fault: str | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    role_sent: float | None = None  # chat only: when the role-only first chunk was written
+    status: int | None = None  # HTTP status sent; None when the connection was reset before headers
+
+    def content_written(self, t: float, tokens: int) -> None:
+        """Record one content chunk (or a non-streamed body) carrying `tokens` tokens."""
+        if self.first_token is None:
+            self.first_token = t
+        self.last_token = t
+        self.tokens_sent += tokens
+        self.chunk_times.append(t)
+        self.chunk_tokens.append(tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"type": "request", **asdict(self)}
+        if self.endpoint != "chat":
+            del data["role_sent"]
+        return data
+
+
+class TruthLog:
+    """Appends ground-truth lines to a JSONL file, one flush per line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: IO[str] | None = self.path.open("a", encoding="utf-8")
+
+    def _write(self, data: dict[str, Any]) -> None:
+        if self._fh is None:
+            return
+        self._fh.write(json.dumps(data, separators=(",", ":")) + "\n")
+        self._fh.flush()
+
+    def request(self, rec: RequestTruth) -> None:
+        self._write(rec.to_dict())
+
+    def step(self, *, t_start: float, t_end: float, batch: int, tokens: int, prefill_tokens: int) -> None:
+        self._write(
+            {
+                "type": "step",
+                "t_start": t_start,
+                "t_end": t_end,
+                "batch": batch,
+                "tokens": tokens,
+                "prefill_tokens": prefill_tokens,
+            }
+        )
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def load_truth(path: Path) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Read a truth log: (requests by id, steps in order). A truncated last line is skipped."""
+    requests: dict[str, dict[str, Any]] = {}
+    steps: list[dict[str, Any]] = []
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break  # the process was killed while writing its last line
+            raise ValueError(f"{path}:{number}: not a JSON line") from None
+        if data.get("type") == "request":
+            requests[data["id"]] = data
+        elif data.get("type") == "step":
+            steps.append(data)
+    return requests, steps
