@@ -1,0 +1,80 @@
+"""Descriptive statistics over raw values, in pure Python (no numpy dependency).
+
+Percentiles use linear interpolation between closest ranks, the same as numpy's default
+`method="linear"` and so the same as vLLM `bench serve` (which calls `np.percentile` on the raw
+per-request values): for sorted values x[0..n-1] and q in [0, 100], h = (n - 1) * q / 100 and
+the result is x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)]).
+`std` is the population standard deviation (numpy's default ddof=0, as vLLM reports it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0 <= q <= 100) of `values`, numpy-style linear interpolation."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile {q} is outside [0, 100]")
+    ordered = sorted(values)
+    h = (len(ordered) - 1) * q / 100.0
+    lo = math.floor(h)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (h - lo) * (ordered[hi] - ordered[lo])
+
+
+def mean(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("mean of no values")
+    return math.fsum(values) / len(values)
+
+
+def pstdev(values: Sequence[float]) -> float:
+    """Population standard deviation (divides by n, like numpy's np.std)."""
+    m = mean(values)
+    return math.sqrt(math.fsum((v - m) ** 2 for v in values) / len(values))
+
+
+def percentile_label(q: float) -> str:
+    """Column label for a percentile: 50 -> 'p50', 99.9 -> 'p99.9'."""
+    return f"p{q:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """mean / median / std and the requested percentiles of one metric, in its input unit."""
+
+    count: int
+    mean: float
+    median: float
+    std: float
+    percentiles: dict[float, float]
+
+    def as_dict(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {
+            "count": self.count,
+            "mean": self.mean,
+            "median": self.median,
+            "std": self.std,
+        }
+        out.update({percentile_label(q): v for q, v in self.percentiles.items()})
+        return out
+
+
+def summarize(values: Sequence[float], percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> Summary | None:
+    """Summary of raw values, or None when there are none."""
+    if not values:
+        return None
+    return Summary(
+        count=len(values),
+        mean=mean(values),
+        median=percentile(values, 50.0),
+        std=pstdev(values),
+        percentiles={q: percentile(values, q) for q in percentiles},
+    )
