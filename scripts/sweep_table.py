@@ -12,7 +12,18 @@ Exit status: 0 on success, 2 when the records file is missing or holds no measur
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
+
+try:
+    import llmload  # noqa: F401  (installed in the repo's venv)
+except ModuleNotFoundError:
+    # run by an interpreter without llmload (plain `python` outside the venv): use the repo's venv
+    venv = Path(__file__).resolve().parents[1] / ".venv"
+    if (venv / "bin" / "python").exists() and Path(sys.prefix) != venv:
+        os.execv(venv / "bin" / "python", [str(venv / "bin" / "python"), __file__, *sys.argv[1:]])
+    raise
 
 from llmload.locust_csv import cross_check
 from llmload.metrics import SLO_KEYS, all_rung_metrics
