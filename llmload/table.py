@@ -166,7 +166,7 @@ def render_metrics(
 ) -> str:
     """The latency table (ms; one line per rung and metric) and the rates table, for table or
     markdown output."""
-    latency_header = ["rung", "metric", "n", *_summary_keys(percentiles)]
+    latency_header = ["rung", "latency_ms", "n", *_summary_keys(percentiles)]
     parts = [
         _grid(latency_header, _latency_rows(metrics, percentiles), fmt),
         _grid(RATE_COLUMNS, [_rate_cells(m) for m in metrics], fmt),
