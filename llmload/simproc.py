@@ -4,14 +4,15 @@
         urllib.request.urlopen(sim.url + "/health")
 
 Keyword arguments become CLI flags: `base_ms=5` -> `--base-ms 5`, `ignore_eos_unsupported=True`
--> `--ignore-eos-unsupported` (False omits it), `faults={"drop": 0.1}` -> `--fault drop=0.1`.
+-> `--ignore-eos-unsupported` (False omits it), `faults={"drop": 0.1}` -> `--fault drop=0.1`;
+`extra_args=[...]` is appended verbatim (for flags already in CLI form, e.g. from a command line).
 Port choice, health wait and stop-by-PID come from `llmload.serverproc`.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -40,6 +41,7 @@ class SimulatorProcess:
         truth_log: Path | None = None,
         log_path: Path,
         start_timeout: float = 30.0,
+        extra_args: Sequence[str] = (),
         **sim: object,
     ) -> None:
         for reserved in ("host", "port", "port_file"):
@@ -49,7 +51,7 @@ class SimulatorProcess:
         self.url = f"http://{LOOPBACK}:{self.port}"
         self.truth_log = Path(truth_log) if truth_log is not None else None
         cmd = [sys.executable, "-m", "llmload.sim", "--host", LOOPBACK, "--port", str(self.port)]
-        cmd += sim_flags(truth_log=self.truth_log, **sim)
+        cmd += sim_flags(truth_log=self.truth_log, **sim) + list(extra_args)
         self.process = ManagedProcess(cmd, f"{self.url}/health", Path(log_path), start_timeout=start_timeout)
 
     @property
