@@ -526,3 +526,20 @@ def test_fault_rates_mix_deterministically(sim_start: Callable[..., SimulatorPro
     again = sim_start(faults={"http_500": 0.5}, fault_seed=3, **FAST)
     assert statuses == [call(again.url, "/v1/completions", completion(2)).status for _ in range(20)]
     assert 3 <= statuses.count(500) <= 17
+
+
+def test_client_disconnect_frees_the_batch_slot(sim_start: Callable[..., SimulatorProcess]) -> None:
+    sim = sim_start(base_ms=10, per_seq_ms=0, accept_len=1)
+    conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=TIMEOUT_S)
+    conn.request(
+        "POST", "/v1/completions", json.dumps(completion(500, ignore_eos=True)), {"X-Request-Id": "gone"}
+    )
+    resp = conn.getresponse()
+    resp.readline()
+    conn.sock.close()  # hang up mid-stream
+    conn.close()
+    rec = truth_of(sim, ["gone"])[0]["gone"]
+    assert rec["finish_reason"] == "abort" and rec["completion_tokens"] < 100
+    metrics = parse_prometheus(call(sim.url, "/metrics").body.decode())
+    assert metrics['vllm:num_requests_running{model_name="sim-model"}'] == 0
+    assert metrics['vllm:request_success_total{model_name="sim-model",finished_reason="abort"}'] == 1

@@ -12,13 +12,18 @@ from llmload.sim.faults import FAULT_KINDS, FaultPicker, parse_fault
 from llmload.sim.run import run
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Show defaults, keep the fault table's line breaks."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     d, m = SimConfig(), StepModel()
     p = argparse.ArgumentParser(
         prog="llmload-sim",
         description="OpenAI-compatible (vLLM-shaped) LLM server simulator with a continuous-batching "
         "engine and a ground-truth log of when every token left the server.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="fault kinds:\n" + "\n".join(f"  {k:<19} {v}" for k, v in FAULT_KINDS.items()),
+        formatter_class=_HelpFormatter,
     )
     net = p.add_argument_group("server")
     net.add_argument("--host", default=d.host, help="address to bind")

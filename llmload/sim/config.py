@@ -34,3 +34,5 @@ class SimConfig:
             raise ValueError(f"usage_style must be one of {USAGE_STYLES}")
         if self.drop_after < 0:
             raise ValueError("drop_after must be >= 0")
+        if self.max_num_seqs < 1 or self.max_model_len < 1:
+            raise ValueError("max_num_seqs and max_model_len must be >= 1")

@@ -314,15 +314,22 @@ class SimServer:
         rec: RequestTruth,
     ) -> None:
         cfg, fault = self.config, rec.fault
+        first = None  # when the engine produced the first token (for llama.cpp's timings)
         while seq.generated < seq.target_tokens:
-            if await seq.events.get() == STOPPED:
+            event = await seq.events.get()
+            if event == STOPPED:
                 rec.finish_reason = "abort"
                 return
+            if event != ADMITTED and first is None:
+                first = time.time()
+        last = time.time()
         if fault == "stall":
             await asyncio.sleep(cfg.stall_s)
         text = completion_text(seq.prompt_hash, 0, seq.generated)
-        now = time.time()
-        timings = shapes.Timings(rec.prompt_tokens or 0, (now - rec.arrival) * 1000.0, seq.generated, 0.0)
+        first = first or last
+        timings = shapes.Timings(
+            rec.prompt_tokens or 0, (first - rec.arrival) * 1000.0, seq.generated, (last - first) * 1000.0
+        )
         body = fmt.full_response(text, seq.finish_reason, seq.generated, timings)
         complete = fault not in ("drop", "malformed")
         if fault == "malformed":
