@@ -1,10 +1,11 @@
 """Request validation: OpenAI/vLLM request JSON -> `GenerationRequest`, or an `ApiError`.
 
 Accepted, as vLLM does: `model` (must be the served name if given), `prompt` (a string or a
-list of one string) or `messages`, `max_tokens` / `max_completion_tokens` (default: the rest of
-the context window), `stream`, `stream_options.include_usage`,
-`stream_options.continuous_usage_stats`, `ignore_eos`. `temperature` and other sampling fields
-are accepted and ignored: the simulated model is always greedy.
+list of one string) or `messages`, `max_tokens` / `max_completion_tokens` (default: 16 for
+completions, the rest of the context window for chat, as in vLLM), `stream`,
+`stream_options.include_usage`, `stream_options.continuous_usage_stats`, `ignore_eos`.
+`temperature` and other sampling fields are accepted and ignored: the simulated model is
+always greedy.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmload.sim.tokens import chat_prompt, count_tokens
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest default (chat has none)
 
 
 class ApiError(Exception):
@@ -79,7 +82,7 @@ def parse_generation(body: Any, *, chat: bool, served_model: str, max_model_len:
     key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = body.get(key)
     if max_tokens is None:
-        max_tokens = max_model_len - prompt_tokens
+        max_tokens = max_model_len - prompt_tokens if chat else COMPLETIONS_DEFAULT_MAX_TOKENS
     elif isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ApiError(400, f"`{key}` must be an integer >= 1", param=key)
     if prompt_tokens + max_tokens > max_model_len:
