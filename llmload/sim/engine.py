@@ -60,7 +60,6 @@ class StepModel:
 class Sequence:
     """One request inside the engine; `events` is read by its HTTP handler."""
 
-    request_id: str
     prompt_tokens: int
     target_tokens: int  # tokens it will generate in total
     finish_reason: str  # "stop" or "length", reported when target_tokens are generated

@@ -18,10 +18,11 @@ from aiohttp import web
 
 from llmload.sim.config import SimConfig
 from llmload.sim.engine import Engine
-from llmload.sim.server import SHUTDOWN_TIMEOUT_S, SimServer
+from llmload.sim.server import SimServer
 from llmload.sim.truth import TruthLog
 
 LISTEN_BACKLOG = 1024  # room for a burst of hundreds of connections
+SHUTDOWN_TIMEOUT_S = 2.0  # grace for open connections when stopping
 
 
 def write_port_file(path: Path, port: int) -> None:

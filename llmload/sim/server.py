@@ -29,7 +29,6 @@ from llmload.sim.truth import RequestTruth, TruthLog
 
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 FLUSH_WAIT_S = 1.0  # longest wait for the socket buffer to drain before a deliberate RST
-SHUTDOWN_TIMEOUT_S = 2.0
 _HTTP_FAULTS = {
     "http_500": (500, "InternalServerError", "Injected fault: internal server error"),
     "http_503": (503, "ServiceUnavailableError", "Injected fault: service unavailable"),
@@ -197,7 +196,7 @@ class SimServer:
         if fault == "slow_headers":
             await asyncio.sleep(self.config.slow_headers_s)
 
-        seq = self._sequence(req, rec.id)
+        seq = self._sequence(req)
         self.engine.submit(seq)
         fmt = shapes.Formatter(
             request_id=rec.id,
@@ -227,7 +226,7 @@ class SimServer:
             rec.completion_tokens = seq.generated
         return resp
 
-    def _sequence(self, req: GenerationRequest, request_id: str) -> Sequence:
+    def _sequence(self, req: GenerationRequest) -> Sequence:
         phash = prompt_hash(req.prompt)
         natural = natural_length(phash)
         honour_ignore_eos = req.ignore_eos and not self.config.ignore_eos_unsupported
@@ -236,7 +235,6 @@ class SimServer:
         else:
             target, reason = natural, "stop"
         return Sequence(
-            request_id=request_id,
             prompt_tokens=req.prompt_tokens,
             target_tokens=target,
             finish_reason=reason,
