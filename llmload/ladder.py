@@ -4,11 +4,16 @@ Roles (the same code runs in a local run, with `--processes N` and with master/w
 - The shape (master or local process) announces each stage with the custom message
   `llmload_stage` and returns the stage's user count to Locust. A stage is the optional warm-up
   and then one stage per rung.
-- Every process that runs users keeps the announced stage on a `StageBoard`. A user sends its
-  quota for the stage (`requests_per_user` requests, or requests until the stage deadline for
-  time-based rungs), then reports `llmload_user_done` and waits for the next stage. So a rung ends
-  only when all its users have finished their requests: no in-flight request is cut, and no
-  request is counted in the wrong rung.
+- Every process that runs users keeps the announced stage on a `StageBoard`. An announcement
+  first says "get ready": each user reports `llmload_user_ready`. Locust spawns (and in
+  distributed mode may move) users over a few hundred milliseconds, so once every user of the
+  stage is ready the shape announces the same stage again with a common `start_at` a moment
+  ahead: all users on all workers send their first request at that instant, and a rung's
+  concurrency is real from its first request.
+- A user sends its quota for the stage (`requests_per_user` requests, or requests until the
+  stage deadline for time-based rungs), then reports `llmload_user_done` and waits for the next
+  stage. So a rung ends only when all its users have finished their requests: no in-flight
+  request is cut, and no request is counted in the wrong rung.
 - Each request's record travels to the master as `llmload_record` and is written there, in one
   file, flushed per record (workers in other pods need no shared disk).
 The shape advances when every user of the stage has reported and all their records arrived,
@@ -41,6 +46,8 @@ log = logging.getLogger("llmload")
 MSG_STAGE = "llmload_stage"
 MSG_RECORD = "llmload_record"
 MSG_USER_DONE = "llmload_user_done"
+MSG_USER_READY = "llmload_user_ready"
+GO_MARGIN_S = 0.25  # start_at is this far ahead of the "go" announcement, so it reaches every worker
 STATS_CATCH_UP_S = 12.0  # workers report stats every 3 s; wait at most this for the last ones
 
 
@@ -52,9 +59,10 @@ class Stage:
     rung: int  # rung index, or WARMUP_RUNG
     users: int
     requests_per_user: int
-    deadline: float | None  # epoch seconds for time-based rungs, else None
     model: str
     config: dict[str, Any]
+    start_at: float | None = None  # epoch seconds all users start at; None: get ready
+    deadline: float | None = None  # epoch seconds for time-based rungs, else None
 
     @property
     def phase(self) -> str:
@@ -82,6 +90,10 @@ class StageBoard:
         self.stage: Stage | None = None
         self._changed = Event()
 
+    def reset(self) -> None:
+        """Forget the stage of a finished or stopped run."""
+        self.stage = None
+
     def announce(self, stage: Stage) -> None:
         self.stage = stage
         changed, self._changed = self._changed, Event()
@@ -89,12 +101,17 @@ class StageBoard:
 
     def wait_after(self, seq: int, timeout: float) -> Stage | None:
         """The current stage if it is newer than `seq`, else wait up to timeout for one."""
-        if self.stage is not None and self.stage.seq > seq:
-            return self.stage
-        self._changed.wait(timeout)
-        if self.stage is not None and self.stage.seq > seq:
-            return self.stage
-        return None
+        if self.stage is None or self.stage.seq <= seq:
+            self._changed.wait(timeout)
+        return self.stage if self.stage is not None and self.stage.seq > seq else None
+
+    def wait_go(self, seq: int, timeout: float) -> Stage | None:
+        """Stage `seq` once its start time is announced; None if it is not within timeout."""
+        stage = self.stage
+        if stage is None or stage.seq != seq or stage.start_at is None:
+            self._changed.wait(timeout)
+            stage = self.stage
+        return stage if stage is not None and stage.seq == seq and stage.start_at is not None else None
 
     def on_message(self, environment: Any, msg: Any, **_: Any) -> None:
         self.announce(Stage(**msg.data))
@@ -107,6 +124,7 @@ BOARD = StageBoard()
 class _StageProgress:
     stage: Stage
     started: float
+    ready: set[str] = field(default_factory=set)
     users_done: int = 0
     requests_reported: int = 0
     records: int = 0
@@ -166,9 +184,9 @@ def plan_stages(config: SweepConfig, model: str) -> list[Stage]:
     cfg = config_to_dict(config)
     stages = []
     if config.warmup_requests:
-        stages.append(Stage(0, WARMUP_RUNG, config.rungs[0], config.warmup_requests, None, model, cfg))
+        stages.append(Stage(0, WARMUP_RUNG, config.rungs[0], config.warmup_requests, model, cfg))
     for i, users in enumerate(config.rungs):
-        stages.append(Stage(len(stages), i, users, config.requests_per_user, None, model, cfg))
+        stages.append(Stage(len(stages), i, users, config.requests_per_user, model, cfg))
     return stages
 
 
@@ -203,6 +221,11 @@ class LadderShape(LoadTestShape):
             if p.stage.rung == rung:
                 p.records += 1
 
+    def on_user_ready(self, environment: Any, msg: Any, **_: Any) -> None:
+        current = self.run.current if self.run is not None else None
+        if current is not None and current.stage.seq == msg.data["seq"]:
+            current.ready.add(msg.data["user"])
+
     def on_user_done(self, environment: Any, msg: Any, **_: Any) -> None:
         run = self.run
         if run is None:
@@ -213,15 +236,12 @@ class LadderShape(LoadTestShape):
                 p.requests_reported += msg.data["requests"]
 
     # --- the shape ----------------------------------------------------------------------
-    def reset_time(self) -> None:
-        super().reset_time()
-        self.close()
-        self._failed = False
-
     def close(self) -> None:
+        """End the run (test stopped or finished); the next start begins a new one."""
         if self.run is not None:
             self.run.writer.close()
             self.run = None
+        self._failed = False
 
     def _begin(self) -> RunState:
         env = self.runner.environment
@@ -243,14 +263,25 @@ class LadderShape(LoadTestShape):
         self._failed = True
 
     def _announce(self, stage: Stage) -> None:
+        """Tell the users to get ready for a new stage (Locust spawns its users meanwhile)."""
         run = self.run
         assert run is not None
-        if run.config.duration is not None and stage.rung != WARMUP_RUNG:
-            stage = dataclasses.replace(stage, deadline=time.time() + run.config.duration)
         run.progress.append(_StageProgress(stage, time.time()))
-        run.write_run_file()
-        log.info("llmload: %s starts (%d users)", stage.name, stage.users)
         self.runner.send_message(MSG_STAGE, dataclasses.asdict(stage))
+
+    def _go(self, progress: _StageProgress) -> None:
+        """Every user is ready: announce the common start time (and the deadline)."""
+        run = self.run
+        assert run is not None
+        start_at = time.time() + GO_MARGIN_S
+        deadline = None
+        if run.config.duration is not None and progress.stage.rung != WARMUP_RUNG:
+            deadline = start_at + run.config.duration
+        progress.stage = dataclasses.replace(progress.stage, start_at=start_at, deadline=deadline)
+        progress.started = start_at
+        run.write_run_file()
+        log.info("llmload: %s starts (%d users)", progress.stage.name, progress.stage.users)
+        self.runner.send_message(MSG_STAGE, dataclasses.asdict(progress.stage))
 
     def _stats_caught_up(self) -> bool:
         run = self.run
@@ -276,7 +307,11 @@ class LadderShape(LoadTestShape):
         run = self.run
         current = run.current
         assert current is not None
-        if current.complete():
+        if current.stage.start_at is None:
+            # this tick comes after Locust finished spawning the stage's users (start() blocks)
+            if len(current.ready) >= current.stage.users:
+                self._go(current)
+        elif current.complete():
             if current.finished is None:
                 current.finished = time.time()
                 log.info("llmload: %s done: %d requests", current.stage.name, current.records)
@@ -286,17 +321,25 @@ class LadderShape(LoadTestShape):
                 run.all_done_at = run.all_done_at or time.time()
                 if self._stats_caught_up() or time.time() - run.all_done_at > STATS_CATCH_UP_S:
                     run.write_run_file(finished=True)
-                    self.close()
                     return None
         return run.current.stage.users, run.config.spawn_rate
+
+
+def on_test_stop(environment: Any, **_: Any) -> None:
+    """A stopped or finished test ends the run on every process (the next start is a new run)."""
+    BOARD.reset()
+    if isinstance(environment.shape_class, LadderShape):
+        environment.shape_class.close()
 
 
 def register_messages(environment: Any) -> None:
     """Register the custom messages on this process's runner (call from `events.init`)."""
     runner = environment.runner
     shape = environment.shape_class
+    environment.events.test_stop.add_listener(on_test_stop)
     if not isinstance(runner, MasterRunner):  # local and worker processes run users
         runner.register_message(MSG_STAGE, BOARD.on_message)
     if isinstance(shape, LadderShape) and not isinstance(runner, WorkerRunner):
         runner.register_message(MSG_RECORD, shape.on_record)
         runner.register_message(MSG_USER_DONE, shape.on_user_done)
+        runner.register_message(MSG_USER_READY, shape.on_user_ready)

@@ -18,7 +18,8 @@ DEFAULT_LADDER = "config/sweep.yaml"
 
 def add_arguments(parser: Any) -> None:
     """Register the options on Locust's parser (call from `init_command_line_parser`)."""
-    group = parser.add_argument_group("llmload", "LLM load-test options (override the ladder file)")
+    # Locust's own parser (not an argument group) understands include_in_web_ui / is_secret
+    group = parser
     group.add_argument(
         "--ladder",
         default=DEFAULT_LADDER,

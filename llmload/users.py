@@ -15,13 +15,14 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
+import gevent
 from locust import FastHttpUser, constant, task
 from locust.runners import WorkerRunner
 
 from llmload.client import RequestContext, send_request
 from llmload.config import SweepConfig
 from llmload.entries import REQUEST_TYPE, TPOT_TYPE, TTFT_TYPE
-from llmload.ladder import BOARD, MSG_RECORD, MSG_USER_DONE, Stage
+from llmload.ladder import BOARD, MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
 from llmload.options import api_key
 from llmload.payload import build_payload, endpoint_path
 from llmload.preflight import auth_headers, tls_context
@@ -54,6 +55,8 @@ class LLMUser(FastHttpUser):
             self.ssl_context_factory = lambda: tls_context(ca_bundle)
         super().__init__(environment)
         self._last_seq = -1
+        self._ready_seq = -1
+        self._uid = uuid.uuid4().hex
         self._config_seq = -1
         self._config = config
         runner = environment.runner
@@ -80,6 +83,14 @@ class LLMUser(FastHttpUser):
         stage = BOARD.wait_after(self._last_seq, STAGE_POLL_S)
         if stage is None:
             return
+        if stage.start_at is None:
+            if self._ready_seq != stage.seq:
+                self.environment.runner.send_message(MSG_USER_READY, {"seq": stage.seq, "user": self._uid})
+                self._ready_seq = stage.seq
+            stage = BOARD.wait_go(stage.seq, STAGE_POLL_S)
+            if stage is None:
+                return
+        gevent.sleep(max(0.0, stage.start_at - time.time()))
         sent = 0
         if stage.deadline is None:
             for _ in range(stage.requests_per_user):

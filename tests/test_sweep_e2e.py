@@ -1,0 +1,106 @@
+"""End to end: a real `locust` process sweeps the ladder 1, 4, 8, 10 against a real simulator
+process over loopback, and the sweep table is checked against the simulator's ground-truth log
+(what the server did), never against the code that computed it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmload.locust_csv import cross_check
+from llmload.records import read_records
+from llmload.sim.truth import load_truth
+from llmload.sweep import group_rungs, sweep_rows
+from llmload.sweep_run import SweepRun, run_sweep
+
+LADDER = [1, 4, 8, 10]
+
+
+def truth_by_rung(run: SweepRun) -> dict[int, list[dict]]:
+    """The simulator's own account of each rung's requests, matched by X-Request-Id."""
+    truth, _ = load_truth(run.truth_log)
+    records, skipped = read_records(run.records)
+    assert not skipped
+    out: dict[int, list[dict]] = {}
+    for rec in records:
+        if rec.phase == "measure":
+            out.setdefault(rec.rung, []).append(truth[rec.request_id])
+    return out
+
+
+def check_against_truth(run: SweepRun, ladder: list[int], max_tokens: int, rate_rel: float = 0.01) -> None:
+    assert run.returncode == 0, run.log.read_text()[-3000:]
+    records, _ = read_records(run.records)
+    rungs = group_rungs(records)
+    rows = sweep_rows(rungs)
+    truth = truth_by_rung(run)
+    assert [r.conc for r in rows] == ladder
+    for row in rows:
+        reqs = truth[row.rung]
+        assert row.requests == len(reqs) == row.conc
+        assert row.failures == 0
+        true_tokens = sum(t["completion_tokens"] for t in reqs)
+        assert row.tokens == true_tokens == row.conc * max_tokens
+        true_wall = max(t["last_token"] for t in reqs) - min(t["arrival"] for t in reqs)
+        assert row.agg_tok_s == pytest.approx(true_tokens / true_wall, rel=rate_rel)
+        true_per_req = sum(t["completion_tokens"] / (t["last_token"] - t["arrival"]) for t in reqs) / len(
+            reqs
+        )
+        assert row.per_req_tok_s == pytest.approx(true_per_req, rel=2 * rate_rel)
+        assert not row.estimated
+    # Locust's own CSVs carry the same requests and tokens as the records
+    assert cross_check(run.prefix, rungs) == []
+
+
+@pytest.fixture(scope="module")
+def seed_sweep(tmp_path_factory) -> SweepRun:
+    # the simulator's defaults model the seed's server: 4.5 tokens per step, several per chunk
+    return run_sweep(run_dir=tmp_path_factory.mktemp("sweep"), timeout=240)
+
+
+def test_sweep_matches_ground_truth(seed_sweep):
+    check_against_truth(seed_sweep, LADDER, 256)
+
+
+def test_sweep_reproduces_the_seed_curve(seed_sweep):
+    """The simulator's defaults reproduce the seed table (shared/README §1) within 10 %."""
+    records, _ = read_records(seed_sweep.records)
+    rows = sweep_rows(group_rungs(records))
+    seed = {1: 135.7, 4: 318.0, 8: 479.6, 10: 516.2}
+    for row in rows:
+        assert row.agg_tok_s == pytest.approx(seed[row.conc], rel=0.10)
+
+
+def test_multi_token_chunks_are_counted_exactly(seed_sweep):
+    records, _ = read_records(seed_sweep.records)
+    measured = [r for r in records if r.phase == "measure"]
+    assert all(r.output_tokens == 256 for r in measured)
+    assert all(r.chunks < r.output_tokens for r in measured)  # several tokens per chunk
+
+
+def test_two_processes_give_the_same_table(tmp_path, seed_sweep):
+    run = run_sweep(run_dir=tmp_path, locust_args=["--processes", "2"], timeout=240)
+    check_against_truth(run, LADDER, 256)
+    records, _ = read_records(run.records)
+    assert len({r.worker for r in records if r.phase == "measure"}) == 2  # both workers sent requests
+    single = {r.conc: r for r in sweep_rows(group_rungs(read_records(seed_sweep.records)[0]))}
+    for row in sweep_rows(group_rungs(records)):
+        assert row.tokens == single[row.conc].tokens
+        assert row.agg_tok_s == pytest.approx(single[row.conc].agg_tok_s, rel=0.03)
+
+
+def test_locust_command_line_works_as_documented(tmp_path):
+    """`locust -f locustfiles/completions.py --headless --host URL --csv PREFIX` with the shipped
+    config/sweep.yaml (here with a shorter ladder and accept length 1 via options)."""
+    run = run_sweep(
+        run_dir=tmp_path,
+        locust_args=["--rungs", "1,2", "--max-tokens", "32", "--warmup-requests", "0"],
+        sim={"accept_len": 1, "base_ms": 5, "per_seq_ms": 1},
+        timeout=120,
+    )
+    # rungs of ~0.2 s: a few ms of loopback and HTTP parsing are a larger share of the wall time
+    check_against_truth(run, [1, 2], 32, rate_rel=0.05)
+    records, _ = read_records(run.records)
+    assert all(r.chunks == 32 for r in records)  # one token per chunk at accept_len 1
+    assert Path(f"{run.prefix}_stats.csv").exists() and Path(f"{run.prefix}_run.json").exists()
