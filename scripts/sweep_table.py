@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Sweep table (and optional latency metrics) of a run, from `<prefix>_records.jsonl`, cross-checked
-against Locust's `<prefix>_stats.csv` / `<prefix>_failures.csv` when they exist.
+"""Print the sweep table (and optionally latency metrics) of a run from its files:
+`<prefix>_records.jsonl`, cross-checked against Locust's `<prefix>_stats.csv` / `_failures.csv`.
 
     python scripts/sweep_table.py reports/x [--format table|markdown|csv|json] [--metrics]
         [--percentiles 50,90,99] [--slo-ttft-ms X] [--slo-tpot-ms X] [--slo-e2el-ms X]
@@ -12,24 +12,12 @@ Exit status: 0 on success, 2 when the records file is missing or holds no measur
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
-try:
-    import llmload  # noqa: F401  (installed in the repo's venv)
-except ModuleNotFoundError:
-    # run by an interpreter without llmload (plain `python` outside the venv): use the repo's venv
-    venv = Path(__file__).resolve().parents[1] / ".venv"
-    if (venv / "bin" / "python").exists() and Path(sys.prefix) != venv:
-        os.execv(venv / "bin" / "python", [str(venv / "bin" / "python"), __file__, *sys.argv[1:]])
-    raise
-
-from llmload.locust_csv import cross_check
-from llmload.metrics import SLO_KEYS, all_rung_metrics
-from llmload.records import RecordFileError, read_records
-from llmload.sweep import group_rungs, sweep_rows
-from llmload.table import FORMATS, render
+from llmload.metrics import SLO_KEYS
+from llmload.postprocess import load_run, render_run
+from llmload.records import RecordFileError
+from llmload.table import FORMATS
 
 
 def _percentiles(text: str) -> list[float]:
@@ -58,29 +46,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    records_path = f"{args.prefix}_records.jsonl"
+    slo = {k: v for k in SLO_KEYS if (v := getattr(args, f"slo_{k}")) is not None}
     try:
-        records, skipped = read_records(records_path)
+        result = load_run(
+            args.prefix,
+            with_metrics=args.metrics or args.format == "json",
+            percentiles=args.percentiles,
+            slo=slo,
+            requests_per_user=args.requests_per_user,
+        )
     except RecordFileError as exc:
         print(f"sweep_table: error: {exc}", file=sys.stderr)
         return 2
-    rungs = group_rungs(records)
-    if not rungs:
-        print(f"sweep_table: error: {records_path}: no measured records", file=sys.stderr)
-        return 2
-    slo = {k: v for k in SLO_KEYS if (v := getattr(args, f"slo_{k}")) is not None}
-    rows = sweep_rows(rungs, requests_per_user=args.requests_per_user)
-    with_metrics = args.metrics or args.format == "json"
-    metrics = all_rung_metrics(rungs, percentiles=args.percentiles, slo=slo) if with_metrics else None
-    print(render(rows, args.format, metrics=metrics, percentiles=args.percentiles, wide=args.wide))
-    warnings = cross_check(args.prefix, rungs)
-    if skipped:
-        warnings.insert(
-            0, f"{records_path}: skipped {len(skipped)} unreadable lines: {', '.join(map(str, skipped))}"
-        )
+    print(render_run(result, args.format, percentiles=args.percentiles, wide=args.wide))
     # machine-readable formats keep stdout clean; human formats print the warnings under the table
     out = sys.stderr if args.format in ("csv", "json") else sys.stdout
-    for line in warnings:
+    for line in result.warnings:
         print(f"warning: {line}", file=out)
     return 0
 
