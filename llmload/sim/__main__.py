@@ -31,6 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--port-file", type=Path, default=None, help="write the bound port here once listening")
     net.add_argument("--truth-log", type=Path, default=None, help="ground-truth JSONL file (appended)")
     net.add_argument("--model", default=d.model, help="served model name; other names get 404")
+    net.add_argument(
+        "--api-key",
+        default=d.api_key,
+        help="require `Authorization: Bearer KEY` on /v1/* (401 otherwise), as vLLM's --api-key",
+    )
+    net.add_argument("--ssl-certfile", type=Path, default=None, help="serve HTTPS with this PEM certificate")
+    net.add_argument("--ssl-keyfile", type=Path, default=None, help="the PEM private key of --ssl-certfile")
     net.add_argument("--max-model-len", type=int, default=d.max_model_len, help="context window in tokens")
     net.add_argument(
         "--usage-style",
@@ -127,6 +134,9 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
             stall_s=args.stall_s,
             slow_headers_s=args.slow_headers_s,
             drop_after=args.drop_after,
+            api_key=args.api_key,
+            ssl_certfile=args.ssl_certfile,
+            ssl_keyfile=args.ssl_keyfile,
         )
     except ValueError as err:
         parser.error(str(err))

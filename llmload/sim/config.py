@@ -28,6 +28,9 @@ class SimConfig:
     stall_s: float = 30.0
     slow_headers_s: float = 2.0
     drop_after: int = 8
+    api_key: str = ""  # when set, /v1/* answers 401 unless `Authorization: Bearer <api_key>`
+    ssl_certfile: Path | None = None  # serve HTTPS with this certificate chain (PEM) ...
+    ssl_keyfile: Path | None = None  # ... and this private key (PEM)
 
     def __post_init__(self) -> None:
         if self.usage_style not in USAGE_STYLES:
@@ -36,3 +39,5 @@ class SimConfig:
             raise ValueError("drop_after must be >= 0")
         if self.max_num_seqs < 1 or self.max_model_len < 1:
             raise ValueError("max_num_seqs and max_model_len must be >= 1")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("--ssl-certfile and --ssl-keyfile go together")

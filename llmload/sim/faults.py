@@ -25,6 +25,24 @@ FAULT_KINDS: dict[str, str] = {
     "no_done": "complete stream (usage included) but the body ends without `data: [DONE]`",
     "no_usage": "never send usage, even when asked for",
 }
+# kind -> the outcome a correct client records for a streamed request with that fault: a failure
+# kind of `llmload.client`, or "ok". The one place that maps simulator faults to client kinds
+# (tests and the README use it). Assumes the client's first_token timeout is shorter than
+# --stall-s and longer than --slow-headers-s, and max_tokens > --drop-after. Non-streamed
+# requests: the same, except that no_done and no_usage do not apply (no_usage: estimated tokens).
+CLIENT_OUTCOME: dict[str, str] = {
+    "http_500": "http_500",
+    "http_503": "http_503",
+    "http_429": "http_429",
+    "reset": "reset",
+    "drop": "drop",
+    "malformed": "malformed",
+    "stall": "timeout",
+    "slow_headers": "ok",  # only slower; a timeout if --slow-headers-s exceeds the first_token timeout
+    "wrong_content_type": "wrong_content_type",
+    "no_done": "no_done",
+    "no_usage": "ok",  # completed; output tokens counted by the client (tokens_estimated)
+}
 # Faults answered before the request reaches the engine.
 PRE_ADMISSION = frozenset({"http_500", "http_503", "http_429", "reset", "wrong_content_type"})
 

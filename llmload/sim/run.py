@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import ssl
 import sys
 from pathlib import Path
 
@@ -33,6 +34,15 @@ def write_port_file(path: Path, port: int) -> None:
     tmp.replace(path)
 
 
+def server_tls(config: SimConfig) -> ssl.SSLContext | None:
+    """The HTTPS context when a certificate is configured, else None (plain HTTP)."""
+    if config.ssl_certfile is None:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
+    return ctx
+
+
 async def serve(config: SimConfig) -> None:
     """Run the simulator until SIGTERM or SIGINT."""
     truth = TruthLog(config.truth_log) if config.truth_log else None
@@ -49,13 +59,14 @@ async def serve(config: SimConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        site = web.TCPSite(runner, config.host, config.port, backlog=LISTEN_BACKLOG)
+        tls = server_tls(config)
+        site = web.TCPSite(runner, config.host, config.port, backlog=LISTEN_BACKLOG, ssl_context=tls)
         await site.start()
         port = int(runner.addresses[0][1])
         if config.port_file is not None:
             write_port_file(config.port_file, port)
         print(
-            f"llmload-sim: serving {config.model!r} on http://{config.host}:{port}",
+            f"llmload-sim: serving {config.model!r} on {'https' if tls else 'http'}://{config.host}:{port}",
             file=sys.stderr,
             flush=True,
         )

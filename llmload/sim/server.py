@@ -1,15 +1,18 @@
 """The aiohttp application: vLLM's OpenAI-compatible routes on top of the engine, plus faults.
 
 Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`,
-`GET /metrics`, `POST /tokenize`. A generation request is validated, gets its fault draw, is
-submitted to the engine as a `Sequence`, and its handler writes one SSE message per engine step
-as soon as the step ends (all k tokens of the step in one chunk). Every generation request,
-faulted or not, leaves one `request` line in the truth log when it ends.
+`GET /metrics`, `POST /tokenize`. With an API key configured, `/v1/*` answers 401 (OpenAI error
+JSON, as vLLM's `--api-key`) unless the request carries `Authorization: Bearer <key>`; such a
+rejected request never reaches a handler and leaves no truth line. A generation request is
+validated, gets its fault draw, is submitted to the engine as a `Sequence`, and its handler
+writes one SSE message per engine step as soon as the step ends (all k tokens of the step in one
+chunk). Every generation request, faulted or not, leaves one `request` line in the truth log when it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import socket
 import struct
@@ -82,8 +85,18 @@ class SimServer:
         self.faults = FaultPicker(config.faults, config.fault_seed)
         self.created = int(time.time())
 
+    @web.middleware
+    async def check_api_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """401 on /v1/* without the configured bearer token (constant-time comparison)."""
+        key = self.config.api_key
+        if key and request.path.startswith("/v1/"):
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+                return error_response(ApiError(401, "Invalid API key", "AuthenticationError"))
+        return await handler(request)
+
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self.check_api_key] if self.config.api_key else [])
         app.add_routes(
             [
                 web.post("/v1/completions", self.completions),
