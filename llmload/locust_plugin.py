@@ -14,6 +14,7 @@ from locust import events
 
 from llmload.config import ConfigError
 from llmload.ladder import register_messages
+from llmload.monitor import RunMonitor
 from llmload.options import add_arguments, run_config
 
 
@@ -25,6 +26,7 @@ def _add_options(parser: Any, **_: Any) -> None:
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
     register_messages(environment)
+    RunMonitor.install(environment)  # env file and server-metrics scraping, on the master
     options = environment.parsed_options
     if options is not None and getattr(options, "headless", False) and not getattr(options, "worker", False):
         try:  # fail fast on a bad ladder file, before any user starts

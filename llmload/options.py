@@ -109,6 +109,21 @@ def add_arguments(parser: Any) -> None:
         include_in_web_ui=False,
         help="do not verify the server's TLS certificate",
     )
+    group.add_argument(
+        "--metrics-url",
+        default="",
+        env_var="LOCUST_METRICS_URL",
+        include_in_web_ui=False,
+        help="server Prometheus URL scraped during the run (default: <host>/metrics, if it answers)",
+    )
+    group.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=1.0,
+        env_var="LOCUST_SCRAPE_INTERVAL",
+        include_in_web_ui=False,
+        help="seconds between /metrics scrapes, besides one at every rung boundary; 0: off (default: 1)",
+    )
 
 
 def _rungs_option(text: str) -> list[int] | None:

@@ -1,0 +1,93 @@
+"""The environment of a run: target, server version, package versions, load-generator machine.
+
+Written by the master when a run starts, as `<prefix>_env.json`, so a report made later says
+what produced the numbers. Everything here is cheap: a few short GETs to the server and local
+lookups. The server version comes from the first endpoint that answers with one:
+vLLM `GET /version` {"version"}, SGLang `GET /get_server_info` {"version"}, TGI `GET /info`
+{"version"}, llama.cpp `GET /props` {"build_info"}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+import urllib.request
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("llmload", "locust", "gevent", "geventhttpclient")
+VERSION_ENDPOINTS = (
+    ("/version", "version"),
+    ("/get_server_info", "version"),
+    ("/info", "version"),
+    ("/props", "build_info"),
+)
+
+
+def env_path(prefix: str | Path) -> Path:
+    return Path(f"{prefix}_env.json")
+
+
+def server_version(host: str, timeout: float = 1.0) -> dict[str, str] | None:
+    """{"endpoint", "version"} from the first version endpoint that answers, else None."""
+    for path, key in VERSION_ENDPOINTS:
+        try:
+            with urllib.request.urlopen(host.rstrip("/") + path, timeout=timeout) as resp:  # noqa: S310
+                data = json.loads(resp.read())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get(key), str | int):
+            return {"endpoint": path, "version": str(data[key])}
+    return None
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo, else platform.processor()."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def collect_environment(host: str) -> dict[str, Any]:
+    """What produced the run: target and server version, packages, Python, generator CPU."""
+    return {
+        "recorded_at": time.time(),
+        "target": host,
+        "server_version": server_version(host) if host else None,
+        "packages": package_versions(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def write_environment(prefix: str | Path, data: dict[str, Any]) -> None:
+    path = env_path(prefix)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+
+
+def read_environment(prefix: str | Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(env_path(prefix).read_text())
+    except (OSError, ValueError):
+        return None
