@@ -45,6 +45,21 @@ class TimeoutConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SoakConfig:
+    """A soak run's windows and pass/fail thresholds (see llmload.soak); a None threshold is not checked."""
+
+    window_s: float = 300.0  # windows by request end time
+    settle_windows: int = 1  # first windows left out of the drift fit (ramp-up)
+    confidence: float = 0.95  # two-sided level of the drift confidence intervals
+    min_agg_tok_s: float | None = None
+    max_ttft_p99_ms: float | None = None
+    max_tpot_p99_ms: float | None = None
+    max_failure_ratio: float | None = None
+    max_tok_s_drift_pct_per_h: float | None = None  # alarm when tok/s falls faster than this
+    max_ttft_drift_pct_per_h: float | None = None  # alarm when TTFT grows faster than this
+
+
+@dataclass(frozen=True, slots=True)
 class SweepConfig:
     """One run: the ladder and the request every user sends."""
 
@@ -64,6 +79,7 @@ class SweepConfig:
     percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)
     slo: SloConfig = field(default_factory=SloConfig)
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
+    soak: SoakConfig | None = None  # a soak run: one time-based rung judged by windows and thresholds
     source: str = "<defaults>"
 
     def with_overrides(self, **overrides: Any) -> SweepConfig:
@@ -74,6 +90,7 @@ class SweepConfig:
         raw = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source"}
         raw["slo"] = dataclasses.asdict(self.slo)
         raw["timeouts"] = dataclasses.asdict(self.timeouts)
+        raw["soak"] = dataclasses.asdict(self.soak) if self.soak else None
         raw.update(changed)
         return parse_config(raw, source=f"{self.source} (with command-line overrides)")
 
@@ -114,6 +131,32 @@ def _section(source: str, key: str, value: Any, cls: type) -> Any:
         if sub_value is not None:
             kwargs[sub] = _positive_float(source, f"{key}.{sub}", sub_value)
     return cls(**kwargs)
+
+
+def _soak(source: str, value: Any) -> SoakConfig:
+    _expect(source, "soak", value, (dict,), "a mapping")
+    known = [f.name for f in dataclasses.fields(SoakConfig)]
+    kwargs: dict[str, Any] = {}
+    for sub, v in value.items():
+        key = f"soak.{sub}"
+        if sub not in known:
+            raise ConfigError(f"{source}: unknown key '{key}' (known: {', '.join(known)})")
+        if v is None:
+            continue
+        if sub == "settle_windows":
+            kwargs[sub] = _positive_int(source, key, v, allow_zero=True)
+        elif sub == "window_s":
+            kwargs[sub] = _positive_float(source, key, v)
+        else:
+            _expect(source, key, v, (int, float), "a number")
+            ok, what = {
+                "confidence": (0 < v < 1, "in (0, 1)"),
+                "max_failure_ratio": (0 <= v <= 1, "in [0, 1]"),
+            }.get(sub, (v >= 0, ">= 0"))
+            if not ok:
+                raise ConfigError(f"{source}: '{key}' must be a number {what}, got {v!r}")
+            kwargs[sub] = float(v)
+    return SoakConfig(**kwargs)
 
 
 def _rungs(source: str, value: Any) -> tuple[int, ...]:
@@ -181,6 +224,7 @@ _VALIDATORS: dict[str, Any] = {
     "percentiles": _percentiles,
     "slo": lambda s, v: _section(s, "slo", v, SloConfig),
     "timeouts": lambda s, v: _section(s, "timeouts", v, TimeoutConfig),
+    "soak": _optional(_soak),
 }
 
 
@@ -195,7 +239,10 @@ def parse_config(raw: Any, source: str) -> SweepConfig:
         if key not in _VALIDATORS:
             raise ConfigError(f"{source}: unknown key '{key}' (known: {', '.join(_VALIDATORS)})")
         values[key] = _VALIDATORS[key](source, value)
-    return SweepConfig(**values, source=source)
+    config = SweepConfig(**values, source=source)
+    if config.soak is not None and (config.duration is None or len(config.rungs) != 1):
+        raise ConfigError(f"{source}: 'soak' needs one time-based rung: set 'rungs: [N]' and 'duration'")
+    return config
 
 
 def load_config(path: str | Path) -> SweepConfig:
