@@ -27,6 +27,7 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,8 @@ class LadderShape(LoadTestShape):
         super().__init__()
         self.run: RunState | None = None
         self._failed = False
+        # called with (run, record dict) for each record, after it is written (e.g. the web UI's tab)
+        self.record_hooks: list[Callable[[RunState, dict[str, Any]], None]] = []
 
     # --- messages from the users (master / local process) -------------------------------
     def on_record(self, environment: Any, msg: Any, **_: Any) -> None:
@@ -220,6 +223,8 @@ class LadderShape(LoadTestShape):
         for p in run.progress:
             if p.stage.rung == rung:
                 p.records += 1
+        for hook in self.record_hooks:
+            hook(run, data)
 
     def on_user_ready(self, environment: Any, msg: Any, **_: Any) -> None:
         current = self.run.current if self.run is not None else None

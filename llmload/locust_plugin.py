@@ -16,6 +16,7 @@ from llmload.config import ConfigError
 from llmload.ladder import register_messages
 from llmload.monitor import RunMonitor
 from llmload.options import add_arguments, run_config
+from llmload.webui import register_web_ui
 
 
 @events.init_command_line_parser.add_listener
@@ -26,6 +27,7 @@ def _add_options(parser: Any, **_: Any) -> None:
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
     register_messages(environment)
+    register_web_ui(environment)  # the Tokens tab, when this process serves the web UI
     RunMonitor.install(environment)  # env file and server-metrics scraping, on the master
     options = environment.parsed_options
     if options is not None and getattr(options, "headless", False) and not getattr(options, "worker", False):

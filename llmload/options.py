@@ -135,6 +135,21 @@ def _rungs_option(text: str) -> list[int] | None:
         raise ConfigError(f"--rungs: expected comma-separated integers like 1,4,8,10, got {text!r}") from None
 
 
+def _number_option(options: Namespace, name: str, kind: type[int] | type[float]) -> int | float | None:
+    """A numeric option; the web UI's start form passes text ('' for a field left empty)."""
+    value = getattr(options, name, None)
+    if not isinstance(value, str):
+        return value
+    if not value.strip():
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        flag = "--" + name.replace("_", "-")
+        what = "an integer" if kind is int else "a number"
+        raise ConfigError(f"{flag}: expected {what}, got {value!r}") from None
+
+
 def run_config(options: Namespace) -> SweepConfig:
     """The ladder file (or the built-in defaults when the default file is absent) plus the options."""
     ladder = getattr(options, "ladder", DEFAULT_LADDER) or DEFAULT_LADDER
@@ -142,10 +157,10 @@ def run_config(options: Namespace) -> SweepConfig:
     stream = getattr(options, "stream", "")
     return base.with_overrides(
         rungs=_rungs_option(getattr(options, "rungs", "") or ""),
-        requests_per_user=getattr(options, "requests_per_user", None),
-        duration=getattr(options, "rung_duration", None),
-        warmup_requests=getattr(options, "warmup_requests", None),
-        max_tokens=getattr(options, "max_tokens", None),
+        requests_per_user=_number_option(options, "requests_per_user", int),
+        duration=_number_option(options, "rung_duration", float),
+        warmup_requests=_number_option(options, "warmup_requests", int),
+        max_tokens=_number_option(options, "max_tokens", int),
         model=getattr(options, "model", "") or None,
         endpoint=getattr(options, "endpoint", "") or None,
         stream=None if not stream else stream == "true",
