@@ -45,6 +45,15 @@ class TimeoutConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RetryConfig:
+    """Retries of failed requests: none unless `max` > 0. Each attempt is its own record."""
+
+    max: int = 0  # retries after the first attempt
+    on: tuple[int, ...] = (429, 503)  # HTTP statuses that are retried
+    backoff_s: float = 1.0  # wait before retry n when the server sends no Retry-After: backoff_s * 2**(n-1)
+
+
+@dataclass(frozen=True, slots=True)
 class SoakConfig:
     """A soak run's windows and pass/fail thresholds (see llmload.soak); a None threshold is not checked."""
 
@@ -79,6 +88,7 @@ class SweepConfig:
     percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)
     slo: SloConfig = field(default_factory=SloConfig)
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
+    retries: RetryConfig = field(default_factory=RetryConfig)
     soak: SoakConfig | None = None  # a soak run: one time-based rung judged by windows and thresholds
     source: str = "<defaults>"
 
@@ -90,6 +100,7 @@ class SweepConfig:
         raw = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source"}
         raw["slo"] = dataclasses.asdict(self.slo)
         raw["timeouts"] = dataclasses.asdict(self.timeouts)
+        raw["retries"] = dataclasses.asdict(self.retries)
         raw["soak"] = dataclasses.asdict(self.soak) if self.soak else None
         raw.update(changed)
         return parse_config(raw, source=f"{self.source} (with command-line overrides)")
@@ -131,6 +142,27 @@ def _section(source: str, key: str, value: Any, cls: type) -> Any:
         if sub_value is not None:
             kwargs[sub] = _positive_float(source, f"{key}.{sub}", sub_value)
     return cls(**kwargs)
+
+
+def _retries(source: str, value: Any) -> RetryConfig:
+    _expect(source, "retries", value, (dict,), "a mapping with max, on, backoff_s")
+    known = [f.name for f in dataclasses.fields(RetryConfig)]
+    kwargs: dict[str, Any] = {}
+    for sub, v in value.items():
+        key = f"retries.{sub}"
+        if sub not in known:
+            raise ConfigError(f"{source}: unknown key '{key}' (known: {', '.join(known)})")
+        if sub == "max":
+            kwargs[sub] = _positive_int(source, key, v, allow_zero=True)
+        elif sub == "backoff_s":
+            kwargs[sub] = _positive_float(source, key, v)
+        else:
+            what = "a list of HTTP status codes, e.g. [429, 503]"
+            _expect(source, key, v, (list, tuple), what)
+            if not all(isinstance(s, int) and not isinstance(s, bool) and 400 <= s <= 599 for s in v):
+                raise ConfigError(f"{source}: '{key}' must be {what} (400-599), got {v!r}")
+            kwargs[sub] = tuple(v)
+    return RetryConfig(**kwargs)
 
 
 def _soak(source: str, value: Any) -> SoakConfig:
@@ -224,6 +256,7 @@ _VALIDATORS: dict[str, Any] = {
     "percentiles": _percentiles,
     "slo": lambda s, v: _section(s, "slo", v, SloConfig),
     "timeouts": lambda s, v: _section(s, "timeouts", v, TimeoutConfig),
+    "retries": _optional(_retries),
     "soak": _optional(_soak),
 }
 
