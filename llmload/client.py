@@ -12,12 +12,21 @@ Failure kinds: `connect_error`, `reset` (connection closed before the headers), 
 `stream_error` (an error object inside the stream), `drop` (stream ended or broke before a
 finish_reason), `no_done` (finish_reason seen but no `data: [DONE]`), `bad_response`
 (non-streaming body without choices).
+
+Retries: none unless the run configures them (`retries.max` > 0, `llmload.config.RetryConfig`).
+`send_request` then resends a request that failed with one of the `retries.on_status` HTTP
+statuses, after the server's `Retry-After` (delta-seconds) or an exponential backoff. Every
+attempt is its own record and its own Locust event (a retried attempt counts as a failure of
+its kind, as the server answered it so); attempt n > 1 is sent with the request id
+`<id>-retry<n-1>` (also its X-Request-Id), so each record matches one request the server saw.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +34,12 @@ import gevent
 from geventhttpclient.client import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
+from llmload.config import RetryConfig
 from llmload.records import OUTCOME_OK, RequestRecord
 from llmload.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
+
+MAX_RETRY_WAIT_S = 60.0  # a longer Retry-After is cut to this
+NO_RETRIES = RetryConfig()
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +59,14 @@ class RequestContext:
 class RequestFailed(Exception):
     """Raised inside `send_request` to end a request with a failure kind."""
 
-    def __init__(self, kind: str, detail: str = "", status: int | None = None) -> None:
+    def __init__(
+        self, kind: str, detail: str = "", status: int | None = None, retry_after: str | None = None
+    ) -> None:
         super().__init__(kind)
         self.kind = kind
         self.detail = detail
         self.status = status
+        self.retry_after = retry_after  # the Retry-After header of an HTTP error answer
 
 
 def _read_stream(resp: Any, acc: StreamAccumulator, t0: float) -> None:
@@ -99,15 +115,15 @@ def _exchange(
         resp = http.request("POST", path, body=body, headers=headers)
     except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError) as e:
         raise RequestFailed("reset", f"connection closed before the response headers: {e}") from None
-    except TimeoutError as e:
-        raise RequestFailed("timeout", f"no response headers in time: {e}") from None
+    except TimeoutError as e:  # the connect timeout, or the first_token timeout on the headers
+        raise RequestFailed("timeout", f"no connection or no response headers in time: {e}") from None
     except (OSError, HTTPParseError) as e:
         raise RequestFailed("connect_error", f"{type(e).__name__}: {e}") from None
     try:
         status = resp.get_code()
         if status != 200:
             detail = resp.read()[:200].decode("utf-8", "replace")
-            raise RequestFailed(f"http_{status}", detail, status)
+            raise RequestFailed(f"http_{status}", detail, status, resp.get("retry-after"))
         ctype = str(resp.get("content-type") or "")
         expected = "text/event-stream" if stream else "application/json"
         if expected not in ctype:
@@ -127,6 +143,16 @@ def _exchange(
         resp.release()  # returns the connection to the pool only if the message was complete
 
 
+def retry_wait(retry_after: str | None, backoff_s: float, retry: int) -> float:
+    """Seconds to wait before retry number `retry` (1-based): the server's Retry-After when it is
+    a number of seconds, else backoff_s * 2**(retry-1); never more than MAX_RETRY_WAIT_S."""
+    try:
+        wait = float(retry_after) if retry_after is not None else backoff_s * 2 ** (retry - 1)
+    except ValueError:  # an HTTP-date: not honoured, use the backoff
+        wait = backoff_s * 2 ** (retry - 1)
+    return min(max(wait, 0.0), MAX_RETRY_WAIT_S)
+
+
 def send_request(
     http: HTTPClient,
     path: str,
@@ -135,23 +161,53 @@ def send_request(
     ctx: RequestContext,
     *,
     total_timeout: float,
-) -> RequestRecord:
-    """Send one request and return its record; failures are recorded, not raised."""
+    retries: RetryConfig = NO_RETRIES,
+    report: Callable[[RequestRecord], None],
+) -> int:
+    """Send a request, retrying as configured; `report` gets each attempt's record as it ends
+    (failures are recorded, not raised). Returns the number of attempts (records)."""
     body = json.dumps(payload).encode()
+    retry = 0
+    while True:
+        request_id = f"{ctx.request_id}-retry{retry}" if retry else ctx.request_id
+        rec, retry_after = _attempt(
+            http,
+            path,
+            body,
+            {**headers, "X-Request-Id": request_id},
+            dataclasses.replace(ctx, request_id=request_id),
+            total_timeout,
+        )
+        report(rec)
+        if rec.ok or retry >= retries.max or rec.status not in retries.on_status:
+            return retry + 1
+        retry += 1
+        gevent.sleep(retry_wait(retry_after, retries.backoff_s, retry))
+
+
+def _attempt(
+    http: HTTPClient,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    ctx: RequestContext,
+    total_timeout: float,
+) -> tuple[RequestRecord, str | None]:
+    """One HTTP exchange -> its record and the server's Retry-After, if any."""
     acc = StreamAccumulator(chat=ctx.endpoint == "chat")
-    outcome, error, status = OUTCOME_OK, None, None
+    outcome, error, status, retry_after = OUTCOME_OK, None, None, None
     t_wall = time.time()
     t0 = time.perf_counter()
     try:
         with gevent.Timeout(total_timeout, RequestFailed("timeout", f"request exceeded {total_timeout:g} s")):
             status = _exchange(http, path, body, headers, ctx.stream, acc, t0)
     except RequestFailed as e:
-        outcome, error, status = e.kind, e.detail or None, e.status
+        outcome, error, status, retry_after = e.kind, e.detail or None, e.status, e.retry_after
     t_fail = time.perf_counter() - t0
     usage_tokens = acc.completion_tokens
     estimated = usage_tokens is None
     end = acc.t_last if (outcome == OUTCOME_OK and acc.t_last is not None) else t_fail
-    return RequestRecord(
+    record = RequestRecord(
         request_id=ctx.request_id,
         rung=ctx.rung,
         users=ctx.users,
@@ -175,3 +231,4 @@ def send_request(
         chunk_tokens=acc.tokens_per_chunk(),
         worker=ctx.worker,
     )
+    return record, retry_after

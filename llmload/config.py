@@ -49,7 +49,7 @@ class RetryConfig:
     """Retries of failed requests: none unless `max` > 0. Each attempt is its own record."""
 
     max: int = 0  # retries after the first attempt
-    on: tuple[int, ...] = (429, 503)  # HTTP statuses that are retried
+    on_status: tuple[int, ...] = (429, 503)  # HTTP statuses that are retried
     backoff_s: float = 1.0  # wait before retry n when the server sends no Retry-After: backoff_s * 2**(n-1)
 
 
@@ -145,7 +145,7 @@ def _section(source: str, key: str, value: Any, cls: type) -> Any:
 
 
 def _retries(source: str, value: Any) -> RetryConfig:
-    _expect(source, "retries", value, (dict,), "a mapping with max, on, backoff_s")
+    _expect(source, "retries", value, (dict,), "a mapping with max, on_status, backoff_s")
     known = [f.name for f in dataclasses.fields(RetryConfig)]
     kwargs: dict[str, Any] = {}
     for sub, v in value.items():

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -208,6 +209,7 @@ class LadderShape(LoadTestShape):
         super().__init__()
         self.run: RunState | None = None
         self._failed = False
+        self.error = ""  # why the run could not start (bad config, failed preflight)
         # called with (run, record dict) for each record, after it is written (e.g. the web UI's tab)
         self.record_hooks: list[Callable[[RunState, dict[str, Any]], None]] = []
 
@@ -253,7 +255,13 @@ class LadderShape(LoadTestShape):
         options = env.parsed_options
         config = run_config(options)
         ctx = tls_context(getattr(options, "ca_bundle", ""), getattr(options, "tls_insecure", False))
-        model = preflight(env.host or "", model=config.model, api_key=api_key(options), context=ctx)
+        model = preflight(
+            env.host or "",
+            model=config.model,
+            api_key=api_key(options),
+            context=ctx,
+            timeout=config.timeouts.connect,
+        )
         path = records_path(options)
         run_file = Path(str(path).removesuffix("_records.jsonl").removesuffix(".jsonl") + "_run.json")
         state = RunState(
@@ -266,6 +274,12 @@ class LadderShape(LoadTestShape):
         log.error("llmload: %s", message)
         self.runner.environment.process_exit_code = 2
         self._failed = True
+        self.error = message
+
+    def on_quit(self, **_: Any) -> None:
+        """Repeat why the run never started as the last line, under Locust's (empty) summary."""
+        if self.error:
+            print(f"llmload: error: {self.error}", file=sys.stderr, flush=True)
 
     def _announce(self, stage: Stage) -> None:
         """Tell the users to get ready for a new stage (Locust spawns its users meanwhile)."""
@@ -348,3 +362,4 @@ def register_messages(environment: Any) -> None:
         runner.register_message(MSG_RECORD, shape.on_record)
         runner.register_message(MSG_USER_DONE, shape.on_user_done)
         runner.register_message(MSG_USER_READY, shape.on_user_ready)
+        environment.events.quit.add_listener(shape.on_quit)

@@ -94,16 +94,15 @@ class LLMUser(FastHttpUser):
         sent = 0
         if stage.deadline is None:
             for _ in range(stage.requests_per_user):
-                self.send_one(stage)
-                sent += 1
+                sent += self.send_one(stage)
         else:
             while time.time() < stage.deadline:
-                self.send_one(stage)
-                sent += 1
+                sent += self.send_one(stage)
         self._last_seq = stage.seq
         self.environment.runner.send_message(MSG_USER_DONE, {"seq": stage.seq, "requests": sent})
 
-    def send_one(self, stage: Stage) -> RequestRecord:
+    def send_one(self, stage: Stage) -> int:
+        """Send one request (and its configured retries); returns the number of records."""
         config = self._stage_config(stage)
         request_id = uuid.uuid4().hex
         prompt = f"[{request_id[:12]}] {config.prompt}" if config.unique_prompts else config.prompt
@@ -117,16 +116,16 @@ class LLMUser(FastHttpUser):
             config.max_tokens,
             self._worker,
         )
-        rec = send_request(
+        return send_request(
             self._http,
             self._base_path + endpoint_path(config.endpoint),
             build_payload(config, stage.model, prompt),
-            {**self._headers, "X-Request-Id": request_id},
+            self._headers,
             ctx,
             total_timeout=config.timeouts.total,
+            retries=config.retries,
+            report=lambda rec: self._report(rec, stage.name),
         )
-        self._report(rec, stage.name)
-        return rec
 
     def _report(self, rec: RequestRecord, name: str) -> None:
         fire = self.environment.events.request.fire

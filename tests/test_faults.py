@@ -121,3 +121,33 @@ def test_faults_are_counted_by_kind_and_tokens_stay_exact(tmp_path, group):
             assert f"{row.failures} of {row.requests} requests failed" in table
             assert f"their {row.partial_tokens} partial tokens are not counted" in table
     assert "warning" not in table
+
+
+def test_configured_retries_in_a_real_run(tmp_path):
+    """retries: {max: 2, on_status: [429]}: every attempt is a record (and a Locust request), the rung
+    waits for the retries, and the completed requests' tokens still equal the truth."""
+    ladder = tmp_path / "ladder.yaml"
+    ladder.write_text(
+        "rungs: [2]\nrequests_per_user: 4\nwarmup_requests: 0\nmax_tokens: 16\n"
+        "retries: {max: 2, on_status: [429], backoff_s: 0.1}\n"
+    )
+    run = run_sweep(
+        run_dir=tmp_path / "run",
+        locust_args=["--ladder", str(ladder)],
+        sim={**SIM, "faults": {"http_429": 0.3}},
+        timeout=120,
+    )
+    truth, _ = load_truth(run.truth_log)
+    records, _ = read_records(run.records)
+    assert sorted(r.request_id for r in records) == sorted(truth)
+    retried = [r for r in records if "-retry" in r.request_id]
+    assert retried and len(records) == 8 + len(retried)
+    first_attempts = [r for r in records if "-retry" not in r.request_id]
+    assert len(first_attempts) == 8
+    for rec in records:
+        t = truth[rec.request_id]
+        assert rec.outcome == ("http_429" if t["fault"] else "ok")
+        if rec.ok:
+            assert rec.output_tokens == t["completion_tokens"] == 16
+    assert cross_check(run.prefix, group_rungs(records)) == []
+    assert json.loads(Path(f"{run.prefix}_run.json").read_text())["finished"]
