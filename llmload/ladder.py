@@ -39,6 +39,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from llmload.config import ConfigError, SweepConfig, parse_config
 from llmload.entries import REQUEST_TYPE, WARMUP_RUNG, rung_name
+from llmload.health import MSG_HEALTH, health_path
 from llmload.options import api_key, run_config
 from llmload.preflight import PreflightError, preflight, tls_context
 from llmload.records import RecordWriter
@@ -149,6 +150,7 @@ class RunState:
     progress: list[_StageProgress] = field(default_factory=list)
     records_by_rung: dict[int, int] = field(default_factory=dict)
     all_done_at: float | None = None
+    health: RecordWriter | None = None  # the generator's health samples (llmload.health)
 
     @property
     def current(self) -> _StageProgress | None:
@@ -228,6 +230,10 @@ class LadderShape(LoadTestShape):
         for hook in self.record_hooks:
             hook(run, data)
 
+    def on_health(self, environment: Any, msg: Any, **_: Any) -> None:
+        if self.run is not None and self.run.health is not None:
+            self.run.health.write(msg.data)
+
     def on_user_ready(self, environment: Any, msg: Any, **_: Any) -> None:
         current = self.run.current if self.run is not None else None
         if current is not None and current.stage.seq == msg.data["seq"]:
@@ -247,6 +253,8 @@ class LadderShape(LoadTestShape):
         """End the run (test stopped or finished); the next start begins a new one."""
         if self.run is not None:
             self.run.writer.close()
+            if self.run.health is not None:
+                self.run.health.close()
             self.run = None
         self._failed = False
 
@@ -267,6 +275,7 @@ class LadderShape(LoadTestShape):
         state = RunState(
             config, env.host, model, RecordWriter(path, fsync=False), run_file, plan_stages(config, model)
         )
+        state.health = RecordWriter(health_path(path), fsync=False)
         log.info("llmload: model %s, rungs %s, records in %s", model, list(config.rungs), path)
         return state
 
@@ -362,4 +371,5 @@ def register_messages(environment: Any) -> None:
         runner.register_message(MSG_RECORD, shape.on_record)
         runner.register_message(MSG_USER_DONE, shape.on_user_done)
         runner.register_message(MSG_USER_READY, shape.on_user_ready)
+        runner.register_message(MSG_HEALTH, shape.on_health)
         environment.events.quit.add_listener(shape.on_quit)

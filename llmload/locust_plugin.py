@@ -13,6 +13,7 @@ from typing import Any
 from locust import events
 
 from llmload.config import ConfigError
+from llmload.health import start_sampling
 from llmload.ladder import register_messages
 from llmload.monitor import RunMonitor
 from llmload.options import add_arguments, run_config
@@ -27,6 +28,7 @@ def _add_options(parser: Any, **_: Any) -> None:
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
     register_messages(environment)
+    start_sampling(environment)  # the generator's own CPU and event-loop lag (processes with users)
     register_web_ui(environment)  # the Tokens tab, when this process serves the web UI
     RunMonitor.install(environment)  # env file and server-metrics scraping, on the master
     options = environment.parsed_options

@@ -1,7 +1,8 @@
 """A finished (or crashed) run's files -> the sweep rows, metrics and warnings, in one call.
 
 Reads `<prefix>_records.jsonl` (required), `<prefix>_run.json` (the ladder's own account: which
-rungs finished; optional) and Locust's `<prefix>_stats.csv` / `_failures.csv` (cross-check;
+rungs finished; optional), `<prefix>_health.jsonl` (the generator's own health: saturated rungs
+are flagged; optional) and Locust's `<prefix>_stats.csv` / `_failures.csv` (cross-check;
 optional). Shared by `scripts/sweep_table.py`, `scripts/run_sweep.py` and the reports.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmload.health import flag_saturated, health_path, read_health
 from llmload.locust_csv import cross_check
 from llmload.metrics import RungMetrics, all_rung_metrics
 from llmload.records import RecordFileError, RequestRecord, read_records
@@ -67,6 +69,7 @@ def load_run(
         raise RecordFileError(f"{records_path}: no measured records")
     info = read_run_info(prefix)
     rows = sweep_rows(rungs, partial_rungs=unfinished_rungs(info), requests_per_user=requests_per_user)
+    flag_saturated(rows, rungs, read_health(health_path(records_path)))
     metrics = all_rung_metrics(rungs, percentiles=percentiles, slo=slo or {}) if with_metrics else None
     warnings = cross_check(prefix, rungs)
     if skipped:

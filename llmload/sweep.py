@@ -12,6 +12,8 @@ Definitions (per rung):
 - partial_tokens: output tokens received by failed requests; never counted in tokens or rates.
 - estimated: at least one completed request's tokens were counted by the client (no usage).
 - partial: the rung did not finish (given by the caller, or fewer requests than expected).
+- saturated / generator: the load generator's own health during the rung (llmload.health),
+  filled in by post-processing when the run has a health file.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from llmload.records import RequestRecord
 from llmload.stats import mean, percentile
@@ -83,6 +86,8 @@ class SweepRow:
     partial_tokens: int = 0
     estimated: bool = False
     partial: bool = False
+    saturated: bool = False
+    generator: dict[str, Any] | None = None
 
 
 def sweep_row(rung: Rung, *, partial: bool = False) -> SweepRow:

@@ -2,8 +2,9 @@
 
 Human formats (table, markdown, csv) round rates and token counts to 1 decimal, wall_s to 2 and
 milliseconds to 1; json keeps full precision. In table/markdown a figure computed from
-client-counted tokens gets a `*` suffix and a partial rung's concurrency a `!` suffix, each
-explained in a note under the table; csv carries them as `estimated` / `partial` columns.
+client-counted tokens gets a `*` suffix, a partial rung's concurrency a `!` suffix and the
+concurrency of a rung where the load generator was saturated a `^` suffix, each explained in a
+note under the table; csv carries them as `estimated` / `partial` / `saturated` columns.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ CORE_COLUMNS = ("conc", "agg_tok/s", "per_req_tok/s", "tokens", "wall_s", "ttft_
 WIDE_COLUMNS = ("rung", "requests", "partial_tokens", "failure_kinds")
 ESTIMATED_MARK = "*"
 PARTIAL_MARK = "!"
+SATURATED_MARK = "^"
 _ESTIMATED_COLUMNS = ("agg_tok/s", "per_req_tok/s", "tokens")
 
 
@@ -61,6 +63,7 @@ def _marked(rows: Sequence[SweepRow], wide: bool) -> list[dict[str, str]]:
     for mark, columns, flags in (
         (PARTIAL_MARK, ("conc",), [r.partial for r in rows]),
         (ESTIMATED_MARK, _ESTIMATED_COLUMNS, [r.estimated for r in rows]),
+        (SATURATED_MARK, ("conc",), [r.saturated for r in rows]),
     ):
         if not any(flags):
             continue
@@ -81,6 +84,15 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
     if any(r.partial for r in rows):
         partial = ", ".join(rung_name(r.rung, r.conc) for r in rows if r.partial)
         notes.append(f"{PARTIAL_MARK} rung did not finish (partial): {partial}")
+    for r in rows:
+        if r.saturated and r.generator:
+            g = r.generator
+            notes.append(
+                f"{SATURATED_MARK} load generator saturated on {rung_name(r.rung, r.conc)} "
+                f"(cpu {g['cpu_pct']:.0f} % of a core, event-loop lag {g['lag_ms']:.1f} ms "
+                f"on {g['worker']}): latencies may be inflated and throughput understated; "
+                "rerun with more --processes or workers"
+            )
     for r in rows:
         if r.failures:
             kinds = ", ".join(f"{k} x{n}" for k, n in r.failures_by_kind.items())
@@ -180,7 +192,11 @@ def render_metrics(
 def _csv_row(
     row: SweepRow, m: RungMetrics | None, percentiles: Sequence[float], wide: bool
 ) -> dict[str, str]:
-    out = _sweep_cells(row, wide) | {"estimated": str(row.estimated), "partial": str(row.partial)}
+    out = _sweep_cells(row, wide) | {
+        "estimated": str(row.estimated),
+        "partial": str(row.partial),
+        "saturated": str(row.saturated),
+    }
     if m is not None:
         for name in LATENCY_NAMES:
             cells = _summary_cells(m.latencies[name], percentiles)

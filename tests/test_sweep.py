@@ -96,8 +96,9 @@ def test_markdown_csv_and_json():
     assert md[0].replace(" ", "") == "|conc|agg_tok/s|per_req_tok/s|tokens|wall_s|ttft_p50_ms|failures|"
     assert md[3].replace(" ", "") == "|4|76.8|53.3|768|10.00|400.0|1|"
     lines = render(rows, "csv").splitlines()
-    assert lines[0] == "conc,agg_tok/s,per_req_tok/s,tokens,wall_s,ttft_p50_ms,failures,estimated,partial"
-    assert lines[3] == "4,42.5,35.0,170,4.00,200.0,0,True,False"
+    header = "conc,agg_tok/s,per_req_tok/s,tokens,wall_s,ttft_p50_ms,failures,estimated,partial,saturated"
+    assert lines[0] == header
+    assert lines[3] == "4,42.5,35.0,170,4.00,200.0,0,True,False,False"
     data = json.loads(render(rows, "json"))
     assert data[1]["per_req_tok_s"] == pytest.approx(160 / 3, rel=1e-12)  # full precision
     assert data[1]["failures_by_kind"] == {"http_500": 1}
