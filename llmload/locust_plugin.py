@@ -13,10 +13,10 @@ from typing import Any
 from locust import events
 
 from llmload.config import ConfigError
-from llmload.health import start_sampling
 from llmload.ladder import register_messages
 from llmload.monitor import RunMonitor
 from llmload.options import add_arguments, run_config
+from llmload.soak_plugin import SoakMonitor
 from llmload.webui import register_web_ui
 
 
@@ -28,9 +28,9 @@ def _add_options(parser: Any, **_: Any) -> None:
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
     register_messages(environment)
-    start_sampling(environment)  # the generator's own CPU and event-loop lag (processes with users)
     register_web_ui(environment)  # the Tokens tab, when this process serves the web UI
     RunMonitor.install(environment)  # env file and server-metrics scraping, on the master
+    SoakMonitor.install(environment)  # soak runs: the verdict is the exit code
     options = environment.parsed_options
     if options is not None and getattr(options, "headless", False) and not getattr(options, "worker", False):
         try:  # fail fast on a bad ladder file, before any user starts
