@@ -4,12 +4,10 @@ token, total) ends a request as `timeout` before the server would have answered,
 
 from __future__ import annotations
 
-import socket
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
+from fixtures.sockets import unanswered_port
 from geventhttpclient import HTTPClient
 
 from llmload.client import RequestContext, send_request
@@ -44,26 +42,6 @@ def send(
         report=records.append,
     )
     return records
-
-
-@contextmanager
-def unanswered_port() -> Iterator[int]:
-    """A loopback port whose listen queue is full: a new connection attempt hangs (SYN dropped)."""
-    server = socket.socket()
-    server.bind((LOOPBACK, 0))
-    server.listen(0)
-    port = server.getsockname()[1]
-    fillers = []
-    for _ in range(2):
-        s = socket.socket()
-        s.setblocking(False)
-        s.connect_ex((LOOPBACK, port))
-        fillers.append(s)
-    try:
-        yield port
-    finally:
-        for s in [*fillers, server]:
-            s.close()
 
 
 def test_connect_timeout():
