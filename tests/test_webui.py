@@ -8,11 +8,17 @@ same numbers, same rounding)."""
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from pathlib import Path
 
-from fixtures.webui import LocustWebUI, post_processed, sweep_table, tab_as_post_processed, tab_rows
+from fixtures.webui import (
+    LocustWebUI,
+    post_processed,
+    sweep_table,
+    tab_as_post_processed,
+    tab_rows,
+    template_args,
+)
 
 from llmload.locust_csv import cross_check
 from llmload.records import read_records
@@ -51,8 +57,7 @@ def test_form_run_fills_the_tokens_tab(tmp_path, sim_start):
     API key given as form fields) shows live progress, then the final table."""
     sim = sim_start(api_key=API_KEY, base_ms=5, per_seq_ms=1)
     with LocustWebUI(tmp_path, sim.url) as ui:
-        page = ui.get("/").decode()
-        args = json.loads(re.search(r"window\.templateArgs = (.*)", page).group(1))
+        args = template_args(ui)
         fields = args["extra_options"]
         for name in ("ladder", "rungs", "max_tokens", "model", "endpoint", "stream", "api_key"):
             assert name in fields, name
