@@ -43,7 +43,7 @@ def trim_stats(stats: Any, now: float) -> None:
             for second in [s for s in per_sec if s < cutoff]:
                 del per_sec[second]
     history = stats.history
-    if len(history) > HISTORY_MAX:
+    while len(history) > HISTORY_MAX:
         half = len(history) // 2
         history[:half] = history[:half:2]
 
