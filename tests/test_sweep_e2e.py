@@ -79,17 +79,6 @@ def test_multi_token_chunks_are_counted_exactly(seed_sweep):
     assert all(r.chunks < r.output_tokens for r in measured)  # several tokens per chunk
 
 
-def test_two_processes_give_the_same_table(tmp_path, seed_sweep):
-    run = run_sweep(run_dir=tmp_path, locust_args=["--processes", "2"], timeout=240)
-    check_against_truth(run, LADDER, 256)
-    records, _ = read_records(run.records)
-    assert len({r.worker for r in records if r.phase == "measure"}) == 2  # both workers sent requests
-    single = {r.conc: r for r in sweep_rows(group_rungs(read_records(seed_sweep.records)[0]))}
-    for row in sweep_rows(group_rungs(records)):
-        assert row.tokens == single[row.conc].tokens
-        assert row.agg_tok_s == pytest.approx(single[row.conc].agg_tok_s, rel=0.03)
-
-
 def test_locust_command_line_works_as_documented(tmp_path):
     """`locust -f locustfiles/completions.py --headless --host URL --csv PREFIX` with the shipped
     config/sweep.yaml (here with a shorter ladder and accept length 1 via options)."""
