@@ -16,6 +16,9 @@ second is taken as measured. When the ladder repeats a concurrency, the spread o
 between the repeats (pooled over both runs) measures run-level noise that no resampling of one
 rung's requests can see (scheduling, other load on the machine), and widens the interval.
 
+A rung with fewer than MIN_REQUESTS completed requests gets no interval from the bootstrap (a
+resample of 3 requests takes only 10 distinct values), only from repeats if there are any.
+
 Verdict per figure: "regressed" (or "improved") when the whole confidence interval of the change
 is on the worse (better) side of zero and the change is at least `threshold` in size; otherwise
 "within noise". With one request per user a rung holds only `conc` requests started together,
@@ -42,7 +45,7 @@ from llmload.stats import mean, percentile, pstdev
 from llmload.sweep import Rung, SweepRow
 
 IMPROVED, REGRESSED, NOISE = "improved", "regressed", "within noise"
-MIN_REQUESTS = 2  # completed requests per rung needed for a bootstrap interval
+MIN_REQUESTS = 5  # completed requests per rung for a bootstrap interval (fewer: too few resamples)
 Statistic = Callable[[Sequence[RequestRecord]], float | None]
 
 
