@@ -92,7 +92,7 @@ def write_png(report: SoakReport, path: Path) -> Path:
 
     rows = [w.row(report.t0) for w in report.windows]
     minutes = [(r["start_s"] + r["end_s"]) / 120.0 for r in rows]
-    fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
+    fig, axes = plt.subplots(5, 1, figsize=(10, 13), sharex=True)
     ax = axes[0]
     ax.plot(minutes, _series(rows, "agg_tok_s"), "o-", label="agg tok/s")
     trend = report.drifts["tok_s"].trend
@@ -112,13 +112,17 @@ def write_png(report: SoakReport, path: Path) -> Path:
             ax.axhline(limit, color="red", lw=0.8, label="p99 limit")
         ax.set_ylabel("ms")
         ax.legend(loc="best")
-    ax = axes[3]
-    ax.bar(minutes, _series(rows, "failures"), width=report.soak.window_s / 120.0, label="failures")
-    ax.set_ylabel("failures")
-    gen = ax.twinx()
-    gen.plot(minutes, _series(rows, "gen_cpu_pct"), "g.-", label="generator CPU %")
-    gen.plot(minutes, _series(rows, "gen_rss_mb"), "m.-", label="generator RSS MB")
-    gen.legend(loc="upper right")
+    axes[3].bar(minutes, _series(rows, "failures"), width=report.soak.window_s / 120.0, color="red")
+    axes[3].set_ylim(bottom=0)
+    axes[3].set_ylabel("failures")
+    ax = axes[4]
+    ax.plot(minutes, _series(rows, "gen_cpu_pct"), "g.-")
+    ax.set_ylabel("generator CPU %", color="g")
+    ax.set_ylim(bottom=0)
+    rss = ax.twinx()
+    rss.plot(minutes, _series(rows, "gen_rss_mb"), "m.-")
+    rss.set_ylabel("generator RSS MB", color="m")
+    rss.set_ylim(bottom=0)
     ax.set_xlabel("minutes since the soak started (window mid-time)")
     fig.suptitle(f"soak {report.prefix}: {report.status}")
     fig.tight_layout()
