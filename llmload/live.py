@@ -1,13 +1,18 @@
 """The sweep table of the run in progress, kept up to date from the records the master receives.
 
 The ladder (`LadderShape.record_hooks`) hands every record to `LiveSweep.add` after writing it, so
-the master of a distributed run sees the records of all workers. The figures are computed by the
-post-processor's own functions (`llmload.sweep.sweep_rows`, `llmload.metrics.rung_metrics`,
-`llmload.table.fmt_num`) over the same records, so at the end of a run they equal
-`scripts/sweep_table.py` on its files, digit for digit.
+the master of a distributed run sees the records of all workers. Each rung is a `RungTally`:
+running sums (requests, tokens, first start, last end, failures by kind) and the raw values that a
+mean or a percentile needs (per-request tok/s; TTFT and TPOT in ms, kept sorted). The figures use
+the post-processor's definitions (`llmload.sweep`), its per-request functions
+(`llmload.metrics.ttft_ms` / `tpot_ms`), its statistics (`llmload.stats.mean` / `percentile`) and
+its rounding (`llmload.table.fmt_num`), so at the end of a run they equal `scripts/sweep_table.py`
+on the run's files, digit for digit (tests/test_webui.py checks it on real runs).
 
-Memory: a record is kept without its chunk lists, request id and error text (the table needs
-none of them), about 0.4 KB each. A rung's figures are recomputed only when it got new records.
+Why not keep the records and call `sweep_row`: the tab is recomputed at every poll of the page
+(every 2 s), in the process that may also run the users; recomputing a 50k-request rung took
+~1.1 s here, and a record with its chunk times weighs ~2.7 KB (59 chunks). A tally costs about
+100 bytes per request and milliseconds per poll.
 
 The running rung also gets a live rate, `now_tok_s`: output tokens of its completed requests
 divided by the seconds since the rung's common start (see `llmload.ladder`); unlike agg_tok/s it
@@ -16,88 +21,135 @@ keeps moving between request completions.
 
 from __future__ import annotations
 
-import sys
+import math
 import time
-from dataclasses import dataclass
+from bisect import insort
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.entries import WARMUP_RUNG, rung_name
 from llmload.ladder import RunState
-from llmload.metrics import RungMetrics, rung_metrics
+from llmload.metrics import tpot_ms, ttft_ms
 from llmload.records import RequestRecord
-from llmload.sweep import WARMUP_PHASE, SweepRow, group_rungs, sweep_rows
+from llmload.stats import mean, percentile
+from llmload.sweep import WARMUP_PHASE, SweepRow
 from llmload.table import fmt_num
 
-PERCENTILES = (50.0, 99.0)
-_NO_CHUNKS: list[float] = []  # shared by every kept record; nothing appends to a record's chunk list
+
+@dataclass(slots=True)
+class RungTally:
+    """One rung's figures as running sums and the raw values its percentiles and mean need
+    (about 100 bytes per request); `row()` is the sweep row the post-processor computes from the
+    same records: the definitions of `llmload.sweep`, the functions of `llmload.stats`."""
+
+    index: int
+    users: int
+    requests: int = 0
+    tokens: int = 0
+    partial_tokens: int = 0
+    estimated: bool = False
+    first_start: float = math.inf
+    last_end: float = -math.inf
+    failures: Counter[str] = field(default_factory=Counter)
+    rates: list[float] = field(default_factory=list)  # output_tokens / E2E s, completed requests
+    ttfts_ms: list[float] = field(default_factory=list)  # sorted
+    tpots_ms: list[float] = field(default_factory=list)  # sorted
+
+    def add(self, rec: RequestRecord) -> None:
+        self.requests += 1
+        self.first_start = min(self.first_start, rec.t_start)
+        self.last_end = max(self.last_end, rec.t_end)
+        if not rec.ok:
+            self.failures[rec.outcome] += 1
+            self.partial_tokens += rec.output_tokens
+            return
+        self.tokens += rec.output_tokens
+        self.estimated = self.estimated or rec.tokens_estimated
+        if rec.e2e_s > 0:
+            self.rates.append(rec.output_tokens / rec.e2e_s)
+        ttft = ttft_ms(rec)
+        if ttft is not None:
+            insort(self.ttfts_ms, ttft)
+        tpot = tpot_ms(rec)
+        if tpot is not None:
+            insort(self.tpots_ms, tpot)
+
+    @property
+    def wall_s(self) -> float:
+        return self.last_end - self.first_start
+
+    def completed_tokens_per_s(self, seconds: float) -> float:
+        return self.tokens / seconds if seconds > 0 else 0.0
+
+    def row(self) -> SweepRow:
+        return SweepRow(
+            rung=self.index,
+            conc=self.users,
+            agg_tok_s=self.completed_tokens_per_s(self.wall_s),
+            per_req_tok_s=mean(self.rates) if self.rates else None,
+            tokens=self.tokens,
+            wall_s=self.wall_s,
+            ttft_p50_ms=_percentile(self.ttfts_ms, 50.0),
+            requests=self.requests,
+            failures=sum(self.failures.values()),
+            failures_by_kind=dict(sorted(self.failures.items())),
+            partial_tokens=self.partial_tokens,
+            estimated=self.estimated,
+        )
+
+    def cells(self, *, state: str, now_tok_s: float | None) -> dict[str, str]:
+        """The tab's row: display strings rounded as `scripts/sweep_table.py` rounds them."""
+        row = self.row()
+        return {
+            "rung": rung_name(row.rung, row.conc),
+            "users": str(row.conc),
+            "state": state,
+            "agg_tok_s": fmt_num(row.agg_tok_s),
+            "per_req_tok_s": fmt_num(row.per_req_tok_s),
+            "ttft_p50_ms": fmt_num(row.ttft_p50_ms),
+            "ttft_p99_ms": fmt_num(_percentile(self.ttfts_ms, 99.0)),
+            "tpot_p50_ms": fmt_num(_percentile(self.tpots_ms, 50.0)),
+            "tokens": str(row.tokens),
+            "requests": str(row.requests),
+            "failures": str(row.failures),
+            "now_tok_s": "" if now_tok_s is None else fmt_num(now_tok_s),
+        }
 
 
-def slim_record(data: dict[str, Any]) -> RequestRecord:
-    """The record without what the table never reads (chunk lists, id, error text)."""
-    rec = RequestRecord.from_dict(data)
-    rec.chunk_times = _NO_CHUNKS
-    rec.chunk_tokens = None
-    rec.request_id = ""
-    rec.error = None
-    rec.worker = ""
-    rec.phase = sys.intern(rec.phase)
-    rec.endpoint = sys.intern(rec.endpoint)
-    rec.outcome = sys.intern(rec.outcome)
-    if rec.finish_reason is not None:
-        rec.finish_reason = sys.intern(rec.finish_reason)
-    return rec
-
-
-@dataclass(frozen=True, slots=True)
-class _Computed:
-    count: int
-    partial: bool
-    row: SweepRow
-    metrics: RungMetrics
+def _percentile(values: list[float], q: float) -> float | None:
+    return percentile(values, q) if values else None
 
 
 class LiveSweep:
-    """Records of the current run per rung, and the table computed from them."""
+    """The current run's rungs as tallies, fed with the records as they arrive."""
 
     def __init__(self) -> None:
         self.run: RunState | None = None
-        self._records: dict[int, list[RequestRecord]] = {}
-        self._computed: dict[int, _Computed] = {}
+        self.rungs: dict[int, RungTally] = {}
 
     def follow(self, run: RunState | None) -> None:
         """Start over when the ladder began a new run (a new start from the web UI)."""
         if run is not None and run is not self.run:
             self.run = run
-            self._records.clear()
-            self._computed.clear()
+            self.rungs = {}
 
     def add(self, run: RunState, data: dict[str, Any]) -> None:
         """A record as the ladder received it (the `LadderShape.record_hooks` signature)."""
         self.follow(run)
-        if data["phase"] != WARMUP_PHASE:
-            self._records.setdefault(data["rung"], []).append(slim_record(data))
+        if data["phase"] == WARMUP_PHASE:
+            return
+        rec = RequestRecord.from_dict(data)
+        tally = self.rungs.get(rec.rung)
+        if tally is None:
+            tally = self.rungs[rec.rung] = RungTally(rec.rung, rec.users)
+        tally.add(rec)
 
-    def _unfinished(self) -> set[int]:
-        """Rungs the ladder started and has not finished (as `<prefix>_run.json` records them)."""
+    def _finished(self) -> set[int]:
+        """Rungs the ladder finished (what `<prefix>_run.json` says at the end of the run)."""
         if self.run is None:
             return set()
-        return {p.stage.rung for p in self.run.progress if p.finished is None and p.stage.rung != WARMUP_RUNG}
-
-    def computed(self) -> list[_Computed]:
-        """Sweep row and metrics of each rung with records, in ladder order."""
-        unfinished = self._unfinished()
-        out = []
-        for index in sorted(self._records):
-            records = self._records[index]
-            partial = index in unfinished
-            cached = self._computed.get(index)
-            if cached is None or cached.count != len(records) or cached.partial != partial:
-                (rung,) = group_rungs(records)
-                (row,) = sweep_rows([rung], partial_rungs=unfinished)
-                cached = _Computed(len(records), partial, row, rung_metrics(rung, percentiles=PERCENTILES))
-                self._computed[index] = cached
-            out.append(cached)
-        return out
+        return {p.stage.rung for p in self.run.progress if p.finished is not None}
 
     def running_rung(self, active: bool) -> int | None:
         """Index of the rung being measured now; None between rungs or when the run is over.
@@ -107,35 +159,17 @@ class LiveSweep:
             return None
         return None if current.stage.rung == WARMUP_RUNG else current.stage.rung
 
-    def now_tok_s(self, index: int) -> float:
-        """Live rate of the running rung: its completed output tokens / seconds since its start."""
-        assert self.run is not None and self.run.current is not None
-        elapsed = time.time() - (self.run.current.stage.start_at or 0.0)
-        tokens = sum(r.output_tokens for r in self._records.get(index, ()) if r.ok)
-        return tokens / elapsed if elapsed > 0 else 0.0
-
     def table(self, active: bool) -> list[dict[str, str]]:
-        """One row of display strings per rung (the Tokens tab), rounded as sweep_table.py."""
+        """One row of display strings per rung (the Tokens tab), in ladder order."""
         running = self.running_rung(active)
+        finished = self._finished()
         rows = []
-        for c in self.computed():
-            row, latencies = c.row, c.metrics.latencies
-            ttft, tpot = latencies["ttft"], latencies["tpot"]
-            state = "running" if row.rung == running else ("stopped" if c.partial else "done")
-            rows.append(
-                {
-                    "rung": rung_name(row.rung, row.conc),
-                    "users": str(row.conc),
-                    "state": state,
-                    "agg_tok_s": fmt_num(row.agg_tok_s),
-                    "per_req_tok_s": fmt_num(row.per_req_tok_s),
-                    "ttft_p50_ms": fmt_num(row.ttft_p50_ms),
-                    "ttft_p99_ms": fmt_num(None if ttft is None else ttft.percentiles[99.0]),
-                    "tpot_p50_ms": fmt_num(None if tpot is None else tpot.median),
-                    "tokens": str(row.tokens),
-                    "requests": str(row.requests),
-                    "failures": str(row.failures),
-                    "now_tok_s": fmt_num(self.now_tok_s(row.rung)) if state == "running" else "",
-                }
-            )
+        for index in sorted(self.rungs):
+            tally = self.rungs[index]
+            if index == running:
+                assert self.run is not None and self.run.current is not None
+                since = time.time() - (self.run.current.stage.start_at or 0.0)
+                rows.append(tally.cells(state="running", now_tok_s=tally.completed_tokens_per_s(since)))
+            else:
+                rows.append(tally.cells(state="done" if index in finished else "stopped", now_tok_s=None))
         return rows

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
+from fixtures.runs import run_records
 from fixtures.webui import (
     LocustWebUI,
     post_processed,
@@ -20,10 +22,13 @@ from fixtures.webui import (
     template_args,
 )
 
+from llmload.live import LiveSweep
 from llmload.locust_csv import cross_check
+from llmload.metrics import rung_metrics
 from llmload.records import read_records
 from llmload.sim.truth import load_truth
-from llmload.sweep import group_rungs
+from llmload.sweep import group_rungs, sweep_row
+from llmload.table import fmt_num
 
 API_KEY = "sk-webui-test"
 
@@ -103,3 +108,22 @@ def test_distributed_master_shows_all_workers(tmp_path, sim_start):
         check_tab_against_truth_and_post_processor(ui, rows, sim)
     records, _ = read_records(Path(f"{ui.prefix}_records.jsonl"))
     assert len({r.worker for r in records}) == 2
+
+
+def test_tallies_equal_the_post_processor_on_failures_and_estimates():
+    """Running tallies give the post-processor's rows exactly, also for failed requests, client-
+    counted tokens and a repeated concurrency (hand-built records; the warm-up is left out)."""
+    records = run_records()
+    live = LiveSweep()
+    run = SimpleNamespace(progress=[], current=None)
+    for rec in records:
+        live.add(run, rec.to_dict())
+    rungs = group_rungs(records)
+    assert sorted(live.rungs) == [r.index for r in rungs]
+    for rung, cells in zip(rungs, live.table(active=False), strict=True):
+        assert live.rungs[rung.index].row() == sweep_row(rung)
+        latencies = rung_metrics(rung, percentiles=(50.0, 99.0)).latencies
+        assert cells["ttft_p99_ms"] == fmt_num(latencies["ttft"].percentiles[99.0])
+        assert cells["tpot_p50_ms"] == fmt_num(latencies["tpot"].median)
+        assert cells["state"] == "stopped" and cells["now_tok_s"] == ""
+    assert live.rungs[1].row().failures_by_kind == {"http_500": 1}
