@@ -24,6 +24,7 @@ from llmload.server_metrics import (
     rung_server_metrics,
     token_warnings,
 )
+from llmload.serverproc import free_port
 from llmload.sim.truth import load_truth
 from llmload.sweep_run import run_sweep
 
@@ -197,3 +198,17 @@ def test_environment_recorded_at_run_time(scraped_run):
     assert env["cpu_count"] >= 1 and env["cpu_model"]
     assert env["target"].startswith("http://127.0.0.1:")
     assert env["server_version"] is None  # the simulator exposes no version endpoint
+
+
+def test_unanswered_metrics_url_leaves_no_file_and_the_run_succeeds(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}/metrics"  # nothing listens there
+    run = run_sweep(
+        run_dir=tmp_path,
+        locust_args=["--rungs", "1", "--max-tokens", "8", "--warmup-requests", "0", "--metrics-url", url],
+        sim={"base_ms": 2, "per_seq_ms": 1, "accept_len": 1},
+        timeout=120,
+    )
+    assert run.returncode == 0, run.log.read_text()[-3000:]
+    assert not metrics_path(run.prefix).exists()
+    assert f"--metrics-url {url} does not answer" in run.log.read_text()
+    assert read_environment(run.prefix) is not None
