@@ -20,6 +20,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+# The hot path: a prebuilt decoder's raw_decode on str skips json.loads's encoding detection and
+# its two whitespace regex matches (the payload is already stripped): ~25 % less per event
+# (benchmarks/sse_parse.py).
+_decode = json.JSONDecoder().raw_decode
+
 
 class MalformedStream(ValueError):
     """A data line that is not valid JSON or not an object."""
@@ -68,7 +73,10 @@ class StreamAccumulator:
             self.done = True
             return True
         try:
-            obj = json.loads(payload)
+            text = payload.decode()  # SSE is UTF-8; UnicodeDecodeError is a ValueError
+            obj, end = _decode(text)
+            if end != len(text):
+                raise ValueError("data after the JSON value")
         except ValueError:
             raise MalformedStream(f"data line is not JSON: {payload[:80]!r}") from None
         if not isinstance(obj, dict):

@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""The load generator's own cost and timing error, against the simulator's ground truth.
+
+    .venv/bin/python benchmarks/overhead.py [--streams 1,16,64,256] [--duration 3] [--repeats 3]
+
+One locust process (llmload's CompletionsUser, time-based rungs, one rung per stream count) and
+then, for comparison, the minimal asyncio + aiohttp client (benchmarks/aiohttp_client.py) run the
+same workload: N concurrent streams of `max_tokens`-token completions against a simulator with a
+near-zero step time (1 ms, accept length 1: one token per SSE chunk, up to 1,000 tokens/s per
+stream), so the clients, not the server, are the bottleneck at high N. Per stream count it prints:
+
+- tok/s: streamed output tokens per second of the rung's wall time;
+- cpu_%: the client process's CPU time over the rung's window (polled every 50 ms) / wall;
+- cpu_s/1k_tok: client CPU seconds per 1,000 streamed tokens;
+- sim_cpu_%: the simulator's CPU over the same window (near 100 %: the server is the limit);
+- delay p50/p99 ms: per chunk, when the client read it minus when the simulator wrote it (truth
+  log); the first chunk's delay is the TTFT error;
+- itl_err p50/p99 ms: per gap between chunks, the client's gap minus the server's.
+
+Figures are the median over `--repeats` runs. Not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import psutil
+
+from llmload.health import timing_errors
+from llmload.records import read_records
+from llmload.sim.truth import load_truth
+from llmload.simproc import SimulatorProcess
+from llmload.stats import percentile
+from llmload.sweep_run import LOCUSTFILES, REPO, locust_command
+
+SIM = {"accept_len": 1, "base_ms": 1, "per_seq_ms": 0, "max_num_seqs": 1024}
+AIOHTTP_CLIENT = Path(__file__).resolve().parent / "aiohttp_client.py"
+POLL_S = 0.05
+
+
+class CpuTrack:
+    """Polls a process's CPU time (user + system, children excluded) from a thread."""
+
+    def __init__(self, pid: int) -> None:
+        self._proc = psutil.Process(pid)
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                times = self._proc.cpu_times()
+            except psutil.Error:
+                return
+            self.samples.append((time.time(), times.user + times.system))
+            self._stop.wait(POLL_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def cpu_at(self, t: float) -> float:
+        """CPU seconds used by time t (linear between polls)."""
+        before = [s for s in self.samples if s[0] <= t] or self.samples[:1]
+        after = [s for s in self.samples if s[0] >= t] or self.samples[-1:]
+        (t0, c0), (t1, c1) = before[-1], after[0]
+        return c0 if t1 == t0 else c0 + (c1 - c0) * (t - t0) / (t1 - t0)
+
+    def between(self, start: float, end: float) -> float:
+        return self.cpu_at(end) - self.cpu_at(start)
+
+
+@dataclass(slots=True)
+class Figures:
+    """One client at one stream count in one repeat."""
+
+    tok_s: float
+    cpu_pct: float
+    cpu_s_per_1k: float
+    sim_cpu_pct: float
+    delay_p50: float
+    delay_p99: float
+    itl_p50: float
+    itl_p99: float
+
+
+def figures(
+    requests: Sequence[tuple[str, float, float, Sequence[float], int]],
+    truth: dict[str, dict[str, Any]],
+    client: CpuTrack,
+    sim: CpuTrack,
+) -> Figures:
+    """requests: (id, t_start, t_end, chunk times after t_start, output tokens)."""
+    start, end = min(r[1] for r in requests), max(r[2] for r in requests)
+    wall = end - start
+    tokens = sum(r[4] for r in requests)
+    cpu = client.between(start, end)
+    delays, itl = timing_errors(((r[0], r[1], r[3]) for r in requests), truth)
+    ms = [d * 1000.0 for d in delays]
+    itl_ms = [d * 1000.0 for d in itl] or [0.0]
+    return Figures(
+        tok_s=tokens / wall,
+        cpu_pct=100.0 * cpu / wall,
+        cpu_s_per_1k=1000.0 * cpu / tokens,
+        sim_cpu_pct=100.0 * sim.between(start, end) / wall,
+        delay_p50=percentile(ms, 50.0),
+        delay_p99=percentile(ms, 99.0),
+        itl_p50=percentile(itl_ms, 50.0),
+        itl_p99=percentile(itl_ms, 99.0),
+    )
+
+
+def run_tracked(cmd: list[str], log: Path, timeout: float) -> CpuTrack:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        track = CpuTrack(proc.pid)
+        try:
+            proc.wait(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+            track.stop()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[:4]} exited {proc.returncode}; see {log}")
+    return track
+
+
+def run_locust(url: str, streams: Sequence[int], args: argparse.Namespace, work: Path, sim: CpuTrack):
+    prefix = work / "locust"
+    extra = ["--rungs", ",".join(map(str, streams)), "--rung-duration", str(args.duration)]
+    extra += ["--warmup-requests", "0", "--max-tokens", str(args.max_tokens), "--loglevel", "WARNING"]
+    timeout = 60 + len(streams) * (args.duration + 30)
+    track = run_tracked(
+        locust_command(url, prefix, LOCUSTFILES["completions"], extra), work / "locust.log", timeout
+    )
+    records, _ = read_records(Path(f"{prefix}_records.jsonl"))
+    by_streams: dict[int, list] = {}
+    for r in records:
+        if r.ok and r.phase == "measure":
+            by_streams.setdefault(r.users, []).append(
+                (r.request_id, r.t_start, r.t_end, r.chunk_times, r.output_tokens)
+            )
+    return by_streams, track
+
+
+def run_aiohttp(url: str, n: int, args: argparse.Namespace, work: Path):
+    out = work / f"aiohttp_{n}.jsonl"
+    cmd = [sys.executable, str(AIOHTTP_CLIENT), "--url", url, "--streams", str(n)]
+    cmd += ["--duration", str(args.duration), "--max-tokens", str(args.max_tokens), "--out", str(out)]
+    track = run_tracked(cmd, work / f"aiohttp_{n}.log", timeout=args.duration + 120)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    return [
+        (r["request_id"], r["t_start"], r["t_end"], r["chunk_times"], r["output_tokens"]) for r in rows
+    ], track
+
+
+def one_repeat(args: argparse.Namespace, work: Path) -> dict[tuple[str, int], Figures]:
+    out: dict[tuple[str, int], Figures] = {}
+    truth_log = work / "sim_truth.jsonl"
+    with SimulatorProcess(truth_log=truth_log, log_path=work / "sim.log", **SIM) as server:
+        sim = CpuTrack(server.pid)
+        by_streams, track = run_locust(server.url, args.streams, args, work, sim)
+        runs: list[tuple[str, int, list, CpuTrack]] = [
+            ("locust", n, by_streams[n], track) for n in args.streams
+        ]
+        for n in args.streams:
+            requests, atrack = run_aiohttp(server.url, n, args, work)
+            runs.append(("aiohttp", n, requests, atrack))
+        time.sleep(0.2)  # the truth log's last lines
+        sim.stop()
+    truth, _ = load_truth(truth_log)
+    for client, n, requests, ctrack in runs:
+        out[(client, n)] = figures(requests, truth, ctrack, sim)
+    return out
+
+
+def machine() -> str:
+    model = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}; load average before the run: {load}"
+    )
+
+
+def _median_figures(results: Iterable[Figures]) -> Figures:
+    items = list(results)
+    return Figures(*(median(getattr(f, name) for f in items) for name in Figures.__slots__))
+
+
+def report(
+    per_repeat: list[dict[tuple[str, int], Figures]], streams: Sequence[int], out: Callable[[str], None]
+):
+    med = {key: _median_figures(r[key] for r in per_repeat) for key in per_repeat[0]}
+    header = (
+        "client    streams     tok/s  cpu_%  cpu_s/1k_tok  sim_cpu_%  delay_p50/p99_ms  itl_err_p50/p99_ms"
+    )
+    out(header)
+    for client in ("locust", "aiohttp"):
+        for n in streams:
+            f = med[(client, n)]
+            out(
+                f"{client:<8}  {n:>7}  {f.tok_s:>8.0f}  {f.cpu_pct:>5.0f}  {f.cpu_s_per_1k:>12.4f}  "
+                f"{f.sim_cpu_pct:>9.0f}  {f.delay_p50:>7.2f} / {f.delay_p99:<7.2f}  "
+                f"{f.itl_p50:>7.2f} / {f.itl_p99:.2f}"
+            )
+    top = streams[-1]
+    loc, aio = med[("locust", top)], med[("aiohttp", top)]
+    best = {c: max(med[(c, n)].tok_s for n in streams) for c in ("locust", "aiohttp")}
+    out("")
+    out(f"max streamed tok/s of one process: locust {best['locust']:.0f}, aiohttp {best['aiohttp']:.0f}")
+    out(
+        f"at {top} streams: locust {loc.cpu_s_per_1k:.4f} vs aiohttp {aio.cpu_s_per_1k:.4f} "
+        "CPU s per 1k tokens "
+        f"(ratio {loc.cpu_s_per_1k / aio.cpu_s_per_1k:.2f}); tokens per CPU second: locust "
+        f"{1000 / loc.cpu_s_per_1k:.0f}, aiohttp {1000 / aio.cpu_s_per_1k:.0f}"
+    )
+    if max(med[(c, top)].sim_cpu_pct for c in ("locust", "aiohttp")) > 90:
+        out("note: the simulator used > 90 % of a core at the top stream count: it may be the limit there")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64, 256])
+    p.add_argument("--duration", type=float, default=3.0, help="seconds per stream count")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--keep", type=Path, default=None, help="keep the runs' files in this directory")
+    args = p.parse_args(argv)
+    print(f"machine: {machine()}", flush=True)
+    print(f"simulator: {SIM}; {args.max_tokens} tokens per request; {args.duration:g} s per stream count")
+    per_repeat = []
+    with tempfile.TemporaryDirectory(prefix="llmload-overhead-") as tmp:
+        root = args.keep or Path(tmp)
+        for i in range(args.repeats):
+            work = root / f"repeat{i}"
+            work.mkdir(parents=True, exist_ok=True)
+            per_repeat.append(one_repeat(args, work))
+            print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr, flush=True)
+    print(f"median of {args.repeats} repeats:")
+    report(per_repeat, args.streams, print)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
