@@ -20,6 +20,9 @@ DEFAULT_PROMPT = (
     "work together in a modern LLM inference server."
 )
 ENDPOINTS = ("completions", "chat")
+MODES = ("concurrency", "rate")  # rungs are user counts, or request rates (requests/s)
+ARRIVALS = ("poisson", "gamma")
+PROMPT_FORMATS = ("auto", "lines", "jsonl", "sharegpt")
 
 
 class ConfigError(ValueError):
@@ -69,10 +72,24 @@ class SoakConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ReconcileConfig:
+    """Token reconciliation limits (llmload.reconcile): a rung beyond one fails the run."""
+
+    max_stopped_early_ratio: float = 0.0  # of completed requests; checked only with ignore_eos
+    max_disagree_ratio: float = 0.0  # usage vs chunks vs max_tokens vs finish_reason
+
+
+@dataclass(frozen=True, slots=True)
 class SweepConfig:
     """One run: the ladder and the request every user sends."""
 
-    rungs: tuple[int, ...] = (1, 4, 8, 10)
+    rungs: tuple[float, ...] = (1, 4, 8, 10)  # users (integers), or requests/s in rate mode
+    mode: str = "concurrency"
+    max_concurrency: int = 64  # rate mode: client slots (users) per rung; a due request waits for one
+    arrival: str = "poisson"  # rate mode: poisson, or gamma with `burstiness` as its shape
+    burstiness: float = 1.0
+    requests_per_rung: int | None = None  # rate mode: requests per rung (else `duration`)
+    seed: int = 0  # arrival schedules and workload sampling
     requests_per_user: int = 1
     duration: float | None = None  # seconds per rung; None = count-based rungs
     warmup_requests: int = 1  # per user, at the first rung's concurrency, excluded from results
@@ -85,12 +102,22 @@ class SweepConfig:
     temperature: float = 0.0
     prompt: str = DEFAULT_PROMPT
     unique_prompts: bool = False  # prefix each prompt with a per-request tag to defeat prefix caching
+    prompt_tokens: int | None = None  # synthetic prompts of this many tokens (llmload.workload)
+    shared_prefix_ratio: float = 0.0  # share of each synthetic prompt common to all requests
+    prompt_file: str | None = None  # text lines, JSONL with "prompt", or ShareGPT JSON
+    prompt_format: str = "auto"
+    continuous_usage: bool = False  # ask for usage on every chunk (vLLM continuous_usage_stats)
     percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)
     slo: SloConfig = field(default_factory=SloConfig)
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
     retries: RetryConfig = field(default_factory=RetryConfig)
     soak: SoakConfig | None = None  # a soak run: one time-based rung judged by windows and thresholds
+    reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
     source: str = "<defaults>"
+
+    @property
+    def rate_mode(self) -> bool:
+        return self.mode == "rate"
 
     def with_overrides(self, **overrides: Any) -> SweepConfig:
         """A copy with the given fields replaced (None values are ignored), re-validated."""
@@ -100,6 +127,7 @@ class SweepConfig:
         raw = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source"}
         raw["slo"] = dataclasses.asdict(self.slo)
         raw["timeouts"] = dataclasses.asdict(self.timeouts)
+        raw["reconcile"] = dataclasses.asdict(self.reconcile)
         raw["retries"] = dataclasses.asdict(self.retries)
         raw["soak"] = dataclasses.asdict(self.soak) if self.soak else None
         raw.update(changed)
@@ -191,13 +219,69 @@ def _soak(source: str, value: Any) -> SoakConfig:
     return SoakConfig(**kwargs)
 
 
-def _rungs(source: str, value: Any) -> tuple[int, ...]:
-    if isinstance(value, int) and not isinstance(value, bool):
+def _rungs(source: str, value: Any) -> tuple[float, ...]:
+    """User counts or request rates (> 0); `_check_mode` requires integers in concurrency mode."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
         value = [value]
     _expect(source, "rungs", value, (list, tuple), "a list of user counts, e.g. [1, 4, 8, 10]")
     if not value:
         raise ConfigError(f"{source}: 'rungs' is empty; give at least one user count, e.g. [1, 4, 8, 10]")
-    return tuple(_positive_int(source, f"rungs[{i}]", v) for i, v in enumerate(value))
+    out: list[float] = []
+    for i, v in enumerate(value):
+        key = f"rungs[{i}]"
+        out.append(_positive_float(source, key, v) if isinstance(v, float) else _positive_int(source, key, v))
+    return tuple(out)
+
+
+def _choice(key: str, choices: tuple[str, ...]):
+    def check(source: str, value: Any) -> str:
+        if value not in choices:
+            raise ConfigError(f"{source}: '{key}' must be one of {', '.join(choices)}, got {value!r}")
+        return str(value)
+
+    return check
+
+
+def _ratio(source: str, key: str, value: Any, *, below_one: bool = False) -> float:
+    _expect(source, key, value, (int, float), "a number")
+    if not (0 <= value < 1 if below_one else 0 <= value <= 1):
+        raise ConfigError(
+            f"{source}: '{key}' must be a number in {'[0, 1)' if below_one else '[0, 1]'}, got {value!r}"
+        )
+    return float(value)
+
+
+def _reconcile(source: str, value: Any) -> ReconcileConfig:
+    _expect(source, "reconcile", value, (dict,), "a mapping")
+    known = [f.name for f in dataclasses.fields(ReconcileConfig)]
+    for sub in value:
+        if sub not in known:
+            raise ConfigError(f"{source}: unknown key 'reconcile.{sub}' (known: {', '.join(known)})")
+    return ReconcileConfig(**{k: _ratio(source, f"reconcile.{k}", v) for k, v in value.items()})
+
+
+def _check_mode(config: SweepConfig) -> None:
+    """Rules that tie several keys together (rate mode, workloads)."""
+    source = config.source
+    if not config.rate_mode:
+        for i, v in enumerate(config.rungs):
+            if not isinstance(v, int):
+                raise ConfigError(
+                    f"{source}: 'rungs[{i}]' must be an integer user count, got {v!r} "
+                    "(request rates need 'mode: rate')"
+                )
+    elif config.requests_per_rung is None and config.duration is None:
+        raise ConfigError(f"{source}: 'mode: rate' needs 'requests_per_rung' or 'duration' per rung")
+    if config.arrival == "poisson" and config.burstiness != 1.0:
+        raise ConfigError(f"{source}: 'burstiness' applies to 'arrival: gamma' (poisson is burstiness 1)")
+    if config.prompt_tokens is not None and config.prompt_file is not None:
+        raise ConfigError(
+            f"{source}: 'prompt_tokens' (synthetic prompts) and 'prompt_file' exclude each other"
+        )
+    if config.shared_prefix_ratio and config.prompt_tokens is None:
+        raise ConfigError(
+            f"{source}: 'shared_prefix_ratio' applies to synthetic prompts: set 'prompt_tokens'"
+        )
 
 
 def _percentiles(source: str, value: Any) -> tuple[float, ...]:
@@ -215,6 +299,13 @@ def _prompt(source: str, value: Any) -> str:
     _expect(source, "prompt", value, (str,), "a non-empty string")
     if not value.strip():
         raise ConfigError(f"{source}: 'prompt' must be a non-empty string")
+    return value
+
+
+def _prompt_file(source: str, value: Any) -> str:
+    _expect(source, "prompt_file", value, (str,), "a file path")
+    if not value.strip():
+        raise ConfigError(f"{source}: 'prompt_file' must be a file path")
     return value
 
 
@@ -258,6 +349,18 @@ _VALIDATORS: dict[str, Any] = {
     "timeouts": lambda s, v: _section(s, "timeouts", v, TimeoutConfig),
     "retries": _optional(_retries),
     "soak": _optional(_soak),
+    "mode": _choice("mode", MODES),
+    "max_concurrency": lambda s, v: _positive_int(s, "max_concurrency", v),
+    "arrival": _choice("arrival", ARRIVALS),
+    "burstiness": lambda s, v: _positive_float(s, "burstiness", v),
+    "requests_per_rung": _optional(lambda s, v: _positive_int(s, "requests_per_rung", v)),
+    "seed": lambda s, v: _expect(s, "seed", v, (int,), "an integer"),
+    "prompt_tokens": _optional(lambda s, v: _positive_int(s, "prompt_tokens", v)),
+    "shared_prefix_ratio": lambda s, v: _ratio(s, "shared_prefix_ratio", v, below_one=True),
+    "prompt_file": _optional(lambda s, v: _prompt_file(s, v)),
+    "prompt_format": _choice("prompt_format", PROMPT_FORMATS),
+    "continuous_usage": _bool("continuous_usage"),
+    "reconcile": _reconcile,
 }
 
 
@@ -275,6 +378,7 @@ def parse_config(raw: Any, source: str) -> SweepConfig:
     config = SweepConfig(**values, source=source)
     if config.soak is not None and (config.duration is None or len(config.rungs) != 1):
         raise ConfigError(f"{source}: 'soak' needs one time-based rung: set 'rungs: [N]' and 'duration'")
+    _check_mode(config)
     return config
 
 
@@ -294,4 +398,8 @@ def load_config(path: str | Path) -> SweepConfig:
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"{path}:{where}: YAML syntax error: {problem}") from None
-    return parse_config(raw, source=str(path))
+    config = parse_config(raw, source=str(path))
+    if config.prompt_file and not Path(config.prompt_file).is_absolute():
+        # relative to the config file, so a config and its prompt file travel together
+        config = dataclasses.replace(config, prompt_file=str(path.parent.resolve() / config.prompt_file))
+    return config

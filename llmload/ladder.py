@@ -37,12 +37,15 @@ from gevent.event import Event
 from locust import LoadTestShape
 from locust.runners import MasterRunner, WorkerRunner
 
+from llmload.arrivals import arrival_count, slot_ranges
 from llmload.config import ConfigError, SweepConfig, parse_config
 from llmload.entries import REQUEST_TYPE, WARMUP_RUNG, rung_name
 from llmload.health import MSG_HEALTH, health_path
 from llmload.options import api_key, run_config
-from llmload.preflight import PreflightError, preflight, tls_context
+from llmload.preflight import PreflightError, auth_headers, preflight, tls_context
+from llmload.reconcile import Tally, check_rung
 from llmload.records import RecordWriter
+from llmload.workload import calibrate, load_prompt_file
 
 log = logging.getLogger("llmload")
 
@@ -66,6 +69,9 @@ class Stage:
     config: dict[str, Any]
     start_at: float | None = None  # epoch seconds all users start at; None: get ready
     deadline: float | None = None  # epoch seconds for time-based rungs, else None
+    rate: float | None = None  # rate mode: requests/s (users are the client slots); None: concurrency
+    slots: dict[str, list[int]] | None = None  # rate mode, with start_at: each process's [lo, hi) slots
+    prompt_words: int | None = None  # synthetic prompts: words per prompt (calibrated on the server)
 
     @property
     def phase(self) -> str:
@@ -128,6 +134,7 @@ class _StageProgress:
     stage: Stage
     started: float
     ready: set[str] = field(default_factory=set)
+    ready_by_process: dict[str, int] = field(default_factory=dict)  # ready users per worker
     users_done: int = 0
     requests_reported: int = 0
     records: int = 0
@@ -151,6 +158,7 @@ class RunState:
     records_by_rung: dict[int, int] = field(default_factory=dict)
     all_done_at: float | None = None
     health: RecordWriter | None = None  # the generator's health samples (llmload.health)
+    tallies: dict[int, Tally] = field(default_factory=dict)  # token reconciliation per rung
 
     @property
     def current(self) -> _StageProgress | None:
@@ -168,9 +176,7 @@ class RunState:
                     "rung": p.stage.rung,
                     "users": p.stage.users,
                     "name": p.stage.name,
-                    "expected_requests": None
-                    if p.stage.deadline
-                    else p.stage.users * p.stage.requests_per_user,
+                    "expected_requests": expected_requests(p.stage, self.config),
                     "started": p.started,
                     "finished": p.finished,
                     "records": p.records,
@@ -183,15 +189,26 @@ class RunState:
         tmp.replace(self.run_file)
 
 
-def plan_stages(config: SweepConfig, model: str) -> list[Stage]:
-    """Warm-up (if any) then one stage per rung; deadlines are filled in when announced."""
+def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
+    """Requests a finished stage holds; None for a time-based concurrency rung."""
+    if stage.rate is not None:
+        return arrival_count(stage.rate, config.requests_per_rung, config.duration)
+    return None if stage.deadline else stage.users * stage.requests_per_user
+
+
+def plan_stages(config: SweepConfig, model: str, prompt_words: int | None = None) -> list[Stage]:
+    """Warm-up (if any) then one stage per rung; deadlines are filled in when announced. In rate
+    mode every stage has `max_concurrency` users (the client slots); the warm-up is a concurrency
+    stage of them."""
     cfg = config_to_dict(config)
     stages = []
+    first_users = config.max_concurrency if config.rate_mode else int(config.rungs[0])
     if config.warmup_requests:
-        stages.append(Stage(0, WARMUP_RUNG, config.rungs[0], config.warmup_requests, model, cfg))
-    for i, users in enumerate(config.rungs):
-        stages.append(Stage(len(stages), i, users, config.requests_per_user, model, cfg))
-    return stages
+        stages.append(Stage(0, WARMUP_RUNG, first_users, config.warmup_requests, model, cfg))
+    for i, value in enumerate(config.rungs):
+        users, rate = (config.max_concurrency, float(value)) if config.rate_mode else (int(value), None)
+        stages.append(Stage(len(stages), i, users, config.requests_per_user, model, cfg, rate=rate))
+    return [dataclasses.replace(s, prompt_words=prompt_words) for s in stages]
 
 
 def records_path(options: Any) -> Path:
@@ -224,6 +241,8 @@ class LadderShape(LoadTestShape):
         run.writer.write(data)
         rung = data["rung"]
         run.records_by_rung[rung] = run.records_by_rung.get(rung, 0) + 1
+        if rung != WARMUP_RUNG:
+            run.tallies.setdefault(rung, Tally()).add(data)
         for p in run.progress:
             if p.stage.rung == rung:
                 p.records += 1
@@ -236,8 +255,14 @@ class LadderShape(LoadTestShape):
 
     def on_user_ready(self, environment: Any, msg: Any, **_: Any) -> None:
         current = self.run.current if self.run is not None else None
-        if current is not None and current.stage.seq == msg.data["seq"]:
+        if (
+            current is not None
+            and current.stage.seq == msg.data["seq"]
+            and msg.data["user"] not in current.ready
+        ):
             current.ready.add(msg.data["user"])
+            process = msg.data.get("worker", "local")
+            current.ready_by_process[process] = current.ready_by_process.get(process, 0) + 1
 
     def on_user_done(self, environment: Any, msg: Any, **_: Any) -> None:
         run = self.run
@@ -270,14 +295,49 @@ class LadderShape(LoadTestShape):
             context=ctx,
             timeout=config.timeouts.connect,
         )
+        prompt_words = self._prepare_workload(config, model, ctx)
         path = records_path(options)
         run_file = Path(str(path).removesuffix("_records.jsonl").removesuffix(".jsonl") + "_run.json")
-        state = RunState(
-            config, env.host, model, RecordWriter(path, fsync=False), run_file, plan_stages(config, model)
-        )
+        stages = plan_stages(config, model, prompt_words)
+        state = RunState(config, env.host, model, RecordWriter(path, fsync=False), run_file, stages)
         state.health = RecordWriter(health_path(path), fsync=False)
         log.info("llmload: model %s, rungs %s, records in %s", model, list(config.rungs), path)
         return state
+
+    def _prepare_workload(self, config: SweepConfig, model: str, ctx: Any) -> int | None:
+        """Check the prompt file; for synthetic prompts, the words per prompt (llmload.workload)."""
+        if config.prompt_file is not None:
+            load_prompt_file(config.prompt_file, config.prompt_format)
+        if config.prompt_tokens is None:
+            return None
+        options = self.runner.environment.parsed_options
+        cal = calibrate(
+            self.runner.environment.host or "", model, config.endpoint, auth_headers(api_key(options)), ctx
+        )
+        words = cal.words_for(config.prompt_tokens)
+        log.info(
+            "llmload: prompt_tokens %d -> %d words (%.3f tokens/word + %.1f, by %s)",
+            config.prompt_tokens,
+            words,
+            cal.per_word,
+            cal.overhead,
+            cal.method,
+        )
+        return words
+
+    def _reconcile(self, progress: _StageProgress) -> None:
+        """A finished rung whose token accounts do not add up fails the run (exit code 3)."""
+        run = self.run
+        assert run is not None
+        tally = run.tallies.get(progress.stage.rung)
+        if progress.stage.rung == WARMUP_RUNG or tally is None:
+            return
+        problem = check_rung(
+            progress.stage.name, tally, run.config.reconcile, ignore_eos=run.config.ignore_eos
+        )
+        if problem:
+            log.error("llmload: token reconciliation failed: %s", problem)
+            self.runner.environment.process_exit_code = 3
 
     def _fail(self, message: str) -> None:
         log.error("llmload: %s", message)
@@ -305,7 +365,12 @@ class LadderShape(LoadTestShape):
         deadline = None
         if run.config.duration is not None and progress.stage.rung != WARMUP_RUNG:
             deadline = start_at + run.config.duration
-        progress.stage = dataclasses.replace(progress.stage, start_at=start_at, deadline=deadline)
+        slots = None
+        if progress.stage.rate is not None:
+            slots = {k: list(v) for k, v in slot_ranges(progress.ready_by_process).items()}
+        progress.stage = dataclasses.replace(
+            progress.stage, start_at=start_at, deadline=deadline, slots=slots
+        )
         progress.started = start_at
         run.write_run_file()
         log.info("llmload: %s starts (%d users)", progress.stage.name, progress.stage.users)
@@ -343,6 +408,7 @@ class LadderShape(LoadTestShape):
             if current.finished is None:
                 current.finished = time.time()
                 log.info("llmload: %s done: %d requests", current.stage.name, current.records)
+                self._reconcile(current)
             if len(run.progress) < len(run.stages):
                 self._announce(run.stages[len(run.progress)])
             else:
@@ -371,5 +437,5 @@ def register_messages(environment: Any) -> None:
         runner.register_message(MSG_RECORD, shape.on_record)
         runner.register_message(MSG_USER_DONE, shape.on_user_done)
         runner.register_message(MSG_USER_READY, shape.on_user_ready)
-        runner.register_message(MSG_HEALTH, shape.on_health)
         environment.events.quit.add_listener(shape.on_quit)
+        runner.register_message(MSG_HEALTH, shape.on_health)

@@ -23,9 +23,15 @@ Rates per rung (wall_s as in `llmload.sweep`: first start to last end, all reque
 - goodput_request_s = completed requests meeting every given SLO / wall_s (vLLM: a value meets
   its SLO when <= the limit; a 1-token request has TPOT 0; SLO keys not given are not checked).
 
-Token reconciliation (counts over completed requests):
-- stopped_early: output_tokens != max_tokens and finish_reason != "length" (ignore_eos ignored?).
-- chunks_over_tokens: chunks > output_tokens (impossible; the usage figure is wrong).
+Request-rate mode: queue_wait = t_start - t_scheduled (a due request waiting for a free client
+slot; not part of TTFT or E2EL, as in vLLM); `rate` is the rung's target request rate.
+input_tokens summarizes usage.prompt_tokens (the real input lengths).
+
+Token reconciliation (`llmload.reconcile`, counts over completed requests): stopped_early
+(fewer tokens than max_tokens without finish_reason "length": ignore_eos not honoured?),
+disagree (usage, chunks, max_tokens and finish_reason do not add up), chunks_over_tokens.
+
+`vllm_result()` gives a rung's figures under the key names of vLLM `bench serve`'s result JSON.
 """
 
 from __future__ import annotations
@@ -34,12 +40,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from llmload.reconcile import tally
 from llmload.records import RequestRecord
 from llmload.stats import DEFAULT_PERCENTILES, Summary, summarize
 from llmload.sweep import Rung
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
-LATENCY_NAMES = ("ttft", "ttft_content", "tpot", "itl", "e2el")
+LATENCY_NAMES = ("ttft", "ttft_content", "tpot", "itl", "e2el", "queue_wait")
+VLLM_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2el"}  # ours -> vLLM's name
+
+
+def queue_wait_ms(rec: RequestRecord) -> float | None:
+    return None if rec.t_scheduled is None else (rec.t_start - rec.t_scheduled) * 1000.0
 
 
 def ttft_ms(rec: RequestRecord) -> float | None:
@@ -122,10 +134,37 @@ class RungMetrics:
     goodput_request_s: float
     stopped_early: int
     chunks_over_tokens: int
+    disagree: int = 0  # completed requests whose token counts do not add up (llmload.reconcile)
+    rate: float | None = None  # rate mode: the target request rate
+    input_tokens: Summary | None = None  # usage.prompt_tokens of completed requests
+    wall_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "latencies"}
+        skip = ("latencies", "input_tokens")
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         out["latencies_ms"] = {k: None if s is None else s.as_dict() for k, s in self.latencies.items()}
+        out["input_tokens"] = None if self.input_tokens is None else self.input_tokens.as_dict()
+        out["vllm"] = self.vllm_result()
+        return out
+
+    def vllm_result(self) -> dict[str, Any]:
+        """The rung under vLLM `bench serve` result-file key names, where the meaning is the same."""
+        out: dict[str, Any] = {
+            "duration": self.wall_s,
+            "completed": self.completed,
+            "request_throughput": self.request_s,
+            "request_goodput": self.goodput_request_s if self.slo else None,
+            "output_throughput": self.output_tok_s,
+            "total_token_throughput": self.total_tok_s,
+            "max_concurrency": self.conc,
+            "request_rate": self.rate if self.rate is not None else "inf",
+        }
+        for ours, theirs in VLLM_METRICS.items():
+            s = self.latencies.get(ours)
+            if s is None:
+                continue
+            out |= {f"mean_{theirs}_ms": s.mean, f"median_{theirs}_ms": s.median, f"std_{theirs}_ms": s.std}
+            out |= {f"p{q:g}_{theirs}_ms": v for q, v in s.percentiles.items()}
         return out
 
 
@@ -144,11 +183,13 @@ def rung_metrics(
         "tpot": [v for v in map(tpot_ms, completed) if v is not None],
         "itl": [v for rec in completed for v in itl_ms(rec)],
         "e2el": [e2el_ms(r) for r in completed],
+        "queue_wait": [v for v in map(queue_wait_ms, rung.records) if v is not None],
     }
     output_tokens = rung.output_tokens
     prompt_known = all(r.prompt_tokens is not None for r in completed)
     prompt_tokens = sum(r.prompt_tokens or 0 for r in completed)
     good = sum(meets_slo(r, slo) for r in completed)
+    tokens = tally(r.to_dict() for r in completed)
     return RungMetrics(
         rung=rung.index,
         conc=rung.users,
@@ -162,8 +203,14 @@ def rung_metrics(
         slo=slo,
         good_requests=good,
         goodput_request_s=rung.per_second(good),
-        stopped_early=sum(r.output_tokens != r.max_tokens and r.finish_reason != "length" for r in completed),
-        chunks_over_tokens=sum(r.chunks > r.output_tokens for r in completed),
+        stopped_early=tokens.stopped_early,
+        chunks_over_tokens=tokens.kinds.get("chunks_over_tokens", 0),
+        disagree=tokens.disagree,
+        rate=next((r.rate for r in rung.records if r.rate is not None), None),
+        input_tokens=summarize(
+            [r.prompt_tokens for r in completed if r.prompt_tokens is not None], percentiles
+        ),
+        wall_s=rung.wall_s,
     )
 
 

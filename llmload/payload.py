@@ -36,4 +36,6 @@ def build_payload(config: SweepConfig, model: str, prompt: str) -> dict[str, Any
         body["ignore_eos"] = True
     if config.stream:
         body["stream_options"] = {"include_usage": True}
+        if config.continuous_usage:  # usage on every chunk: tokens per chunk, so ITL per token (vLLM)
+            body["stream_options"]["continuous_usage_stats"] = True
     return body

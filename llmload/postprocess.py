@@ -70,7 +70,9 @@ def load_run(
     info = read_run_info(prefix)
     rows = sweep_rows(rungs, partial_rungs=unfinished_rungs(info), requests_per_user=requests_per_user)
     flag_saturated(rows, rungs, read_health(health_path(records_path)))
-    metrics = all_rung_metrics(rungs, percentiles=percentiles, slo=slo or {}) if with_metrics else None
+    if slo is None:  # the run's own `slo:` from its config file
+        slo = {k: v for k, v in ((info or {}).get("config", {}).get("slo") or {}).items() if v is not None}
+    metrics = all_rung_metrics(rungs, percentiles=percentiles, slo=slo) if with_metrics else None
     warnings = cross_check(prefix, rungs)
     if skipped:
         lines = ", ".join(map(str, skipped))

@@ -47,6 +47,8 @@ class RequestRecord:
     chunk_times: list[float] = field(default_factory=list)  # s after t_start of each content chunk
     chunk_tokens: list[int] | None = None  # tokens per content chunk, when the server reports them
     worker: str = ""  # the Locust worker (or "local") that sent it
+    t_scheduled: float | None = None  # rate mode: the arrival the schedule gave it (t_start - this = wait)
+    rate: float | None = None  # rate mode: the rung's target request rate (requests/s)
 
     @property
     def ok(self) -> bool:

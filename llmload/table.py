@@ -140,6 +140,8 @@ def _latency_rows(metrics: Sequence[RungMetrics], percentiles: Sequence[float]) 
     for m in metrics:
         for name in LATENCY_NAMES:
             s = m.latencies[name]
+            if s is None and name == "queue_wait":
+                continue  # only rate-mode rungs wait for a client slot
             label = "itl (per chunk)" if name == "itl" and m.itl_per_chunk else name
             cells = _summary_cells(s, percentiles).values()
             body.append([rung_name(m.rung, m.conc), label, str(0 if s is None else s.count), *cells])

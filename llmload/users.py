@@ -10,6 +10,7 @@ pseudo-entries (their own request types, so rung request counts and token totals
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from typing import Any
@@ -19,6 +20,7 @@ import gevent
 from locust import FastHttpUser, constant, task
 from locust.runners import WorkerRunner
 
+from llmload.arrivals import ArrivalQueue, arrival_count, arrival_offsets
 from llmload.client import RequestContext, send_request
 from llmload.config import SweepConfig
 from llmload.entries import REQUEST_TYPE, TPOT_TYPE, TTFT_TYPE
@@ -27,8 +29,26 @@ from llmload.options import api_key
 from llmload.payload import build_payload, endpoint_path
 from llmload.preflight import auth_headers, tls_context
 from llmload.records import RequestRecord
+from llmload.workload import workload_for
 
 STAGE_POLL_S = 1.0
+_ARRIVALS: dict[int, ArrivalQueue] = {}  # rate mode: this process's arrivals of the current stage
+_PROMPT_INDEX = itertools.count()  # concurrency mode: prompts are taken in turn by the process's users
+
+
+def arrival_queue(stage: Stage, config: SweepConfig, process: str) -> ArrivalQueue:
+    """This process's share of a rate stage's schedule, shared by its users (llmload.arrivals)."""
+    queue = _ARRIVALS.get(stage.seq)
+    if queue is None:
+        assert stage.rate is not None and stage.start_at is not None and stage.slots is not None
+        count = arrival_count(stage.rate, config.requests_per_rung, config.duration)
+        offsets = arrival_offsets(
+            stage.rate, count, burstiness=config.burstiness, seed=config.seed, rung=stage.rung
+        )
+        lo, hi = stage.slots.get(process, (0, 0))
+        _ARRIVALS.clear()
+        queue = _ARRIVALS[stage.seq] = ArrivalQueue(stage.start_at, offsets, (lo, hi), stage.users)
+    return queue
 
 
 class RequestFailure(Exception):
@@ -85,14 +105,22 @@ class LLMUser(FastHttpUser):
             return
         if stage.start_at is None:
             if self._ready_seq != stage.seq:
-                self.environment.runner.send_message(MSG_USER_READY, {"seq": stage.seq, "user": self._uid})
+                workload_for(self._stage_config(stage), stage.prompt_words)  # built before the go
+                ready = {"seq": stage.seq, "user": self._uid, "worker": self._worker}
+                self.environment.runner.send_message(MSG_USER_READY, ready)
                 self._ready_seq = stage.seq
             stage = BOARD.wait_go(stage.seq, STAGE_POLL_S)
             if stage is None:
                 return
         gevent.sleep(max(0.0, stage.start_at - time.time()))
         sent = 0
-        if stage.deadline is None:
+        if stage.rate is not None:
+            queue = arrival_queue(stage, self._stage_config(stage), self._worker)
+            while (arrival := queue.take()) is not None:
+                index, due = arrival
+                gevent.sleep(max(0.0, due - time.time()))
+                sent += self.send_one(stage, index, t_scheduled=due)
+        elif stage.deadline is None:
             for _ in range(stage.requests_per_user):
                 sent += self.send_one(stage)
         else:
@@ -101,11 +129,13 @@ class LLMUser(FastHttpUser):
         self._last_seq = stage.seq
         self.environment.runner.send_message(MSG_USER_DONE, {"seq": stage.seq, "requests": sent})
 
-    def send_one(self, stage: Stage) -> int:
-        """Send one request (and its configured retries); returns the number of records."""
+    def send_one(self, stage: Stage, index: int | None = None, t_scheduled: float | None = None) -> int:
+        """Send one request (and its configured retries); returns the number of records.
+        `index` picks the prompt (default: the process's next); `t_scheduled` is the rate-mode arrival."""
         config = self._stage_config(stage)
         request_id = uuid.uuid4().hex
-        prompt = f"[{request_id[:12]}] {config.prompt}" if config.unique_prompts else config.prompt
+        index = next(_PROMPT_INDEX) if index is None else index
+        prompt = workload_for(config, stage.prompt_words).prompt(index, request_id)
         ctx = RequestContext(
             request_id,
             stage.rung,
@@ -124,10 +154,13 @@ class LLMUser(FastHttpUser):
             ctx,
             total_timeout=config.timeouts.total,
             retries=config.retries,
-            report=lambda rec: self._report(rec, stage.name),
+            report=lambda rec: self._report(rec, stage.name, t_scheduled, stage.rate),
         )
 
-    def _report(self, rec: RequestRecord, name: str) -> None:
+    def _report(
+        self, rec: RequestRecord, name: str, t_scheduled: float | None = None, rate: float | None = None
+    ) -> None:
+        rec.t_scheduled, rec.rate = t_scheduled, rate
         fire = self.environment.events.request.fire
         fire(
             request_type=REQUEST_TYPE,

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             args.prefix,
             with_metrics=args.metrics or args.format == "json",
             percentiles=args.percentiles,
-            slo=slo,
+            slo=slo or None,  # none on the command line: the run's config `slo:`
             requests_per_user=args.requests_per_user,
         )
     except RecordFileError as exc:
