@@ -7,7 +7,6 @@ same numbers, same rounding)."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -53,7 +52,6 @@ def check_tab_against_truth_and_post_processor(ui: LocustWebUI, rows: list[dict[
     csv_lines = ui.get("/llmload/sweep.csv").decode().splitlines()
     assert csv_lines == sweep_table(ui.prefix, "--format", "csv").splitlines()
     # the outputs of a headless run: run file, and Locust's CSVs agreeing with the records
-    assert json.loads(Path(f"{ui.prefix}_run.json").read_text())["finished"] is True
     assert cross_check(ui.prefix, group_rungs(records)) == []
 
 
