@@ -299,8 +299,11 @@ class LadderShape(LoadTestShape):
         path = records_path(options)
         run_file = Path(str(path).removesuffix("_records.jsonl").removesuffix(".jsonl") + "_run.json")
         stages = plan_stages(config, model, prompt_words)
-        state = RunState(config, env.host, model, RecordWriter(path, fsync=False), run_file, stages)
-        state.health = RecordWriter(health_path(path), fsync=False)
+        # a new run starts new files, as Locust rewrites its CSVs (a second start from the web UI)
+        state = RunState(
+            config, env.host, model, RecordWriter(path, fsync=False, truncate=True), run_file, stages
+        )
+        state.health = RecordWriter(health_path(path), fsync=False, truncate=True)
         log.info("llmload: model %s, rungs %s, records in %s", model, list(config.rungs), path)
         return state
 
@@ -407,6 +410,7 @@ class LadderShape(LoadTestShape):
         elif current.complete():
             if current.finished is None:
                 current.finished = time.time()
+                run.write_run_file()
                 log.info("llmload: %s done: %d requests", current.stage.name, current.records)
                 self._reconcile(current)
             if len(run.progress) < len(run.stages):

@@ -77,10 +77,10 @@ class RequestRecord:
 class RecordWriter:
     """Appends records as JSON lines; each line is flushed (and fsync'ed) when written."""
 
-    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+    def __init__(self, path: Path, *, fsync: bool = True, truncate: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = self.path.open("a", encoding="utf-8")
+        self._fh: IO[str] | None = self.path.open("w" if truncate else "a", encoding="utf-8")
         self._fsync = fsync
 
     def write(self, record: RequestRecord | dict[str, Any]) -> None:
