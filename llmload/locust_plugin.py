@@ -16,6 +16,7 @@ from llmload.config import ConfigError
 from llmload.ladder import register_messages
 from llmload.monitor import RunMonitor
 from llmload.options import add_arguments, run_config
+from llmload.shutdown import install as install_shutdown
 from llmload.soak_plugin import SoakMonitor
 from llmload.webui import register_web_ui
 
@@ -28,6 +29,7 @@ def _add_options(parser: Any, **_: Any) -> None:
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
     register_messages(environment)
+    install_shutdown(environment)  # Ctrl+C and SIGTERM: clean exit, final CSVs (llmload.shutdown)
     register_web_ui(environment)  # the Tokens tab, when this process serves the web UI
     RunMonitor.install(environment)  # env file and server-metrics scraping, on the master
     SoakMonitor.install(environment)  # soak runs: the verdict is the exit code
