@@ -126,13 +126,14 @@ def add_arguments(parser: Any) -> None:
     )
 
 
-def _rungs_option(text: str) -> list[int] | None:
+def _rungs_option(text: str) -> list[int | float] | None:
+    """User counts (1,4,8) or, in rate mode, request rates (0.5,2,5); the config validates which."""
     if not text.strip():
         return None
     try:
-        return [int(part) for part in text.replace(" ", "").split(",") if part]
+        return [float(p) if "." in p else int(p) for p in text.replace(" ", "").split(",") if p]
     except ValueError:
-        raise ConfigError(f"--rungs: expected comma-separated integers like 1,4,8,10, got {text!r}") from None
+        raise ConfigError(f"--rungs: expected comma-separated numbers like 1,4,8,10, got {text!r}") from None
 
 
 def _number_option(options: Namespace, name: str, kind: type[int] | type[float]) -> int | float | None:
