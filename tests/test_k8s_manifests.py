@@ -20,11 +20,16 @@ from llmload.config import load_config, parse_config
 REPO = Path(__file__).resolve().parent.parent
 K8S = REPO / "deploy" / "k8s"
 APP_DIR = "/app"  # the image's working directory (deploy/k8s/Dockerfile)
+SOAK = "soak-cronjob.yaml"  # applied on its own, not by the kustomization; tests/test_deploy_units.py
+
+
+def sweep_manifests() -> list[Path]:
+    return sorted(p for p in K8S.glob("*.yaml") if p.name != SOAK)
 
 
 def documents() -> list[dict[str, Any]]:
     docs = []
-    for path in sorted(K8S.glob("*.yaml")):
+    for path in sweep_manifests():
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
     return docs
 
@@ -79,7 +84,7 @@ def test_objects_and_kinds():
 
 def test_kustomization_lists_every_manifest():
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
-    manifests = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    manifests = {p.name for p in sweep_manifests()} - {"kustomization.yaml"}
     assert set(kustomization["resources"]) == manifests
 
 

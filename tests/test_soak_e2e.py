@@ -7,18 +7,22 @@ log, and the verdict against what the simulator was told to do: the steady run p
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
 from llmload.drift import fit_trend
 from llmload.sim.truth import load_truth
 from llmload.soak import soak_report
-from llmload.sweep_run import REPO, SweepRun, run_sweep
+from llmload.sweep_run import LOCUSTFILES, REPO, SweepRun, locust_command, run_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -122,3 +126,60 @@ def test_degrading_soak_is_flagged_with_exit_code_1(soak_runs):
     ]
     assert failed == summary["breached"]
     check_windows_against_truth(run)
+
+
+# --- long-run safety --------------------------------------------------------------------------
+MEMORY_REQUESTS = 20_000
+MEMORY_USERS = 16
+
+
+class LineCounter:
+    """Counts the lines of a file that is still being appended to, reading only what is new."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines = 0
+        self._offset = 0
+
+    def update(self) -> int:
+        if self.path.exists():
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read()
+            self._offset += len(chunk)
+            self.lines += chunk.count(b"\n")
+        return self.lines
+
+
+def test_generator_memory_stays_flat_over_20000_requests(tmp_path, sim_start):
+    """The locust process's peak RSS in the last fifth of the requests is < 10 % above its peak in
+    the first fifth (records are streamed to disk; Locust's per-entry stats are bounded)."""
+    sim = sim_start(base_ms=1, per_seq_ms=0, accept_len=1)  # 4 tokens in ~4 ms
+    prefix = tmp_path / "run"
+    args = ["--rungs", str(MEMORY_USERS), "--requests-per-user", str(MEMORY_REQUESTS // MEMORY_USERS)]
+    args += ["--max-tokens", "4", "--warmup-requests", "0"]
+    cmd = locust_command(sim.url, prefix, LOCUSTFILES["completions"], args)
+    counter = LineCounter(Path(f"{prefix}_records.jsonl"))
+    samples: list[tuple[int, int]] = []  # (records written, RSS bytes)
+    with (tmp_path / "locust.log").open("wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            ps = psutil.Process(proc.pid)
+            deadline = time.monotonic() + 400
+            while proc.poll() is None and time.monotonic() < deadline:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    samples.append((counter.update(), ps.memory_info().rss))
+                time.sleep(0.5)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 0, (tmp_path / "locust.log").read_text()[-3000:]
+    assert counter.update() == MEMORY_REQUESTS
+    fifth = MEMORY_REQUESTS // 5
+    first = [rss for n, rss in samples if 0 < n <= fifth]
+    last = [rss for n, rss in samples if n >= MEMORY_REQUESTS - fifth]
+    assert len(first) >= 5 and len(last) >= 5, samples
+    growth = max(last) / max(first) - 1
+    print(f"RSS peaks: first fifth {max(first) / 1e6:.1f} MB, last {max(last) / 1e6:.1f} MB ({growth:+.1%})")
+    assert growth < 0.10
