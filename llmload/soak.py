@@ -203,7 +203,9 @@ def run_soak_config(prefix: str, info: dict[str, Any] | None, config_path: str |
         raise ConfigError(f"{prefix}_run.json: missing or unreadable; name the soak config with --config")
     # only the keys a soak report needs, so other sections of a newer or older run file do not matter
     raw = info["config"]
-    return parse_config({k: raw.get(k) for k in ("rungs", "duration", "soak")}, source=f"{prefix}_run.json")
+    return parse_config(
+        {k: raw[k] for k in ("mode", "rungs", "duration", "soak") if k in raw}, source=f"{prefix}_run.json"
+    )
 
 
 def _fill_windows(

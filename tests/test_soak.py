@@ -218,6 +218,15 @@ def test_a_breach_in_an_unfinished_run_is_still_a_breach(tmp_path):
     assert soak_report(prefix).exit_code == 1
 
 
+def test_a_rate_mode_soak_is_judged_the_same_way(tmp_path):
+    prefix = write_run(tmp_path, per_window([20] * 6))
+    info = json.loads(Path(f"{prefix}_run.json").read_text())
+    info["config"].update(mode="rate", rungs=[2.5])  # 2.5 requests/s for `duration`
+    Path(f"{prefix}_run.json").write_text(json.dumps(info))
+    report = soak_report(prefix)
+    assert report.status == "pass" and report.level("agg_tok_s") == pytest.approx(200.0)
+
+
 def test_no_full_window_could_not_run(tmp_path):
     report = soak_report(write_run(tmp_path, [rec(T0 + 3.0)], finished=False))
     assert report.status == "not_run" and report.exit_code == 2 and report.windows == []
