@@ -20,9 +20,9 @@ sweep: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-## the fast suite only (simulator, no real server, no browser)
+## the fast suite only (simulator, no real server, no browser, no minutes-long `slow` runs)
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not real and not browser"
+	$(PY) -m pytest -q -m "not real and not browser and not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
