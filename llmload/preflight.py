@@ -18,10 +18,17 @@ class PreflightError(RuntimeError):
 
 
 def tls_context(ca_bundle: str = "", insecure: bool = False) -> ssl.SSLContext:
-    """Certificate verification on by default; a CA bundle, or no verification, on request."""
+    """Certificate verification on by default (system CAs); a CA bundle is trusted in addition
+    (as geventhttpclient does for the users' connections); or no verification, on request."""
     if insecure:
         return ssl._create_unverified_context()  # noqa: S323 (explicit user choice)
-    return ssl.create_default_context(cafile=ca_bundle or None)
+    context = ssl.create_default_context()
+    if ca_bundle:
+        try:
+            context.load_verify_locations(cafile=ca_bundle)
+        except (OSError, ssl.SSLError) as e:
+            raise PreflightError(f"--ca-bundle {ca_bundle}: cannot load: {e.strerror or e}") from None
+    return context
 
 
 def auth_headers(api_key: str) -> dict[str, str]:

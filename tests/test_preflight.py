@@ -83,3 +83,14 @@ def test_api_key_rejected(tmp_path, sim_start, monkeypatch, given):
         sim.truth_log,
     )
     assert "sk-" not in run.log.read_text()
+
+
+def test_missing_ca_bundle(tmp_path, sim_start):
+    sim = sim_start()
+    bundle = tmp_path / "nope.pem"
+    run = run_sweep(
+        host=sim.url, run_dir=tmp_path / "run", locust_args=["--ca-bundle", str(bundle)], timeout=60
+    )
+    assert_stopped_before_the_first_rung(
+        run, re.escape(f"--ca-bundle {bundle}: cannot load: No such file or directory"), sim.truth_log
+    )
