@@ -55,6 +55,8 @@ MSG_USER_DONE = "llmload_user_done"
 MSG_USER_READY = "llmload_user_ready"
 GO_MARGIN_S = 0.25  # start_at is this far ahead of the "go" announcement, so it reaches every worker
 STATS_CATCH_UP_S = 12.0  # workers report stats every 3 s; wait at most this for the last ones
+READY_TIMEOUT_S = 60.0  # a stage starts with the users that are ready after this long
+STALL_MARGIN_S = 30.0  # a stage with no progress for timeouts.total + this is abandoned
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,7 @@ class _StageProgress:
     requests_reported: int = 0
     records: int = 0
     finished: float | None = None
+    last_progress: float = field(default_factory=time.time)  # last ready / record / done message
 
     def complete(self) -> bool:
         return self.users_done >= self.stage.users and self.records >= self.requests_reported
@@ -246,6 +249,7 @@ class LadderShape(LoadTestShape):
         for p in run.progress:
             if p.stage.rung == rung:
                 p.records += 1
+                p.last_progress = time.time()
         for hook in self.record_hooks:
             hook(run, data)
 
@@ -261,6 +265,7 @@ class LadderShape(LoadTestShape):
             and msg.data["user"] not in current.ready
         ):
             current.ready.add(msg.data["user"])
+            current.last_progress = time.time()
             process = msg.data.get("worker", "local")
             current.ready_by_process[process] = current.ready_by_process.get(process, 0) + 1
 
@@ -272,6 +277,7 @@ class LadderShape(LoadTestShape):
             if p.stage.seq == msg.data["seq"]:
                 p.users_done += 1
                 p.requests_reported += msg.data["requests"]
+                p.last_progress = time.time()
 
     # --- the shape ----------------------------------------------------------------------
     def close(self) -> None:
@@ -374,7 +380,7 @@ class LadderShape(LoadTestShape):
         progress.stage = dataclasses.replace(
             progress.stage, start_at=start_at, deadline=deadline, slots=slots
         )
-        progress.started = start_at
+        progress.started = progress.last_progress = start_at
         run.write_run_file()
         log.info("llmload: %s starts (%d users)", progress.stage.name, progress.stage.users)
         self.runner.send_message(MSG_STAGE, dataclasses.asdict(progress.stage))
@@ -403,10 +409,29 @@ class LadderShape(LoadTestShape):
         run = self.run
         current = run.current
         assert current is not None
+        idle = time.time() - current.last_progress
         if current.stage.start_at is None:
             # this tick comes after Locust finished spawning the stage's users (start() blocks)
             if len(current.ready) >= current.stage.users:
                 self._go(current)
+            elif idle > READY_TIMEOUT_S:
+                log.warning(
+                    "llmload: %s: only %d of %d users ready after %.0f s; starting with them",
+                    current.stage.name,
+                    len(current.ready),
+                    current.stage.users,
+                    idle,
+                )
+                self._go(current)
+        elif not current.complete() and idle > run.config.timeouts.total + STALL_MARGIN_S:
+            # every request ends within timeouts.total, so users were lost (a worker died or
+            # Locust moved users mid-request): stop instead of waiting forever
+            self._fail(
+                f"{current.stage.name}: no progress for {idle:.0f} s ({current.users_done} of "
+                f"{current.stage.users} users done); the run stops, the rung is partial"
+            )
+            run.write_run_file()
+            return None
         elif current.complete():
             if current.finished is None:
                 current.finished = time.time()
