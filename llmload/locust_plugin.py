@@ -13,6 +13,7 @@ from typing import Any
 from locust import events
 
 from llmload.config import ConfigError
+from llmload.health import start_sampling
 from llmload.ladder import register_messages
 from llmload.monitor import RunMonitor
 from llmload.options import add_arguments, run_config
@@ -30,9 +31,10 @@ def _add_options(parser: Any, **_: Any) -> None:
 def _on_init(environment: Any, **_: Any) -> None:
     register_messages(environment)
     install_shutdown(environment)  # Ctrl+C and SIGTERM: clean exit, final CSVs (llmload.shutdown)
-    register_web_ui(environment)  # the Tokens tab, when this process serves the web UI
+    start_sampling(environment)  # the generator's own CPU and event-loop lag (processes with users)
     RunMonitor.install(environment)  # env file and server-metrics scraping, on the master
     SoakMonitor.install(environment)  # soak runs: the verdict is the exit code
+    register_web_ui(environment)  # the Tokens tab, when this process serves the web UI
     options = environment.parsed_options
     if options is not None and getattr(options, "headless", False) and not getattr(options, "worker", False):
         try:  # fail fast on a bad ladder file, before any user starts
