@@ -56,7 +56,8 @@ MSG_USER_READY = "llmload_user_ready"
 GO_MARGIN_S = 0.25  # start_at is this far ahead of the "go" announcement, so it reaches every worker
 STATS_CATCH_UP_S = 12.0  # workers report stats every 3 s; wait at most this for the last ones
 READY_TIMEOUT_S = 60.0  # a stage starts with the users that are ready after this long
-STALL_MARGIN_S = 30.0  # a stage with no progress for timeouts.total + this is abandoned
+STALL_MARGIN_S = 10.0  # a stage with no progress for timeouts.total + this is abandoned...
+RETRY_WAIT_MAX_S = 60.0  # ...plus the longest wait between retries (client caps Retry-After at 60 s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +349,11 @@ class LadderShape(LoadTestShape):
             log.error("llmload: token reconciliation failed: %s", problem)
             self.runner.environment.process_exit_code = 3
 
+    @staticmethod
+    def _stall_limit(config: SweepConfig) -> float:
+        """Seconds without any message after which a started stage has lost users."""
+        return config.timeouts.total + STALL_MARGIN_S + (RETRY_WAIT_MAX_S if config.retries.max else 0.0)
+
     def _fail(self, message: str) -> None:
         log.error("llmload: %s", message)
         self.runner.environment.process_exit_code = 2
@@ -423,7 +429,7 @@ class LadderShape(LoadTestShape):
                     idle,
                 )
                 self._go(current)
-        elif not current.complete() and idle > run.config.timeouts.total + STALL_MARGIN_S:
+        elif not current.complete() and idle > self._stall_limit(run.config):
             # every request ends within timeouts.total, so users were lost (a worker died or
             # Locust moved users mid-request): stop instead of waiting forever
             self._fail(

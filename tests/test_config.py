@@ -63,8 +63,17 @@ def test_missing_file(tmp_path):
 
 def test_options_override_the_file(tmp_path):
     path = write(tmp_path, "rungs: [1, 2]\nmax_tokens: 16\n")
-    opts = Namespace(ladder=str(path), rungs="3,5", max_tokens=None, model="m", endpoint="", stream="false",
-                     requests_per_user=2, rung_duration=None, warmup_requests=0)
+    opts = Namespace(
+        ladder=str(path),
+        rungs="3,5",
+        max_tokens=None,
+        model="m",
+        endpoint="",
+        stream="false",
+        requests_per_user=2,
+        rung_duration=None,
+        warmup_requests=0,
+    )
     cfg = run_config(opts)
     assert cfg.rungs == (3, 5) and cfg.max_tokens == 16 and cfg.model == "m"
     assert cfg.stream is False and cfg.requests_per_user == 2 and cfg.warmup_requests == 0

@@ -66,7 +66,8 @@ def test_continuous_usage_gives_tokens_per_chunk():
     acc = StreamAccumulator()
     acc.feed(b'data: {"choices":[{"text":" a b c"}],"usage":{"completion_tokens":3}}\n', 0.1)
     acc.feed(b'data: {"choices":[{"text":" d"}],"usage":{"completion_tokens":4}}\n', 0.2)
-    acc.feed(b'data: {"choices":[{"text":" e f","finish_reason":"length"}],"usage":{"completion_tokens":6}}\n', 0.3)
+    last = b'data: {"choices":[{"text":" e f","finish_reason":"length"}],"usage":{"completion_tokens":6}}\n'
+    acc.feed(last, 0.3)
     assert acc.tokens_per_chunk() == [3, 1, 2]
 
 

@@ -61,8 +61,6 @@ def test_sweep_table_on_the_real_model(real_sweep):
     assert [row.tokens for row in result.rows] == [MAX_TOKENS * c for c in (1, 2, 4)]
     assert all(row.failures == 0 and row.agg_tok_s > 0 for row in result.rows)
     assert result.warnings == []  # Locust's CSVs agree with the records
-    # continuous batching: 4 streams together decode faster in aggregate than 1 alone
-    assert result.rows[2].agg_tok_s > result.rows[0].agg_tok_s
 
 
 def test_chat_endpoint_on_the_real_server(llama_server, tmp_path):
