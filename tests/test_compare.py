@@ -144,12 +144,14 @@ def sim_runs(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # three real sweeps (~70 s): in make test, not make test-fast
 def test_same_config_is_within_noise_at_every_rung(sim_runs):
     cmp = compare_runs(sim_runs["base"], sim_runs["same"])
     assert [r.conc for r in cmp.rungs] == [1, 4, 8]
     assert [r.verdict for r in cmp.rungs] == [NOISE, NOISE, NOISE]
 
 
+@pytest.mark.slow  # three real sweeps (~70 s): in make test, not make test-fast
 def test_slower_step_regresses_where_it_matters(sim_runs):
     cmp = compare_runs(sim_runs["base"], sim_runs["slow"])
     by_conc = {r.conc: r for r in cmp.rungs}

@@ -29,7 +29,9 @@ def truth_by_rung(run: SweepRun) -> dict[int, list[dict]]:
     return out
 
 
-def check_against_truth(run: SweepRun, ladder: list[int], max_tokens: int, rate_rel: float = 0.01) -> None:
+def check_against_truth(
+    run: SweepRun, ladder: list[int], max_tokens: int, rate_rel: float = 0.01, per_user: int = 1
+) -> None:
     assert run.returncode == 0, run.log.read_text()[-3000:]
     records, _ = read_records(run.records)
     rungs = group_rungs(records)
@@ -38,10 +40,10 @@ def check_against_truth(run: SweepRun, ladder: list[int], max_tokens: int, rate_
     assert [r.conc for r in rows] == ladder
     for row in rows:
         reqs = truth[row.rung]
-        assert row.requests == len(reqs) == row.conc
+        assert row.requests == len(reqs) == row.conc * per_user
         assert row.failures == 0
         true_tokens = sum(t["completion_tokens"] for t in reqs)
-        assert row.tokens == true_tokens == row.conc * max_tokens
+        assert row.tokens == true_tokens == row.conc * per_user * max_tokens
         true_wall = max(t["last_token"] for t in reqs) - min(t["arrival"] for t in reqs)
         assert row.agg_tok_s == pytest.approx(true_tokens / true_wall, rel=rate_rel)
         true_per_req = sum(t["completion_tokens"] / (t["last_token"] - t["arrival"]) for t in reqs) / len(
@@ -93,3 +95,18 @@ def test_locust_command_line_works_as_documented(tmp_path):
     records, _ = read_records(run.records)
     assert all(r.chunks == 32 for r in records)  # one token per chunk at accept_len 1
     assert Path(f"{run.prefix}_stats.csv").exists() and Path(f"{run.prefix}_run.json").exists()
+
+
+def test_llama_cpp_like_server(tmp_path):
+    """What the real llama-server showed (tests/real): usage on the last content chunk and a
+    connection closed after every streamed reply. Several requests per user reuse the user's
+    pooled connection, so a client that did not reconnect would count failures."""
+    run = run_sweep(
+        run_dir=tmp_path,
+        locust_args=["--rungs", "1,2", "--max-tokens", "16", "--requests-per-user", "4"],
+        sim={"usage_style": "llamacpp", "close_after_stream": True, "base_ms": 5, "per_seq_ms": 1},
+        timeout=120,
+    )
+    check_against_truth(run, [1, 2], 16, rate_rel=0.05, per_user=4)
+    records, _ = read_records(run.records)
+    assert all(r.ok and not r.tokens_estimated for r in records)

@@ -47,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
         "llamacpp: usage+timings always, on the final chunk whose choices is not empty",
     )
     net.add_argument(
+        "--close-after-stream",
+        action="store_true",
+        help="close the connection after every streamed reply although HTTP/1.1 keeps it alive "
+        "(llama-server does this): a pooling client must reconnect, not fail",
+    )
+    net.add_argument(
         "--ignore-eos-unsupported",
         action="store_true",
         help="ignore the ignore_eos request field (requests stop at their natural length)",
@@ -129,6 +135,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
             seed=args.seed,
             usage_style=args.usage_style,
             ignore_eos_unsupported=args.ignore_eos_unsupported,
+            close_after_stream=args.close_after_stream,
             faults=faults,
             fault_seed=args.fault_seed,
             stall_s=args.stall_s,

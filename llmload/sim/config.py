@@ -23,6 +23,7 @@ class SimConfig:
     seed: int = 0
     usage_style: str = "vllm"
     ignore_eos_unsupported: bool = False
+    close_after_stream: bool = False  # close the connection after each streamed reply (llama-server)
     faults: dict[str, float] = field(default_factory=dict)
     fault_seed: int = 0
     stall_s: float = 30.0

@@ -315,6 +315,8 @@ class SimServer:
         if fault != "no_done":
             await resp.write(shapes.DONE)
         await resp.write_eof()
+        if cfg.close_after_stream and request.transport is not None:
+            request.transport.close()  # after the buffered reply is flushed, as llama-server does
 
     async def _complete(
         self,
