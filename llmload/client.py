@@ -167,6 +167,11 @@ def send_request(
     """Send a request, retrying as configured; `report` gets each attempt's record as it ends
     (failures are recorded, not raised). Returns the number of attempts (records)."""
     body = json.dumps(payload).encode()
+    if ctx.stream:
+        # one connection per streamed request: llama-server closes the connection after every
+        # stream although it answers keep-alive, and a pooled connection the server is closing
+        # fails the next request before its headers (a spurious `reset`)
+        headers = {**headers, "Connection": "close"}
     retry = 0
     while True:
         request_id = f"{ctx.request_id}-retry{retry}" if retry else ctx.request_id

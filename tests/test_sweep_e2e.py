@@ -103,10 +103,11 @@ def test_llama_cpp_like_server(tmp_path):
     pooled connection, so a client that did not reconnect would count failures."""
     run = run_sweep(
         run_dir=tmp_path,
-        locust_args=["--rungs", "1,2", "--max-tokens", "16", "--requests-per-user", "4"],
+        locust_args=["--rungs", "1,2", "--max-tokens", "64", "--requests-per-user", "3"],
         sim={"usage_style": "llamacpp", "close_after_stream": True, "base_ms": 5, "per_seq_ms": 1},
         timeout=120,
     )
-    check_against_truth(run, [1, 2], 16, rate_rel=0.05, per_user=4)
+    # each streamed request opens a new connection here: a little more transit per request
+    check_against_truth(run, [1, 2], 64, rate_rel=0.05, per_user=3)
     records, _ = read_records(run.records)
     assert all(r.ok and not r.tokens_estimated for r in records)
