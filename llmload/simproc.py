@@ -14,9 +14,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
-from llmload.serverproc import LOOPBACK, ManagedProcess, free_port
+from llmload.serverproc import LOOPBACK, ManagedProcess, StartStop, free_port
 
 
 def sim_flags(faults: Mapping[str, float] | None = None, **flags: object) -> list[str]:
@@ -32,7 +31,7 @@ def sim_flags(faults: Mapping[str, float] | None = None, **flags: object) -> lis
     return args
 
 
-class SimulatorProcess:
+class SimulatorProcess(StartStop):
     """The simulator on a free loopback port; a context manager that stops it by PID."""
 
     def __init__(
@@ -65,14 +64,3 @@ class SimulatorProcess:
     def stop(self) -> int | None:
         """SIGTERM (then SIGKILL) by PID; returns the exit code."""
         return self.process.stop()
-
-    def __enter__(self) -> SimulatorProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
