@@ -161,43 +161,30 @@ class LLMUser(FastHttpUser):
         self, rec: RequestRecord, name: str, t_scheduled: float | None = None, rate: float | None = None
     ) -> None:
         rec.t_scheduled, rec.rate = t_scheduled, rate
-        fire = self.environment.events.request.fire
-        fire(
-            request_type=REQUEST_TYPE,
-            name=name,
-            response_time=rec.e2e_s * 1000.0,
-            response_length=rec.output_tokens,
-            exception=None if rec.ok else RequestFailure(rec.outcome),
-            context={},
-            response=None,
-            url=None,
-            start_time=rec.t_start,
-        )
-        if rec.ok and rec.stream and rec.t_first is not None:
-            fire(
-                request_type=TTFT_TYPE,
+
+        def fire(request_type: str, ms: float, length: int = 0, exception: Exception | None = None) -> None:
+            self.environment.events.request.fire(
+                request_type=request_type,
                 name=name,
-                response_time=(rec.t_first - rec.t_start) * 1000.0,
-                response_length=0,
-                exception=None,
+                response_time=ms,
+                response_length=length,
+                exception=exception,
                 context={},
                 response=None,
                 url=None,
                 start_time=rec.t_start,
             )
+
+        fire(
+            REQUEST_TYPE,
+            rec.e2e_s * 1000.0,
+            rec.output_tokens,
+            None if rec.ok else RequestFailure(rec.outcome),
+        )
+        if rec.ok and rec.stream and rec.t_first is not None:
+            fire(TTFT_TYPE, (rec.t_first - rec.t_start) * 1000.0)
             if rec.output_tokens > 1:
-                tpot = (rec.t_end - rec.t_first) / (rec.output_tokens - 1)
-                fire(
-                    request_type=TPOT_TYPE,
-                    name=name,
-                    response_time=tpot * 1000.0,
-                    response_length=0,
-                    exception=None,
-                    context={},
-                    response=None,
-                    url=None,
-                    start_time=rec.t_start,
-                )
+                fire(TPOT_TYPE, (rec.t_end - rec.t_first) * 1000.0 / (rec.output_tokens - 1))
         self.environment.runner.send_message(MSG_RECORD, rec.to_dict())
 
 

@@ -7,16 +7,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 
 from llmload.postprocess import load_run
-from llmload.serverproc import LOOPBACK, free_port
 from llmload.simproc import SimulatorProcess
-from llmload.sweep_run import LOCUSTFILES, REPO
+from llmload.sweep_run import LOCUSTFILES, REPO, locust_command
 
 
 def wait_for(predicate, timeout: float) -> bool:
@@ -40,30 +38,9 @@ def test_a_dead_worker_does_not_hang_the_run(tmp_path):
     ladder = tmp_path / "ladder.yaml"
     ladder.write_text("rungs: [2, 4]\nmax_tokens: 200\nwarmup_requests: 0\ntimeouts: {total: 5}\n")
     prefix = tmp_path / "run"
-    port = str(free_port())
     with SimulatorProcess(log_path=tmp_path / "sim.log", accept_len=1, base_ms=20, per_seq_ms=1) as sim:
-        cmd = [
-            sys.executable,
-            "-m",
-            "locust",
-            "-f",
-            str(LOCUSTFILES["completions"]),
-            "--headless",
-            "--host",
-            sim.url,
-            "--csv",
-            str(prefix),
-            "--ladder",
-            str(ladder),
-            "--processes",
-            "2",
-            "--master-bind-host",
-            LOOPBACK,
-            "--master-bind-port",
-            port,
-            "--master-port",
-            port,
-        ]
+        extra = ["--ladder", str(ladder), "--processes", "2"]  # locust_command picks a free master port
+        cmd = locust_command(sim.url, prefix, LOCUSTFILES["completions"], extra)
         with (tmp_path / "locust.log").open("wb") as log:
             proc = subprocess.Popen(
                 cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
