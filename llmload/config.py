@@ -158,28 +158,32 @@ def _positive_float(source: str, key: str, value: Any) -> float:
     return float(value)
 
 
+def _entries(
+    source: str, section: str, value: Any, cls: type, what: str = "a mapping"
+) -> list[tuple[str, Any]]:
+    """The (key, value) pairs of a nested section, once every key is a field of `cls`."""
+    _expect(source, section, value, (dict,), what)
+    known = [f.name for f in dataclasses.fields(cls)]
+    for sub in value:
+        if sub not in known:
+            raise ConfigError(f"{source}: unknown key '{section}.{sub}' (known: {', '.join(known)})")
+    return list(value.items())
+
+
 def _section(source: str, key: str, value: Any, cls: type) -> Any:
     if value is None:
         return cls()
-    _expect(source, key, value, (dict,), "a mapping")
-    known = [f.name for f in dataclasses.fields(cls)]
     kwargs: dict[str, Any] = {}
-    for sub, sub_value in value.items():
-        if sub not in known:
-            raise ConfigError(f"{source}: unknown key '{key}.{sub}' (known: {', '.join(known)})")
+    for sub, sub_value in _entries(source, key, value, cls):
         if sub_value is not None:
             kwargs[sub] = _positive_float(source, f"{key}.{sub}", sub_value)
     return cls(**kwargs)
 
 
 def _retries(source: str, value: Any) -> RetryConfig:
-    _expect(source, "retries", value, (dict,), "a mapping with max, on_status, backoff_s")
-    known = [f.name for f in dataclasses.fields(RetryConfig)]
     kwargs: dict[str, Any] = {}
-    for sub, v in value.items():
+    for sub, v in _entries(source, "retries", value, RetryConfig, "a mapping with max, on_status, backoff_s"):
         key = f"retries.{sub}"
-        if sub not in known:
-            raise ConfigError(f"{source}: unknown key '{key}' (known: {', '.join(known)})")
         if sub == "max":
             kwargs[sub] = _positive_int(source, key, v, allow_zero=True)
         elif sub == "backoff_s":
@@ -194,13 +198,9 @@ def _retries(source: str, value: Any) -> RetryConfig:
 
 
 def _soak(source: str, value: Any) -> SoakConfig:
-    _expect(source, "soak", value, (dict,), "a mapping")
-    known = [f.name for f in dataclasses.fields(SoakConfig)]
     kwargs: dict[str, Any] = {}
-    for sub, v in value.items():
+    for sub, v in _entries(source, "soak", value, SoakConfig):
         key = f"soak.{sub}"
-        if sub not in known:
-            raise ConfigError(f"{source}: unknown key '{key}' (known: {', '.join(known)})")
         if v is None:
             continue
         if sub == "settle_windows":
@@ -252,12 +252,8 @@ def _ratio(source: str, key: str, value: Any, *, below_one: bool = False) -> flo
 
 
 def _reconcile(source: str, value: Any) -> ReconcileConfig:
-    _expect(source, "reconcile", value, (dict,), "a mapping")
-    known = [f.name for f in dataclasses.fields(ReconcileConfig)]
-    for sub in value:
-        if sub not in known:
-            raise ConfigError(f"{source}: unknown key 'reconcile.{sub}' (known: {', '.join(known)})")
-    return ReconcileConfig(**{k: _ratio(source, f"reconcile.{k}", v) for k, v in value.items()})
+    entries = _entries(source, "reconcile", value, ReconcileConfig)
+    return ReconcileConfig(**{k: _ratio(source, f"reconcile.{k}", v) for k, v in entries})
 
 
 def _check_mode(config: SweepConfig) -> None:
