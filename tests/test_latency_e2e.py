@@ -169,23 +169,41 @@ def test_itl_semantics_flagged(run):
     assert all(m.stopped_early == m.disagree == 0 for m in metrics)
 
 
+# How far a request's client TTFT / TPOT may sit from its truth: the TTFT bar, and for TPOT
+# (a difference of two stamps over completion_tokens - 1 tokens) a few ms of stamp error spread
+# over MAX_TOKENS - 1 tokens, rounded up.
+GOODPUT_MARGIN_MS = {"ttft_ms": 1.0, "tpot_ms": 0.3}
+
+
 def test_goodput_counts_the_requests_that_met_the_slos(run):
-    """Goodput against a count made from the truth log alone. Each SLO sits in the middle of the
-    widest gap between neighbouring truth values (with requests on both sides), so a request
-    flips sides only if the client's error exceeds half that gap (asserted >= 1 ms). TTFT truth runs from
-    the request's t0 (the SLO is on the latency the user sees, transit included) to the first
-    message the server wrote."""
-    ttft = [(ttft_point(t) - r.t_start) * 1000.0 for r, t in run.pairs]
-    tpot = [(t["last_token"] - ttft_point(t)) * 1000.0 / (t["completion_tokens"] - 1) for _, t in run.pairs]
+    """Goodput against counts made from the truth log alone. Each SLO sits in the middle of the
+    widest gap between neighbouring truth values, so few requests lie near it. A request whose
+    truth is within GOODPUT_MARGIN_MS of an SLO may fall on either side in the client's view; all
+    others must be classified as the truth says: the client's count lies between the count with
+    SLOs tightened by the margin and the count with SLOs loosened by it, and that band holds only
+    a few requests. TTFT truth runs from the request's t0 (the SLO is on the latency the user
+    sees, transit included) to the first message the server wrote."""
+    truth = {
+        "ttft_ms": [(ttft_point(t) - r.t_start) * 1000.0 for r, t in run.pairs],
+        "tpot_ms": [
+            (t["last_token"] - ttft_point(t)) * 1000.0 / (t["completion_tokens"] - 1) for _, t in run.pairs
+        ],
+    }
 
     def mid_gap(values: list[float]) -> float:
         ordered = sorted(values)
         i = max(range(len(ordered) - 1), key=lambda j: ordered[j + 1] - ordered[j])
-        assert ordered[i + 1] - ordered[i] >= 1.0, "no clear gap between truth values"
         return (ordered[i] + ordered[i + 1]) / 2
 
-    slo = {"ttft_ms": mid_gap(ttft), "tpot_ms": mid_gap(tpot)}
-    good_truth = sum(a <= slo["ttft_ms"] and b <= slo["tpot_ms"] for a, b in zip(ttft, tpot, strict=True))
+    slo = {name: mid_gap(values) for name, values in truth.items()}
+
+    def good_truth(shift: float) -> int:
+        limits = {name: slo[name] + shift * GOODPUT_MARGIN_MS[name] for name in slo}
+        pairs = zip(truth["ttft_ms"], truth["tpot_ms"], strict=True)
+        return sum(a <= limits["ttft_ms"] and b <= limits["tpot_ms"] for a, b in pairs)
+
+    surely_good, maybe_good = good_truth(-1.0), good_truth(+1.0)
     good_client = sum(rung_metrics(r, slo=slo).good_requests for r in group_rungs(run.records))
-    assert good_client == good_truth, run.lag_note
-    assert 0 < good_truth < len(run.pairs)
+    assert surely_good <= good_client <= maybe_good, run.lag_note
+    assert surely_good > 0 and maybe_good < len(run.pairs), "the SLOs do not split the requests"
+    assert maybe_good - surely_good <= len(run.pairs) // 10, "too many requests near the SLOs"
