@@ -36,6 +36,7 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from llmload.config import RetryConfig
 from llmload.records import OUTCOME_OK, RequestRecord
+from llmload.rxstamp import KERNEL, ReceiveClock
 from llmload.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
 
 MAX_RETRY_WAIT_S = 60.0  # a longer Retry-After is cut to this
@@ -69,24 +70,24 @@ class RequestFailed(Exception):
         self.retry_after = retry_after  # the Retry-After header of an HTTP error answer
 
 
-def _read_stream(resp: Any, acc: StreamAccumulator, t0: float) -> None:
-    perf = time.perf_counter
+def _read_stream(resp: Any, acc: StreamAccumulator, clock: ReceiveClock) -> None:
+    now = clock.now
     readline = resp.readline
     while True:
         line = readline(b"\n")
         if not line:
             break
-        if acc.feed(line, perf() - t0):
+        if acc.feed(line, now()):
             return
     if acc.finish_reason is None:
         raise RequestFailed("drop", "stream ended before a finish_reason")
     raise RequestFailed("no_done", "stream ended without data: [DONE]")
 
 
-def _read_body(resp: Any, acc: StreamAccumulator, t0: float) -> None:
+def _read_body(resp: Any, acc: StreamAccumulator, clock: ReceiveClock) -> None:
     """Non-streaming: the whole body is one message; its arrival is both first and last token."""
     body = resp.read()
-    t = time.perf_counter() - t0
+    t = clock.now()
     try:
         obj = json.loads(body)
     except ValueError:
@@ -108,7 +109,7 @@ def _exchange(
     headers: dict[str, str],
     stream: bool,
     acc: StreamAccumulator,
-    t0: float,
+    clock: ReceiveClock,
 ) -> int:
     """Send the request and read the answer into acc; returns the HTTP status."""
     try:
@@ -129,7 +130,7 @@ def _exchange(
         if expected not in ctype:
             raise RequestFailed("wrong_content_type", f"content-type {ctype!r}, expected {expected}", status)
         try:
-            (_read_stream if stream else _read_body)(resp, acc, t0)
+            (_read_stream if stream else _read_body)(resp, acc, clock)
         except MalformedStream as e:
             raise RequestFailed("malformed", str(e), status) from None
         except StreamErrorEvent as e:
@@ -202,13 +203,16 @@ def _attempt(
     acc = StreamAccumulator(chat=ctx.endpoint == "chat")
     outcome, error, status, retry_after = OUTCOME_OK, None, None, None
     t_wall = time.time()
-    t0 = time.perf_counter()
+    clock = ReceiveClock(t_wall, time.perf_counter())
     try:
-        with gevent.Timeout(total_timeout, RequestFailed("timeout", f"request exceeded {total_timeout:g} s")):
-            status = _exchange(http, path, body, headers, ctx.stream, acc, t0)
+        with (
+            clock,
+            gevent.Timeout(total_timeout, RequestFailed("timeout", f"request exceeded {total_timeout:g} s")),
+        ):
+            status = _exchange(http, path, body, headers, ctx.stream, acc, clock)
     except RequestFailed as e:
         outcome, error, status, retry_after = e.kind, e.detail or None, e.status, e.retry_after
-    t_fail = time.perf_counter() - t0
+    t_fail = time.perf_counter() - clock.t0
     usage_tokens = acc.completion_tokens
     estimated = usage_tokens is None
     end = acc.t_last if (outcome == OUTCOME_OK and acc.t_last is not None) else t_fail
@@ -235,5 +239,7 @@ def _attempt(
         chunk_times=[round(t, 6) for t in acc.chunk_times],
         chunk_tokens=acc.tokens_per_chunk(),
         worker=ctx.worker,
+        stamps=clock.source,
+        read_delay_ms=round(clock.max_delay * 1000.0, 3) if clock.source == KERNEL else None,
     )
     return record, retry_after

@@ -49,6 +49,8 @@ class RequestRecord:
     worker: str = ""  # the Locust worker (or "local") that sent it
     t_scheduled: float | None = None  # rate mode: the arrival the schedule gave it (t_start - this = wait)
     rate: float | None = None  # rate mode: the rung's target request rate (requests/s)
+    stamps: str = "user"  # "kernel": message times are kernel receive stamps; "user": read times
+    read_delay_ms: float | None = None  # kernel stamps: longest arrival-to-read delay of the generator
 
     @property
     def ok(self) -> bool:

@@ -29,6 +29,7 @@ from llmload.options import api_key
 from llmload.payload import build_payload, endpoint_path
 from llmload.preflight import auth_headers, tls_context
 from llmload.records import RequestRecord
+from llmload.rxstamp import stamp_receive_times
 from llmload.workload import workload_for
 
 STAGE_POLL_S = 1.0
@@ -88,6 +89,7 @@ class LLMUser(FastHttpUser):
             **auth_headers(api_key(options)),
         }
         self._http = self.client.client.clientpool.get_client(self.host)
+        stamp_receive_times(self._http)  # message times from the kernel where it can (llmload.rxstamp)
         self._base_path = urlsplit(self.host).path.rstrip("/")
 
     def _stage_config(self, stage: Stage) -> SweepConfig:

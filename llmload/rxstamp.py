@@ -1,0 +1,124 @@
+"""Kernel receive timestamps: when a server's message reached this machine, not when the load
+generator got round to reading it.
+
+A gevent process reads a socket when its event loop schedules the greenlet: if another request
+is being recorded, the garbage collector runs, or the OS runs another process, a message that
+arrived at t is read (and would be stamped) at t + a few ms. That is the load generator's delay,
+not the server's latency, and it is exactly what inflates TTFT in a saturated client. On Linux,
+`SO_TIMESTAMPNS` makes the kernel stamp every received packet (CLOCK_REALTIME, ns) and return
+the stamp of the last packet a `recvmsg` consumed; `StampedSocket.recv` keeps it.
+
+`stamp_receive_times(http)` makes a geventhttpclient `HTTPClient` open its plain-TCP connections
+as `StampedSocket`s. A `ReceiveClock`, entered around one request's exchange, receives the stamps
+of that greenlet's reads, turns them into seconds since the request's t0, and measures the
+generator's own read delay (user-space read time - kernel stamp) on the way. Where stamps are not
+available (TLS connections, whose reads bypass `recv`; not Linux) the clock falls back to the time
+of the read, and says so (`ReceiveClock.source`).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+import gevent.socket
+from gevent import getcurrent
+from geventhttpclient.client import HTTPClient
+from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
+
+SO_TIMESTAMPNS = 35  # Linux's SO_TIMESTAMPNS_OLD (= SCM_TIMESTAMPNS); Python does not export it
+_TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux: tv_sec, tv_nsec
+_ANCILLARY_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
+CLOCK_SLACK_S = 0.001  # time.time() vs perf_counter() disagreement tolerated before a stamp is distrusted
+KERNEL, USER = "kernel", "user"
+
+
+class StampedSocket(gevent.socket.socket):
+    """A gevent TCP socket whose `recv` hands the kernel's receive time of the data it returned
+    (the last packet's, when one read spans several) to the `ReceiveClock` of the greenlet
+    reading it."""
+
+    def enable_stamps(self) -> bool:
+        try:
+            self.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:
+            return False
+        return True
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data, ancillary, _, _ = self.recvmsg(bufsize, _ANCILLARY_SIZE, flags)
+        clock = _READING.get(getcurrent())
+        if clock is not None:
+            for level, kind, raw in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
+                    sec, nsec = _TIMESPEC.unpack_from(raw)
+                    clock.rx_time = sec + nsec * 1e-9
+        return data
+
+
+def _create_stamped_socket(family: int, socktype: int, protocol: int) -> gevent.socket.socket:
+    sock = StampedSocket(family, socktype, protocol)
+    sock.enable_stamps()
+    return sock
+
+
+def stamp_receive_times(http: HTTPClient) -> bool:
+    """Make `http`'s new connections record kernel receive times; False where they cannot
+    (not Linux, TLS, or a geventhttpclient whose pool lacks the socket factory hook)."""
+    pool = getattr(http, "_connection_pool", None)
+    if (
+        not sys.platform.startswith("linux")
+        or not isinstance(pool, ConnectionPool)
+        or isinstance(pool, SSLConnectionPool)
+        or not hasattr(pool, "_create_tcp_socket")
+    ):
+        return False
+    pool._create_tcp_socket = _create_stamped_socket  # type: ignore[method-assign]
+    return True
+
+
+class ReceiveClock:
+    """Arrival times of one request's messages, in seconds since its t0 (`perf_counter`).
+
+    Used as a context manager around the request's exchange, in the greenlet that reads it.
+    `now()` is called right after a read returned a message: it gives the kernel stamp of the
+    latest read when the connection has stamps, else the current time. `max_delay` is the
+    longest the generator took from a message's arrival to reading it (kernel stamps only)."""
+
+    __slots__ = ("t0", "t_wall", "rx_time", "max_delay", "_reader")
+
+    def __init__(self, t_wall: float, t0: float) -> None:
+        self.t_wall = t_wall  # time.time() taken together with t0
+        self.t0 = t0
+        self.rx_time: float | None = None  # epoch seconds of the latest stamped read
+        self.max_delay = 0.0
+        self._reader: Any = None
+
+    def __enter__(self) -> ReceiveClock:
+        self._reader = getcurrent()
+        _READING[self._reader] = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _READING.pop(self._reader, None)
+
+    @property
+    def source(self) -> str:
+        return KERNEL if self.rx_time is not None else USER
+
+    def now(self) -> float:
+        t = time.perf_counter() - self.t0
+        if self.rx_time is None:
+            return t
+        stamped = self.rx_time - self.t_wall
+        if not -CLOCK_SLACK_S <= stamped <= t + CLOCK_SLACK_S:  # wall clock stepped: distrust it
+            return t
+        if t - stamped > self.max_delay:
+            self.max_delay = t - stamped
+        return stamped
+
+
+_READING: dict[Any, ReceiveClock] = {}  # greenlet -> the clock of the request it is reading
