@@ -1,6 +1,9 @@
 """Self-calibration: is the load generator itself keeping up?
 
-A saturated client inflates TTFT and deflates tokens/s, and nothing in the numbers says so. Every
+A saturated client reads its sockets late. Message times are the kernel's receive stamps where
+the connection has them (llmload.rxstamp), so that lateness does not enter TTFT or E2EL; but
+chunks read together share one stamp (ITL suffers), TLS connections have no stamps, and a client
+that reads late lets socket buffers fill until the server waits on it (tokens/s deflates). Every
 process that runs users (the local process, or each worker) therefore samples itself while a
 test runs:
 
@@ -17,7 +20,9 @@ interval}. The schema is shared with the soak reports: keep it.
 Post-processing (`rung_health`) judges each rung from the samples of its time window: a rung is
 *saturated* when some worker's mean CPU over the rung is above `CPU_SATURATED_PCT` or its median
 per-interval lag is above `LAG_SATURATED_MS` (thresholds from benchmarks/overhead.py; see
-README "Scaling out"). The table marks such a rung and advises more processes.
+README "Scaling out"). The table marks such a rung and advises more processes. With kernel
+stamps the records also carry each request's longest read delay (arrival -> read); its p99 per
+rung is reported beside the samples' figures (`read_delay_p99_ms`).
 """
 
 from __future__ import annotations
@@ -192,15 +197,20 @@ def flag_saturated(
     rows: Sequence[SweepRow], rungs: Sequence[Rung], samples: Sequence[dict[str, Any]]
 ) -> None:
     """Fill in each row's `generator` figures and `saturated` flag from the health samples
-    taken during its rung (first request sent to last response received)."""
-    if not samples:
-        return
-    windows = {r.index: (min(x.t_start for x in r.records), max(x.t_end for x in r.records)) for r in rungs}
+    taken during its rung (first request sent to last response received), plus the p99 of the
+    records' read delay (arrival in the kernel -> read by the generator, kernel stamps only)."""
+    by_index = {r.index: r for r in rungs}
     for row in rows:
-        health = rung_health(samples, *windows[row.rung])
-        if health is not None:
-            row.generator = health.as_dict()
-            row.saturated = health.saturated
+        records = by_index[row.rung].records
+        window = (min(x.t_start for x in records), max(x.t_end for x in records))
+        health = rung_health(samples, *window) if samples else None
+        figures = health.as_dict() if health is not None else {}
+        delays = [x.read_delay_ms for x in records if x.read_delay_ms is not None]
+        if delays:
+            figures["read_delay_p99_ms"] = round(percentile(delays, 99.0), 2)
+        if figures:
+            row.generator = figures
+            row.saturated = health is not None and health.saturated
 
 
 def timing_errors(
