@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: sweep test test-fast test-timing lint clean
+.PHONY: sweep test test-fast lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,15 +18,11 @@ sweep: $(STAMP)
 
 ## every test, the real llama.cpp server's included (built once from PyPI, cached in ~/.cache/llmload)
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not timing"
+	$(PY) -m pytest -q
 
 ## the fast suite only (simulator, no real server, no browser, no minutes-long `slow` runs)
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not real and not browser and not slow and not timing"
-
-## the strict p99 timing-accuracy bars: run on a quiet machine
-test-timing: $(STAMP)
-	$(PY) -m pytest -q -m timing
+	$(PY) -m pytest -q -m "not real and not browser and not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
