@@ -119,8 +119,9 @@ class SweepConfig:
     def rate_mode(self) -> bool:
         return self.mode == "rate"
 
-    def with_overrides(self, **overrides: Any) -> SweepConfig:
-        """A copy with the given fields replaced (None values are ignored), re-validated."""
+    def with_overrides(self, source: str | None = None, **overrides: Any) -> SweepConfig:
+        """A copy with the given fields replaced (None values are ignored), re-validated; errors
+        name `source` (default: this config's source, "with command-line overrides")."""
         changed = {k: v for k, v in overrides.items() if v is not None}
         if not changed:
             return self
@@ -131,7 +132,7 @@ class SweepConfig:
         raw["retries"] = dataclasses.asdict(self.retries)
         raw["soak"] = dataclasses.asdict(self.soak) if self.soak else None
         raw.update(changed)
-        return parse_config(raw, source=f"{self.source} (with command-line overrides)")
+        return parse_config(raw, source=source or f"{self.source} (with command-line overrides)")
 
 
 def _expect(source: str, key: str, value: Any, types: tuple[type, ...], what: str) -> Any:

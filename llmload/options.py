@@ -152,20 +152,24 @@ def _number_option(options: Namespace, name: str, kind: type[int] | type[float])
 
 
 def run_config(options: Namespace) -> SweepConfig:
-    """The ladder file (or the built-in defaults when the default file is absent) plus the options."""
+    """The ladder file (or the built-in defaults when the default file is absent) plus the options.
+    Each option is validated on its own first, so a bad value's error names its flag."""
     ladder = getattr(options, "ladder", DEFAULT_LADDER) or DEFAULT_LADDER
     base = SweepConfig() if ladder == DEFAULT_LADDER and not Path(ladder).exists() else load_config(ladder)
     stream = getattr(options, "stream", "")
-    return base.with_overrides(
-        rungs=_rungs_option(getattr(options, "rungs", "") or ""),
-        requests_per_user=_number_option(options, "requests_per_user", int),
-        duration=_number_option(options, "rung_duration", float),
-        warmup_requests=_number_option(options, "warmup_requests", int),
-        max_tokens=_number_option(options, "max_tokens", int),
-        model=getattr(options, "model", "") or None,
-        endpoint=getattr(options, "endpoint", "") or None,
-        stream=None if not stream else stream == "true",
-    )
+    overrides = {  # config key -> (value or None, the option that gave it)
+        "rungs": (_rungs_option(getattr(options, "rungs", "") or ""), "--rungs"),
+        "requests_per_user": (_number_option(options, "requests_per_user", int), "--requests-per-user"),
+        "duration": (_number_option(options, "rung_duration", float), "--rung-duration"),
+        "warmup_requests": (_number_option(options, "warmup_requests", int), "--warmup-requests"),
+        "max_tokens": (_number_option(options, "max_tokens", int), "--max-tokens"),
+        "model": (getattr(options, "model", "") or None, "--model"),
+        "endpoint": (getattr(options, "endpoint", "") or None, "--endpoint"),
+        "stream": (None if not stream else stream == "true", "--stream"),
+    }
+    for key, (value, flag) in overrides.items():
+        base.with_overrides(source=flag, **{key: value})
+    return base.with_overrides(**{key: value for key, (value, _) in overrides.items()})
 
 
 def api_key(options: Namespace) -> str:

@@ -91,7 +91,7 @@ def test_bad_option_value(tmp_path):
     proc = run_locust(tmp_path, ["--max-tokens", "0", "--rungs", "1"])
     assert_one_line_error(
         proc,
-        r"<defaults> \(with command-line overrides\): 'max_tokens' must be an integer >= 1, got 0",
+        r"--max-tokens: 'max_tokens' must be an integer >= 1, got 0",
         tmp_path / "out",
     )
     proc = run_locust(tmp_path, ["--rungs", "1,x"])
