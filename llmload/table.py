@@ -87,10 +87,12 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
     for r in rows:
         if r.saturated and r.generator:
             g = r.generator
+            late = g.get("read_delay_p99_ms")
+            reads = f", messages read up to {late:.1f} ms late (p99)" if late is not None else ""
             notes.append(
                 f"{SATURATED_MARK} load generator saturated on {rung_name(r.rung, r.conc)} "
                 f"(cpu {g['cpu_pct']:.0f} % of a core, event-loop lag {g['lag_ms']:.1f} ms "
-                f"on {g['worker']}): latencies may be inflated and throughput understated; "
+                f"on {g['worker']}{reads}): latencies may be off and throughput understated; "
                 "rerun with more --processes or workers"
             )
     for r in rows:

@@ -146,6 +146,7 @@ def test_a_saturated_run_is_flagged(tmp_path):
     assert row.saturated and row.generator["saturated"]
     table = render_run(result)
     assert "256^" in table and "load generator saturated on rung01 c256" in table and "--processes" in table
+    assert "ms late (p99)" in table
     assert json.loads(render_run(result, "json"))[0]["saturated"] is True
     # the kernel agrees: messages were read late (arrival stamp -> read), although the recorded
     # times, being the kernel's stamps, are less off than the reads were
