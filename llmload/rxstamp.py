@@ -18,6 +18,7 @@ of the read, and says so (`ReceiveClock.source`).
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import sys
@@ -34,19 +35,13 @@ _TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux: tv_sec, tv_
 _ANCILLARY_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
 CLOCK_SLACK_S = 0.001  # time.time() vs perf_counter() disagreement tolerated before a stamp is distrusted
 KERNEL, USER = "kernel", "user"
+_READING: dict[Any, ReceiveClock] = {}  # greenlet -> the clock of the request it is reading
 
 
 class StampedSocket(gevent.socket.socket):
     """A gevent TCP socket whose `recv` hands the kernel's receive time of the data it returned
     (the last packet's, when one read spans several) to the `ReceiveClock` of the greenlet
     reading it."""
-
-    def enable_stamps(self) -> bool:
-        try:
-            self.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        except OSError:
-            return False
-        return True
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         data, ancillary, _, _ = self.recvmsg(bufsize, _ANCILLARY_SIZE, flags)
@@ -61,7 +56,8 @@ class StampedSocket(gevent.socket.socket):
 
 def _create_stamped_socket(family: int, socktype: int, protocol: int) -> gevent.socket.socket:
     sock = StampedSocket(family, socktype, protocol)
-    sock.enable_stamps()
+    with contextlib.suppress(OSError):  # without stamps the clock falls back to read times
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     return sock
 
 
@@ -119,6 +115,3 @@ class ReceiveClock:
         if t - stamped > self.max_delay:
             self.max_delay = t - stamped
         return stamped
-
-
-_READING: dict[Any, ReceiveClock] = {}  # greenlet -> the clock of the request it is reading
