@@ -169,24 +169,56 @@ def test_itl_semantics_flagged(run):
 
 # How far a request's client TTFT / TPOT may sit from its truth: the TTFT bar, and for TPOT
 # (a difference of two stamps over completion_tokens - 1 tokens) a few ms of stamp error spread
-# over MAX_TOKENS - 1 tokens, rounded up.
+# over MAX_TOKENS - 1 tokens, rounded up. As in the p99 bar, one request in a hundred may miss
+# it: on a loaded 2-core machine the generator is now and then late by more than the gap between
+# two messages, and both are then stamped when the later one arrived (llmload.rxstamp).
 GOODPUT_MARGIN_MS = {"ttft_ms": 1.0, "tpot_ms": 0.3}
 
 
-def test_goodput_counts_the_requests_that_met_the_slos(run):
-    """Goodput against counts made from the truth log alone. Each SLO sits in the middle of the
-    widest gap between neighbouring truth values, so few requests lie near it. A request whose
-    truth is within GOODPUT_MARGIN_MS of an SLO may fall on either side in the client's view; all
-    others must be classified as the truth says: the client's count lies between the count with
-    SLOs tightened by the margin and the count with SLOs loosened by it, and that band holds only
-    a few requests. TTFT truth runs from the request's t0 (the SLO is on the latency the user
-    sees, transit included) to the first message the server wrote."""
+def goodput_inputs(run: Run) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per request TTFT and TPOT in ms: (truth, client). TTFT truth runs from the request's t0 (the
+    SLO is on the latency the user sees, transit included) to the first message the server wrote;
+    the client's figures come straight from the record's stamps."""
     truth = {
         "ttft_ms": [(ttft_point(t) - r.t_start) * 1000.0 for r, t in run.pairs],
         "tpot_ms": [
             (t["last_token"] - ttft_point(t)) * 1000.0 / (t["completion_tokens"] - 1) for _, t in run.pairs
         ],
     }
+    client = {
+        "ttft_ms": [(r.t_first - r.t_start) * 1000.0 for r, _ in run.pairs],
+        "tpot_ms": [(r.t_end - r.t_first) * 1000.0 / (r.output_tokens - 1) for r, _ in run.pairs],
+    }
+    return truth, client
+
+
+def meets(values: dict[str, list[float]], i: int, slo: dict[str, float], shift: float = 0.0) -> bool:
+    """Whether request i's values meet every SLO, each moved by shift x GOODPUT_MARGIN_MS."""
+    return all(values[name][i] <= limit + shift * GOODPUT_MARGIN_MS[name] for name, limit in slo.items())
+
+
+def goodput(run: Run, slo: dict[str, float]) -> int:
+    return sum(rung_metrics(r, slo=slo).good_requests for r in group_rungs(run.records))
+
+
+@pytest.mark.parametrize(
+    "at", [{"ttft_ms": 25}, {"ttft_ms": 75}, {"tpot_ms": 25}, {"tpot_ms": 75}, {"ttft_ms": 50, "tpot_ms": 50}]
+)
+def test_goodput_counts_the_requests_whose_stamps_meet_the_slos(run, at):
+    """With SLOs at quartiles of the client's own values (so a scale or definition error in
+    either metric moves many requests across), goodput counts exactly the requests whose TTFT and
+    TPOT, computed here from their stamps, meet every SLO."""
+    _, client = goodput_inputs(run)
+    slo = {name: percentile(client[name], q) for name, q in at.items()}
+    assert goodput(run, slo) == sum(meets(client, i, slo) for i in range(len(run.pairs)))
+
+
+def test_goodput_classifies_requests_as_the_truth_does(run):
+    """Each SLO sits in the middle of the widest gap between neighbouring truth values, so few
+    requests lie near it. Each request must be classified as its truth says, except one whose truth
+    lies within GOODPUT_MARGIN_MS of an SLO (either side is then right) or, for at most 1 % of the
+    requests, one whose own measurement missed its truth by more than that."""
+    truth, client = goodput_inputs(run)
 
     def mid_gap(values: list[float]) -> float:
         ordered = sorted(values)
@@ -194,14 +226,17 @@ def test_goodput_counts_the_requests_that_met_the_slos(run):
         return (ordered[i] + ordered[i + 1]) / 2
 
     slo = {name: mid_gap(values) for name, values in truth.items()}
-
-    def good_truth(shift: float) -> int:
-        limits = {name: slo[name] + shift * GOODPUT_MARGIN_MS[name] for name in slo}
-        pairs = zip(truth["ttft_ms"], truth["tpot_ms"], strict=True)
-        return sum(a <= limits["ttft_ms"] and b <= limits["tpot_ms"] for a, b in pairs)
-
-    surely_good, maybe_good = good_truth(-1.0), good_truth(+1.0)
-    good_client = sum(rung_metrics(r, slo=slo).good_requests for r in group_rungs(run.records))
-    assert surely_good <= good_client <= maybe_good, run.lag_note
-    assert surely_good > 0 and maybe_good < len(run.pairs), "the SLOs do not split the requests"
-    assert maybe_good - surely_good <= len(run.pairs) // 10, "too many requests near the SLOs"
+    n = len(run.pairs)
+    good_truth = [meets(truth, i, slo) for i in range(n)]
+    near = [meets(truth, i, slo, -1.0) != meets(truth, i, slo, +1.0) for i in range(n)]
+    assert 0 < sum(good_truth) < n, "the SLOs do not split the requests"
+    assert sum(near) <= n // 10, "too many requests near the SLOs"
+    misjudged = [
+        f"{run.pairs[i][0].request_id}: "
+        + ", ".join(
+            f"{k} client {client[k][i]:.2f} truth {truth[k][i]:.2f} slo {v:.2f}" for k, v in slo.items()
+        )
+        for i in range(n)
+        if meets(client, i, slo) != good_truth[i] and not near[i]
+    ]
+    assert len(misjudged) <= n // 100, f"{misjudged} ({run.lag_note})"
