@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: sweep test test-fast lint clean
+.PHONY: sweep test test-unit test-fast lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,17 +12,22 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## make sweep [HOST=http://127.0.0.1:8000] [LADDER=config/sweep.yaml] [ARGS="-- --rungs 1,2"]
+## make sweep [HOST=http://127.0.0.1:8000] [LADDER=config/sweep.yaml] [ARGS="--rungs 1,2"]
 sweep: $(STAMP)
-	$(PY) scripts/run_sweep.py $(if $(HOST),--host $(HOST)) $(if $(LADDER),--ladder $(LADDER)) $(ARGS)
+	$(VENV)/bin/llmload sweep $(if $(HOST),--host $(HOST)) --ladder $(or $(LADDER),config/sweep.yaml) $(ARGS)
 
-## every test, the real llama.cpp server's included (built once from PyPI, cached in ~/.cache/llmload)
+## every test: unit, end-to-end, the real llama.cpp server's (built once from PyPI, cached in
+## ~/.cache/llmload) and the browser's
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-## the fast suite only (simulator, no real server, no browser, no minutes-long `slow` runs)
+## pure logic only: no processes, about a minute
+test-unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+## unit + end-to-end against the simulator (no real server, no browser, no minutes-long `slow` runs)
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not real and not browser and not slow"
+	$(PY) -m pytest -q -m "not real and not browser and not slow" tests/unit tests/e2e
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -39,12 +39,12 @@ from typing import Any
 
 import psutil
 
-from llmload.health import timing_errors
-from llmload.records import read_records
+from llmload.analysis.health import timing_errors
+from llmload.cli.sweep_run import LOCUSTFILES, REPO, locust_command
+from llmload.core.records import read_records
+from llmload.core.stats import percentile
+from llmload.servers.simulator import SimulatorProcess
 from llmload.sim.truth import load_truth
-from llmload.simproc import SimulatorProcess
-from llmload.stats import percentile
-from llmload.sweep_run import LOCUSTFILES, REPO, locust_command
 
 SIM = {"accept_len": 1, "base_ms": 1, "per_seq_ms": 0, "max_num_seqs": 1024}
 AIOHTTP_CLIENT = Path(__file__).resolve().parent / "aiohttp_client.py"

@@ -1,8 +1,8 @@
-"""Concurrency-ladder sweep of an OpenAI-compatible /v1/chat/completions endpoint.
+"""The packaged locustfile `llmload.locustfiles.chat`, where a checkout's users look for it:
 
-locust -f locustfiles/chat.py --headless --host http://127.0.0.1:8000 --csv reports/chat
+    locust -f locustfiles/chat.py --headless --host http://127.0.0.1:8000 --csv reports/run
+
+Installed, the same file is `llmload locustfile chat` (prints its path).
 """
 
-import llmload.locust_plugin  # noqa: F401  (registers llmload's options and messages)
-from llmload.ladder import LadderShape  # noqa: F401
-from llmload.users import ChatUser  # noqa: F401
+from llmload.locustfiles.chat import *  # noqa: F403  (the user class and the ladder shape)

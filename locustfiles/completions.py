@@ -1,11 +1,8 @@
-"""Concurrency-ladder sweep of an OpenAI-compatible /v1/completions endpoint.
+"""The packaged locustfile `llmload.locustfiles.completions`, where a checkout's users look for it:
 
     locust -f locustfiles/completions.py --headless --host http://127.0.0.1:8000 --csv reports/run
 
-The ladder, request and timeouts come from config/sweep.yaml (--ladder to pick another file);
-see `locust -f locustfiles/completions.py --help` for the llmload options.
+Installed, the same file is `llmload locustfile completions` (prints its path).
 """
 
-import llmload.locust_plugin  # noqa: F401  (registers llmload's options and messages)
-from llmload.ladder import LadderShape  # noqa: F401
-from llmload.users import CompletionsUser  # noqa: F401
+from llmload.locustfiles.completions import *  # noqa: F403  (the user class and the ladder shape)

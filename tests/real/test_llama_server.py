@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from llmload.promtext import scrape_metrics
-from llmload.realserver import LlamaServer
+from llmload.core.prometheus_text import scrape_metrics
+from llmload.servers.llama_cpp import LlamaServer
 
 pytestmark = pytest.mark.real
 

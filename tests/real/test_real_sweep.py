@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from llmload.postprocess import load_run
-from llmload.promtext import scrape_metrics
-from llmload.records import read_records
-from llmload.sweep_run import run_sweep
+from llmload.analysis.postprocess import load_run
+from llmload.cli.sweep_run import run_sweep
+from llmload.core.prometheus_text import scrape_metrics
+from llmload.core.records import read_records
 
 pytestmark = pytest.mark.real
 

@@ -1,0 +1,315 @@
+"""The Amdahl budget: what share of a decode step a component costs, and what making it faster buys.
+
+From a sweep table (concurrency and aggregate output tok/s per rung) and the accepted tokens per
+sequence per step (speculative decoding's acceptance length; 1 without it):
+- tokens_per_step = conc * accept_len (every running sequence advances accept_len tokens a step)
+- step_ms = tokens_per_step / agg_tok_s * 1000
+- the component's cost per step c (constant, a table by batch size, or a + b * batch; batch =
+  the sequences in the step = conc), share = c / step_ms
+- end-to-end gain if the component became k times faster: step / (step - c + c / k) - 1;
+  the limit k -> infinity (the component free) is step / (step - c) - 1 (Amdahl's law).
+Assumes the component sits on the step's critical path (serial with the rest of the step).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tabulate import tabulate
+
+from llmload.analysis.postprocess import load_run
+from llmload.analysis.server_metrics import load_server_metrics
+from llmload.core.config import ConfigError
+from llmload.core.stats import mean
+from llmload.output.html_report import RECORDS_SUFFIX, find_prefix
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    """What the budget needs of one rung: its concurrency and aggregate output tok/s."""
+
+    conc: int
+    agg_tok_s: float
+    accept_len: float | None = None  # measured for this rung (server counters), if known
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """A component's cost per step in ms: constant, linear a + b * batch, or a table by batch size."""
+
+    name: str = "component"
+    constant_ms: float | None = None
+    linear: tuple[float, float] | None = None  # (a, b)
+    table: tuple[tuple[int, float], ...] = ()  # (batch, ms), sorted by batch
+
+    def cost_ms(self, batch: int) -> float:
+        if self.constant_ms is not None:
+            return self.constant_ms
+        if self.linear is not None:
+            return self.linear[0] + self.linear[1] * batch
+        sizes = [b for b, _ in self.table]
+        if not sizes[0] <= batch <= sizes[-1]:
+            raise ConfigError(
+                f"{self.name}: batch {batch} is outside the cost table ({sizes[0]}..{sizes[-1]})"
+            )
+        i = bisect_left(sizes, batch)
+        if sizes[i] == batch:
+            return self.table[i][1]
+        (b0, c0), (b1, c1) = self.table[i - 1], self.table[i]
+        return c0 + (c1 - c0) * (batch - b0) / (b1 - b0)
+
+    def describe(self) -> str:
+        if self.constant_ms is not None:
+            return f"{self.constant_ms:g} ms per step"
+        if self.linear is not None:
+            return f"{self.linear[0]:g} + {self.linear[1]:g} * batch ms per step"
+        return "ms per step by batch size: " + ", ".join(f"{b}: {c:g}" for b, c in self.table)
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    return float(value)
+
+
+def parse_cost_model(data: Any, name: str, where: str) -> CostModel:
+    """`cost_ms` of the budget file: a number, {linear: {a, b}} or {table: {batch: ms}}."""
+    if isinstance(data, int | float) and not isinstance(data, bool):
+        return CostModel(name, constant_ms=_number(data, where))
+    if isinstance(data, Mapping) and set(data) == {"linear"} and isinstance(data["linear"], Mapping):
+        lin = data["linear"]
+        if set(lin) != {"a", "b"}:
+            raise ConfigError(f"{where}.linear: expected keys a and b (ms = a + b * batch)")
+        return CostModel(
+            name, linear=(_number(lin["a"], f"{where}.linear.a"), _number(lin["b"], f"{where}.linear.b"))
+        )
+    if isinstance(data, Mapping) and set(data) == {"table"} and isinstance(data["table"], Mapping):
+        rows = []
+        for batch, ms in data["table"].items():
+            if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+                raise ConfigError(f"{where}.table: batch sizes must be positive integers, got {batch!r}")
+            rows.append((batch, _number(ms, f"{where}.table.{batch}")))
+        if not rows:
+            raise ConfigError(f"{where}.table: empty")
+        return CostModel(name, table=tuple(sorted(rows)))
+    raise ConfigError(f"{where}: expected a number (ms), {{linear: {{a, b}}}} or {{table: {{batch: ms}}}}")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetConfig:
+    """The budget file: the component, and optionally the accept length and the speed-up factor."""
+
+    cost: CostModel
+    accept_len: float | None = None
+    speedup: float | None = None
+
+
+BUDGET_KEYS = ("component", "cost_ms", "accept_len", "speedup")
+
+
+def load_budget_config(path: Path) -> BudgetConfig:
+    """Read and validate a budget YAML file (see config/budget.yaml)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping with keys {', '.join(BUDGET_KEYS)}")
+    unknown = sorted(set(data) - set(BUDGET_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r}; known: {', '.join(BUDGET_KEYS)}")
+    if "cost_ms" not in data:
+        raise ConfigError(f"{path}: cost_ms is required")
+    name = str(data.get("component", "component"))
+    accept = data.get("accept_len")
+    speedup = data.get("speedup")
+    return BudgetConfig(
+        cost=parse_cost_model(data["cost_ms"], name, f"{path}: cost_ms"),
+        accept_len=None if accept is None else _number(accept, f"{path}: accept_len"),
+        speedup=None if speedup is None else _number(speedup, f"{path}: speedup"),
+    )
+
+
+# --- sweep tables typed in by hand -----------------------------------------------------------
+
+CONC_HEADERS = ("conc",)
+AGG_HEADERS = ("agg_tok/s", "agg_tok_s")
+
+
+def _points(header: Sequence[str], rows: Sequence[Sequence[str]], source: str) -> list[SweepPoint]:
+    cols = [h.strip().lower() for h in header]
+    try:
+        conc_i = next(cols.index(h) for h in CONC_HEADERS if h in cols)
+        agg_i = next(cols.index(h) for h in AGG_HEADERS if h in cols)
+    except StopIteration:
+        raise ConfigError(f"{source}: the table needs columns conc and agg_tok/s") from None
+    points = []
+    for n, row in enumerate(rows, start=2):
+        try:
+            points.append(SweepPoint(int(row[conc_i].rstrip("!* ")), float(row[agg_i].rstrip("!* "))))
+        except (ValueError, IndexError):
+            raise ConfigError(
+                f"{source}: line {n}: cannot read conc and agg_tok/s from {list(row)}"
+            ) from None
+    if not points:
+        raise ConfigError(f"{source}: no rows")
+    return points
+
+
+def parse_sweep_table(text: str, source: str = "<table>") -> list[SweepPoint]:
+    """Points from a sweep table as CSV, markdown (`| conc | agg_tok/s |`) or the plain
+    whitespace-aligned layout `sweep_table.py` prints (and the seed's table)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise ConfigError(f"{source}: empty")
+    if "," in lines[0]:
+        rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    elif lines[0].startswith("|"):
+        rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines if not set(ln) <= set("|-: ")]
+    else:
+        rows = [ln.split() for ln in lines]
+    # the table printed by sweep_table.py is followed by notes; keep rows starting with a number
+    body = [r for r in rows[1:] if r and r[0].rstrip("!* ").isdigit()]
+    return _points(rows[0], body, source)
+
+
+# --- the budget ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRow:
+    conc: int
+    agg_tok_s: float
+    accept_len: float
+    tokens_per_step: float
+    step_ms: float
+    component_ms: float
+    share: float  # component_ms / step_ms
+    gain_speedup: float | None  # end-to-end throughput gain if k times faster (0.01 = 1 %)
+    gain_free: float  # ... if the component cost nothing
+
+
+def amdahl_gain(step_ms: float, component_ms: float, speedup: float) -> float:
+    """Throughput gain when a serial part of the step becomes `speedup` times faster (inf: free)."""
+    new_step = step_ms - component_ms + (0.0 if math.isinf(speedup) else component_ms / speedup)
+    return step_ms / new_step - 1.0
+
+
+def budget_rows(
+    points: Sequence[SweepPoint], cost: CostModel, accept_len: float | None, speedup: float | None
+) -> list[BudgetRow]:
+    """One budget row per rung; a rung's measured accept length is used when none is given."""
+    rows = []
+    for p in points:
+        accept = accept_len if accept_len is not None else p.accept_len
+        if accept is None:
+            raise ConfigError(
+                f"conc {p.conc}: no accept length (give --accept-len, or a run with spec-decode counters)"
+            )
+        if p.agg_tok_s <= 0:
+            raise ConfigError(f"conc {p.conc}: agg_tok/s must be > 0")
+        tokens = p.conc * accept
+        step = tokens / p.agg_tok_s * 1000.0
+        c = cost.cost_ms(p.conc)
+        rows.append(
+            BudgetRow(
+                conc=p.conc,
+                agg_tok_s=p.agg_tok_s,
+                accept_len=accept,
+                tokens_per_step=tokens,
+                step_ms=step,
+                component_ms=c,
+                share=c / step,
+                gain_speedup=None if speedup is None else amdahl_gain(step, c, speedup),
+                gain_free=amdahl_gain(step, c, math.inf),
+            )
+        )
+    return rows
+
+
+def fit_step_model(rows: Sequence[BudgetRow]) -> tuple[float, float] | None:
+    """Least-squares (a, b) of step_ms = a + b * batch over the rungs; None with < 2 batch sizes."""
+    xs = [float(r.conc) for r in rows]
+    ys = [r.step_ms for r in rows]
+    if len(set(xs)) < 2:
+        return None
+    mx, my = mean(xs), mean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.2f}"
+
+
+def render_budget(
+    rows: Sequence[BudgetRow], cost: CostModel, speedup: float | None, fmt: str = "table"
+) -> str:
+    """The budget table, the fitted step-time line and the conclusion at the highest concurrency."""
+    gain_col = f"gain_{speedup:g}x_%" if speedup is not None else "gain_kx_%"
+    header = [
+        "conc",
+        "agg_tok/s",
+        "accept_len",
+        "tok/step",
+        "step_ms",
+        "comp_ms",
+        "share_%",
+        gain_col,
+        "gain_free_%",
+    ]
+    body = [
+        [
+            str(r.conc),
+            f"{r.agg_tok_s:.1f}",
+            f"{r.accept_len:.2f}",
+            f"{r.tokens_per_step:.1f}",
+            f"{r.step_ms:.1f}",
+            f"{r.component_ms:.2f}",
+            _pct(r.share),
+            _pct(r.gain_speedup),
+            _pct(r.gain_free),
+        ]
+        for r in rows
+    ]
+    tablefmt = {"table": "simple", "markdown": "github"}[fmt]
+    lines = [f"component: {cost.name}, {cost.describe()}", ""]
+    lines.append(
+        tabulate(body, headers=header, tablefmt=tablefmt, disable_numparse=True, colalign=["right"] * 9)
+    )
+    fit = fit_step_model(rows)
+    if fit is not None:
+        lines.append(f"step time fitted over the rungs: step_ms = {fit[0]:.1f} + {fit[1]:.2f} * batch")
+    top = max(rows, key=lambda r: r.conc)
+    verdict = (
+        f"at conc {top.conc}: {top.tokens_per_step:.0f} tokens per step, {top.step_ms:.1f} ms per step; "
+        f"{cost.name} costs {top.component_ms:.2f} ms = {top.share * 100:.2f} % of it"
+    )
+    if top.gain_speedup is not None:
+        verdict += f"; {speedup:g}x faster gains {top.gain_speedup * 100:.2f} % end to end"
+    lines.append(verdict + f" (at most {top.gain_free * 100:.2f} % if it were free)")
+    return "\n".join(lines)
+
+
+def run_points(prefix: str) -> list[SweepPoint]:
+    """Points of a run's measured rungs, with the accept length its server's counters gave per rung."""
+    result = load_run(prefix)
+    server = load_server_metrics(prefix, result.run_info, result.records)
+    accept = {m.rung: m.accept_len for m in server.measured} if server else {}
+    return [SweepPoint(r.conc, r.agg_tok_s, accept.get(r.rung)) for r in result.rows]
+
+
+def load_points(source: str | Path) -> list[SweepPoint]:
+    """From a run (prefix, records file or run folder) or a sweep-table file (CSV, markdown, plain)."""
+    path = Path(source)
+    if path.is_file() and not path.name.endswith(RECORDS_SUFFIX):
+        return parse_sweep_table(path.read_text(), str(path))
+    return run_points(find_prefix(path))

@@ -1,0 +1,272 @@
+"""Noise-aware comparison of two runs, rung by rung: improved, regressed or within noise.
+
+Rungs are matched by ladder index and concurrency. Per rung, four figures are compared as the
+relative change cand / base - 1:
+- agg_tok_s: the sweep table's aggregate output tok/s (tokens / wall time);
+- per_req_tok_s: mean over completed requests of output_tokens / E2EL;
+- ttft_p50_ms and tpot_p50_ms: medians over completed requests (p99 of a few dozen requests is
+  one or two requests: too noisy to judge).
+
+Uncertainty: a seeded bootstrap over requests (each run's completed requests resampled with
+replacement, `resamples` times). The aggregate rate tokens / wall is one number per rung whose
+wall time is set by the slowest request, and a bootstrap of a maximum is not valid; it is
+written instead as (sum tokens / sum E2EL) * achieved concurrency (Little's law: achieved
+concurrency = sum E2EL / wall) and the first factor, a ratio of sums, is bootstrapped while the
+second is taken as measured. When the ladder repeats a concurrency, the spread of that figure
+between the repeats (pooled over both runs) measures run-level noise that no resampling of one
+rung's requests can see (scheduling, other load on the machine), and widens the interval.
+
+A rung with fewer than MIN_REQUESTS completed requests gets no interval from the bootstrap (a
+resample of 3 requests takes only 10 distinct values), only from repeats if there are any.
+
+Verdict per figure: "regressed" (or "improved") when the whole confidence interval of the change
+is on the worse (better) side of zero and the change is at least `threshold` in size; otherwise
+"within noise". With one request per user a rung holds only `conc` requests started together,
+so the interval is wide at low concurrency and run-level noise is invisible without repeats:
+the threshold is the guard against calling a 1-2 % scheduling shift a regression. A rung's
+verdict is "regressed" if any figure regressed, else "improved" if any improved.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from tabulate import tabulate
+
+from llmload.analysis.metrics import tpot_ms, ttft_ms
+from llmload.analysis.postprocess import RunResult
+from llmload.analysis.sweep_rows import Rung, SweepRow
+from llmload.core.names import rung_name
+from llmload.core.records import RequestRecord
+from llmload.core.stats import mean, percentile, pstdev
+
+IMPROVED, REGRESSED, NOISE = "improved", "regressed", "within noise"
+MIN_REQUESTS = 5  # completed requests per rung for a bootstrap interval (fewer: too few resamples)
+Statistic = Callable[[Sequence[RequestRecord]], float | None]
+
+
+def _ratio_rate(recs: Sequence[RequestRecord]) -> float | None:
+    e2e = sum(r.e2e_s for r in recs)
+    return sum(r.output_tokens for r in recs) / e2e if e2e > 0 else None
+
+
+def _mean_rate(recs: Sequence[RequestRecord]) -> float | None:
+    rates = [r.output_tokens / r.e2e_s for r in recs if r.e2e_s > 0]
+    return mean(rates) if rates else None
+
+
+def _median_of(fn: Callable[[RequestRecord], float | None]) -> Statistic:
+    def stat(recs: Sequence[RequestRecord]) -> float | None:
+        values = [v for v in map(fn, recs) if v is not None]
+        return percentile(values, 50.0) if values else None
+
+    return stat
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """A compared figure: how to compute it, and which direction is better."""
+
+    name: str
+    higher_is_better: bool
+    resampled: Statistic  # the statistic bootstrapped over requests
+    scaled_by_row: bool = False  # the point value is the sweep row's agg_tok_s (see module doc)
+    needs_repeats: bool = False  # no verdict unless the ladder repeats the rung (see TTFT below)
+
+
+# TTFT of a continuous-batching server is quantised by the step: a request waits up to one step
+# to be admitted, so between two runs of one configuration the median moves by a good part of a
+# step (measured on the simulator: -28 % at conc 4, interval [-34, -21] %, and -15 % at conc 8);
+# the requests of one run share that phase, so the bootstrap over them cannot see it. A TTFT
+# verdict therefore needs repeated rungs (run-level noise); without them it is shown, not judged.
+
+
+FIGURES = (
+    Figure("agg_tok_s", True, _ratio_rate, scaled_by_row=True),
+    Figure("per_req_tok_s", True, _mean_rate),
+    Figure("ttft_p50_ms", False, _median_of(ttft_ms), needs_repeats=True),
+    Figure("tpot_p50_ms", False, _median_of(tpot_ms)),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    figure: str
+    base: float | None
+    cand: float | None
+    change: float | None  # cand / base - 1
+    low: float | None  # confidence interval of the change
+    high: float | None
+    verdict: str
+
+
+@dataclass(frozen=True, slots=True)
+class RungComparison:
+    rung: int
+    conc: int
+    base_requests: int
+    cand_requests: int
+    changes: list[Change]
+
+    @property
+    def verdict(self) -> str:
+        verdicts = {c.verdict for c in self.changes}
+        return REGRESSED if REGRESSED in verdicts else IMPROVED if IMPROVED in verdicts else NOISE
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    rungs: list[RungComparison]
+    unmatched: list[str]  # rungs present in only one run
+    confidence: float
+    threshold: float
+    resamples: int
+
+    @property
+    def regressed(self) -> bool:
+        return any(r.verdict == REGRESSED for r in self.rungs)
+
+
+def _point(fig: Figure, rung: Rung, row: SweepRow) -> float | None:
+    return row.agg_tok_s if fig.scaled_by_row else fig.resampled(rung.completed)
+
+
+def _log_bootstrap(fig: Figure, recs: Sequence[RequestRecord], rng: random.Random, n: int) -> list[float]:
+    """log(statistic of a resample / statistic of the sample), `n` resamples (None ones dropped)."""
+    full = fig.resampled(recs)
+    if not full or full <= 0:
+        return []
+    out = []
+    for _ in range(n):
+        value = fig.resampled(rng.choices(recs, k=len(recs)))
+        if value and value > 0:
+            out.append(math.log(value / full))
+    return out
+
+
+def _repeat_sd(fig: Figure, results: Sequence[RunResult], conc: int) -> float:
+    """Pooled sd of log(figure) between repeats of `conc` within each run; 0 without repeats."""
+    squares, dof = 0.0, 0
+    for res in results:
+        logs = []
+        for rung, row in zip(res.rungs, res.rows, strict=True):
+            if rung.users == conc and (v := _point(fig, rung, row)) and v > 0:
+                logs.append(math.log(v))
+        if len(logs) >= 2:
+            squares += pstdev(logs) ** 2 * len(logs)
+            dof += len(logs) - 1
+    return math.sqrt(squares / dof) if dof else 0.0
+
+
+def _verdict(fig: Figure, change: float, low: float, high: float, threshold: float) -> str:
+    better_low, better_high = (low, high) if fig.higher_is_better else (-high, -low)
+    if better_low > 0 and change * (1 if fig.higher_is_better else -1) >= threshold:
+        return IMPROVED
+    if better_high < 0 and change * (-1 if fig.higher_is_better else 1) >= threshold:
+        return REGRESSED
+    return NOISE
+
+
+def compare_rung(
+    fig: Figure,
+    base: tuple[Rung, SweepRow],
+    cand: tuple[Rung, SweepRow],
+    *,
+    repeat_sd: float,
+    rng: random.Random,
+    resamples: int,
+    confidence: float,
+    threshold: float,
+) -> Change:
+    """The change of one figure between two matched rungs, with its interval and verdict."""
+    b, c = _point(fig, *base), _point(fig, *cand)
+    if not b or not c or b <= 0 or c <= 0:
+        return Change(fig.name, b, c, None, None, None, NOISE)
+    center = math.log(c / b)
+    alpha = (1.0 - confidence) / 2.0
+    if min(len(base[0].completed), len(cand[0].completed)) < MIN_REQUESTS:
+        if repeat_sd == 0:  # one request says nothing about its own spread
+            return Change(fig.name, b, c, math.expm1(center), None, None, NOISE)
+        lo = hi = center
+    else:
+        boot_b = _log_bootstrap(fig, base[0].completed, rng, resamples)
+        boot_c = _log_bootstrap(fig, cand[0].completed, rng, resamples)
+        diffs = sorted(center + dc - db for db, dc in zip(boot_b, boot_c, strict=False)) or [center]
+        lo, hi = percentile(diffs, 100 * alpha), percentile(diffs, 100 * (1 - alpha))
+    # repeats: one rung's value varies by repeat_sd (log scale); a difference of two by sqrt(2) x that
+    spread = NormalDist().inv_cdf(1 - alpha) * math.sqrt(2.0) * repeat_sd
+    lo = center - math.hypot(center - lo, spread)
+    hi = center + math.hypot(hi - center, spread)
+    change, low, high = math.expm1(center), math.expm1(lo), math.expm1(hi)
+    judged = repeat_sd > 0 or not fig.needs_repeats
+    verdict = _verdict(fig, change, low, high, threshold) if judged else NOISE
+    return Change(fig.name, b, c, change, low, high, verdict)
+
+
+def compare_runs(
+    base: RunResult,
+    cand: RunResult,
+    *,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+    threshold: float = 0.05,
+    seed: int = 0,
+) -> Comparison:
+    """Compare every rung present in both runs (matched by index and concurrency)."""
+    rng = random.Random(seed)
+    base_by = {(r.index, r.users): (r, row) for r, row in zip(base.rungs, base.rows, strict=True)}
+    cand_by = {(r.index, r.users): (r, row) for r, row in zip(cand.rungs, cand.rows, strict=True)}
+    rungs = []
+    for key in sorted(base_by.keys() & cand_by.keys()):
+        b, c = base_by[key], cand_by[key]
+        changes = [
+            compare_rung(
+                fig,
+                b,
+                c,
+                repeat_sd=_repeat_sd(fig, (base, cand), key[1]),
+                rng=rng,
+                resamples=resamples,
+                confidence=confidence,
+                threshold=threshold,
+            )
+            for fig in FIGURES
+        ]
+        rungs.append(RungComparison(key[0], key[1], len(b[0].completed), len(c[0].completed), changes))
+    unmatched = [
+        f"{rung_name(i, u)} only in {'base' if (i, u) in base_by else 'candidate'}"
+        for i, u in sorted(base_by.keys() ^ cand_by.keys())
+    ]
+    return Comparison(rungs, unmatched, confidence, threshold, resamples)
+
+
+def _cell(c: Change) -> str:
+    if c.change is None:
+        return "-"
+    if c.low is None or c.high is None:
+        return f"{c.change * 100:+.1f}% [no interval]"
+    mark = {IMPROVED: " +", REGRESSED: " !", NOISE: ""}[c.verdict]
+    return f"{c.change * 100:+.1f}% [{c.low * 100:+.1f}, {c.high * 100:+.1f}]{mark}"
+
+
+def render_comparison(cmp: Comparison, fmt: str = "table") -> str:
+    """Per rung: each figure's change with its interval, and the verdict."""
+    header = ["rung", "n base/cand", *(f.name for f in FIGURES), "verdict"]
+    body = [
+        [rung_name(r.rung, r.conc), f"{r.base_requests}/{r.cand_requests}", *map(_cell, r.changes), r.verdict]
+        for r in cmp.rungs
+    ]
+    tablefmt = {"table": "simple", "markdown": "github"}[fmt]
+    lines = [tabulate(body, headers=header, tablefmt=tablefmt, disable_numparse=True)]
+    lines.append(
+        f"change = candidate / base - 1 [{cmp.confidence * 100:g} % interval: bootstrap over requests, "
+        f"{cmp.resamples} resamples, widened by repeated rungs]; a verdict needs the whole interval on "
+        f"one side of 0 and |change| >= {cmp.threshold * 100:g} %; TTFT only with repeated rungs"
+        "  (+ improved, ! regressed)"
+    )
+    lines += [f"note: {u}" for u in cmp.unmatched]
+    return "\n".join(lines)

@@ -1,0 +1,223 @@
+"""Latency and throughput metrics per rung, with vLLM `bench serve` definitions.
+
+Latencies come from completed (outcome "ok") requests and are summarized from raw values in ms
+(`llmload.core.stats`: mean, median, population std, linear-interpolation percentiles):
+- TTFT = t_first - t_start (first SSE message with non-empty `choices`, as vLLM).
+- TTFT (first content) = t_first_content - t_start (AIPerf/SGLang).
+- E2EL = t_end - t_start.
+- TPOT per request = (E2EL - TTFT) / (output_tokens - 1); requests with <= 1 token are excluded.
+- ITL = gaps between successive content chunks (`chunk_times`), pooled over requests. When the
+  server reports tokens per chunk (`chunk_tokens`), ITL is per token: the gap before a chunk of
+  k tokens contributes k values of gap / k (so the ITL values of a request add up to its decode
+  time and there is one per token after the first chunk, comparable with TPOT under speculative
+  decoding). Chunks with 0 tokens contribute nothing; their gap is carried into the next
+  token-bearing chunk. Without `chunk_tokens`, ITL is per chunk and `itl_per_chunk` is set when
+  some request has more tokens than chunks (a chunk then spans several tokens).
+
+Rates per rung (wall_s as in `llmload.analysis.sweep_rows`: first start to last end, all requests):
+- output_tok_s = output tokens of completed requests / wall_s (the sweep table's agg_tok/s).
+- total_tok_s = (prompt + output tokens of completed requests) / wall_s; None when a completed
+  request has no prompt_tokens.
+- request_s = completed requests / wall_s.
+- achieved_concurrency = sum of E2EL of all measured requests (failed too) / wall_s.
+- goodput_request_s = completed requests meeting every given SLO / wall_s (vLLM: a value meets
+  its SLO when <= the limit; a 1-token request has TPOT 0; SLO keys not given are not checked).
+
+Request-rate mode: queue_wait = t_start - t_scheduled (a due request waiting for a free client
+slot; not part of TTFT or E2EL, as in vLLM); `rate` is the rung's target request rate.
+input_tokens summarizes usage.prompt_tokens (the real input lengths).
+
+Token reconciliation (`llmload.analysis.reconcile`, counts over completed requests): stopped_early
+(fewer tokens than max_tokens without finish_reason "length": ignore_eos not honoured?),
+disagree (usage, chunks, max_tokens and finish_reason do not add up), chunks_over_tokens.
+
+`vllm_result()` gives a rung's figures under the key names of vLLM `bench serve`'s result JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from llmload.analysis.reconcile import tally
+from llmload.analysis.sweep_rows import Rung
+from llmload.core.records import RequestRecord
+from llmload.core.stats import DEFAULT_PERCENTILES, Summary, summarize
+
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
+LATENCY_NAMES = ("ttft", "ttft_content", "tpot", "itl", "e2el", "queue_wait")
+VLLM_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2el"}  # ours -> vLLM's name
+
+
+def queue_wait_ms(rec: RequestRecord) -> float | None:
+    return None if rec.t_scheduled is None else (rec.t_start - rec.t_scheduled) * 1000.0
+
+
+def ttft_ms(rec: RequestRecord) -> float | None:
+    return None if rec.t_first is None else (rec.t_first - rec.t_start) * 1000.0
+
+
+def ttft_content_ms(rec: RequestRecord) -> float | None:
+    return None if rec.t_first_content is None else (rec.t_first_content - rec.t_start) * 1000.0
+
+
+def e2el_ms(rec: RequestRecord) -> float:
+    return rec.e2e_s * 1000.0
+
+
+def tpot_ms(rec: RequestRecord) -> float | None:
+    """(E2EL - TTFT) / (output_tokens - 1); None for requests with <= 1 token or no TTFT."""
+    ttft = ttft_ms(rec)
+    if ttft is None or rec.output_tokens <= 1:
+        return None
+    return (e2el_ms(rec) - ttft) / (rec.output_tokens - 1)
+
+
+def _usable_chunk_tokens(rec: RequestRecord) -> list[int] | None:
+    tokens = rec.chunk_tokens
+    return tokens if tokens is not None and len(tokens) == len(rec.chunk_times) else None
+
+
+def itl_ms(rec: RequestRecord) -> list[float]:
+    """The request's inter-token latencies in ms: per token when `chunk_tokens` is known (the gap
+    before a chunk of k tokens gives k values of gap / k), else one value per chunk gap."""
+    times = rec.chunk_times
+    tokens = _usable_chunk_tokens(rec)
+    if tokens is None:
+        return [(b - a) * 1000.0 for a, b in zip(times, times[1:], strict=False)]
+    values: list[float] = []
+    previous: float | None = None
+    for t, k in zip(times, tokens, strict=True):
+        if k <= 0:
+            continue
+        if previous is not None:
+            values.extend([(t - previous) * 1000.0 / k] * k)
+        previous = t
+    return values
+
+
+def itl_is_per_chunk(rec: RequestRecord) -> bool:
+    """True when this request's ITL values are per chunk although chunks carried several tokens."""
+    return _usable_chunk_tokens(rec) is None and rec.output_tokens > rec.chunks
+
+
+def meets_slo(rec: RequestRecord, slo: Mapping[str, float]) -> bool:
+    """Whether a completed request meets every SLO given (keys ttft_ms, tpot_ms, e2el_ms)."""
+    unknown = set(slo) - set(SLO_KEYS)
+    if unknown:
+        raise ValueError(f"unknown SLO keys {sorted(unknown)}; known: {list(SLO_KEYS)}")
+    ttft = ttft_ms(rec)
+    observed = {
+        "ttft_ms": ttft,
+        "tpot_ms": tpot_ms(rec) if rec.output_tokens > 1 else 0.0,
+        "e2el_ms": e2el_ms(rec),
+    }
+    return all(observed[k] is not None and observed[k] <= limit for k, limit in slo.items())
+
+
+@dataclass(slots=True)
+class RungMetrics:
+    """Latency summaries (ms) and rates of one rung; a summary is None when it has no values."""
+
+    rung: int
+    conc: int
+    completed: int
+    latencies: dict[str, Summary | None]  # keyed by LATENCY_NAMES
+    itl_per_chunk: bool
+    output_tok_s: float
+    total_tok_s: float | None
+    request_s: float
+    achieved_concurrency: float
+    slo: dict[str, float]
+    good_requests: int
+    goodput_request_s: float
+    stopped_early: int
+    chunks_over_tokens: int
+    disagree: int = 0  # completed requests whose token counts do not add up (llmload.analysis.reconcile)
+    rate: float | None = None  # rate mode: the target request rate
+    input_tokens: Summary | None = None  # usage.prompt_tokens of completed requests
+    wall_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        skip = ("latencies", "input_tokens")
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        out["latencies_ms"] = {k: None if s is None else s.as_dict() for k, s in self.latencies.items()}
+        out["input_tokens"] = None if self.input_tokens is None else self.input_tokens.as_dict()
+        out["vllm"] = self.vllm_result()
+        return out
+
+    def vllm_result(self) -> dict[str, Any]:
+        """The rung under vLLM `bench serve` result-file key names, where the meaning is the same."""
+        out: dict[str, Any] = {
+            "duration": self.wall_s,
+            "completed": self.completed,
+            "request_throughput": self.request_s,
+            "request_goodput": self.goodput_request_s if self.slo else None,
+            "output_throughput": self.output_tok_s,
+            "total_token_throughput": self.total_tok_s,
+            "max_concurrency": self.conc,
+            "request_rate": self.rate if self.rate is not None else "inf",
+        }
+        for ours, theirs in VLLM_METRICS.items():
+            s = self.latencies.get(ours)
+            if s is None:
+                continue
+            out |= {f"mean_{theirs}_ms": s.mean, f"median_{theirs}_ms": s.median, f"std_{theirs}_ms": s.std}
+            out |= {f"p{q:g}_{theirs}_ms": v for q, v in s.percentiles.items()}
+        return out
+
+
+def rung_metrics(
+    rung: Rung,
+    *,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    slo: Mapping[str, float] | None = None,
+) -> RungMetrics:
+    """Latency summaries, rates, goodput and token reconciliation of one rung."""
+    slo = dict(slo or {})
+    completed = rung.completed
+    raw: dict[str, list[float]] = {
+        "ttft": [v for v in map(ttft_ms, completed) if v is not None],
+        "ttft_content": [v for v in map(ttft_content_ms, completed) if v is not None],
+        "tpot": [v for v in map(tpot_ms, completed) if v is not None],
+        "itl": [v for rec in completed for v in itl_ms(rec)],
+        "e2el": [e2el_ms(r) for r in completed],
+        "queue_wait": [v for v in map(queue_wait_ms, rung.records) if v is not None],
+    }
+    output_tokens = rung.output_tokens
+    prompt_known = all(r.prompt_tokens is not None for r in completed)
+    prompt_tokens = sum(r.prompt_tokens or 0 for r in completed)
+    good = sum(meets_slo(r, slo) for r in completed)
+    tokens = tally(r.to_dict() for r in completed)
+    return RungMetrics(
+        rung=rung.index,
+        conc=rung.users,
+        completed=len(completed),
+        latencies={name: summarize(raw[name], percentiles) for name in LATENCY_NAMES},
+        itl_per_chunk=any(itl_is_per_chunk(r) for r in completed),
+        output_tok_s=rung.per_second(output_tokens),
+        total_tok_s=rung.per_second(prompt_tokens + output_tokens) if prompt_known else None,
+        request_s=rung.per_second(len(completed)),
+        achieved_concurrency=rung.per_second(sum(r.e2e_s for r in rung.records)),
+        slo=slo,
+        good_requests=good,
+        goodput_request_s=rung.per_second(good),
+        stopped_early=tokens.stopped_early,
+        chunks_over_tokens=tokens.kinds.get("chunks_over_tokens", 0),
+        disagree=tokens.disagree,
+        rate=next((r.rate for r in rung.records if r.rate is not None), None),
+        input_tokens=summarize(
+            [r.prompt_tokens for r in completed if r.prompt_tokens is not None], percentiles
+        ),
+        wall_s=rung.wall_s,
+    )
+
+
+def all_rung_metrics(
+    rungs: Iterable[Rung],
+    *,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    slo: Mapping[str, float] | None = None,
+) -> list[RungMetrics]:
+    return [rung_metrics(r, percentiles=percentiles, slo=slo) for r in rungs]

@@ -1,0 +1,92 @@
+"""Token reconciliation: does each completed request's token account add up?
+
+Per completed request, the server's `usage.completion_tokens`, the number of content chunks, the
+requested `max_tokens` and the `finish_reason` are compared:
+- `stopped_early`: fewer tokens than max_tokens and finish_reason is not "length" (the server
+  stopped at end-of-sequence: `ignore_eos` not honoured, or not requested).
+- disagreements (`DISAGREE_KINDS`), each one a server (or parser) whose numbers do not add up:
+  `over_max_tokens` (more tokens than asked for), `length_short` (finish_reason "length" with
+  fewer tokens than max_tokens), `chunks_over_tokens` (more content chunks than tokens: usage
+  undercounts). `no_usage` (no usage sent; tokens counted from chunks) is counted and shown but
+  is not a disagreement: the sweep table already marks such figures as estimated.
+`check_rung` turns a rung's counts into the message that fails a run beyond the configured ratios
+(`reconcile:` in the config); the ladder applies it to every rung as the records arrive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmload.core.config import ReconcileConfig
+
+DISAGREE_KINDS = ("over_max_tokens", "length_short", "chunks_over_tokens")
+
+
+def issues(rec: Mapping[str, Any]) -> list[str]:
+    """The reconciliation findings of one record (as a dict); [] for a request that adds up."""
+    if rec.get("outcome", "ok") != "ok":
+        return []
+    tokens, max_tokens, finish = rec["output_tokens"], rec["max_tokens"], rec.get("finish_reason")
+    found = []
+    if tokens < max_tokens and finish != "length":
+        found.append("stopped_early")
+    if tokens > max_tokens:
+        found.append("over_max_tokens")
+    if finish == "length" and tokens < max_tokens:
+        found.append("length_short")
+    if rec.get("chunks", 0) > tokens:
+        found.append("chunks_over_tokens")
+    if rec.get("tokens_estimated"):
+        found.append("no_usage")
+    return found
+
+
+@dataclass(slots=True)
+class Tally:
+    """Counts of one rung: completed requests, stopped early, disagreeing, by kind."""
+
+    completed: int = 0
+    stopped_early: int = 0
+    disagree: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+
+    def add(self, rec: Mapping[str, Any]) -> None:
+        if rec.get("outcome", "ok") != "ok":
+            return
+        self.completed += 1
+        found = issues(rec)
+        self.stopped_early += "stopped_early" in found
+        bad = [k for k in found if k in DISAGREE_KINDS]
+        self.disagree += bool(bad)
+        for kind in found:
+            self.kinds[kind] = self.kinds.get(kind, 0) + 1
+
+
+def tally(records: Iterable[Mapping[str, Any]]) -> Tally:
+    out = Tally()
+    for rec in records:
+        out.add(rec)
+    return out
+
+
+def check_rung(name: str, counts: Tally, limits: ReconcileConfig, *, ignore_eos: bool) -> str | None:
+    """Why the rung fails reconciliation, or None when it is within the limits."""
+    n = counts.completed
+    if not n:
+        return None
+    problems = []
+    if ignore_eos and counts.stopped_early / n > limits.max_stopped_early_ratio:
+        problems.append(
+            f"{counts.stopped_early} of {n} requests stopped before max_tokens although ignore_eos was sent "
+            "(the server does not honour ignore_eos?; "
+            f"reconcile.max_stopped_early_ratio {limits.max_stopped_early_ratio:g})"
+        )
+    if counts.disagree / n > limits.max_disagree_ratio:
+        kinds = ", ".join(f"{k} x{counts.kinds[k]}" for k in DISAGREE_KINDS if counts.kinds.get(k))
+        problems.append(
+            f"{counts.disagree} of {n} requests' token counts disagree ({kinds}; "
+            f"reconcile.max_disagree_ratio {limits.max_disagree_ratio:g})"
+        )
+    return f"{name}: " + "; ".join(problems) if problems else None

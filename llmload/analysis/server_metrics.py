@@ -1,0 +1,385 @@
+"""The server's own Prometheus counters during a run: scraping them, and turning them into per-rung figures.
+
+During a run the master appends one line per scrape to `<prefix>_server_metrics.jsonl`:
+`{"t": epoch seconds, "samples": {"name{labels}": value, ...}}` (only the metrics named in
+`FAMILIES`), or `{"t": ..., "error": "..."}` when a scrape failed; each line is flushed as written.
+
+One table maps the common quantities to each server family's metric names. Counters become
+per-rung deltas, gauges per-rung means, using the rung windows of `<prefix>_run.json`
+(`started` = the common start time, `finished` = when the ladder saw the rung complete):
+- a counter's delta over [started, finished] is taken between the last sample at or before
+  `started` and the first sample at or after `finished` (the bracketing samples). Requests of a
+  rung all start after `started` and end before `finished`, so the bracket holds all of them; it
+  also holds another stage's tokens only if it overlaps that stage's window, and then the rung
+  is flagged `overlap` (the scraper samples at every stage boundary so this does not happen
+  when it runs inside llmload's ladder).
+- a gauge's mean is over the samples taken inside [started, finished].
+- accept_len = 1 + d(accepted) / d(drafts) from the speculative-decoding counters (vLLM,
+  llama.cpp), else the mean of an accept-length gauge (SGLang).
+Label sets of one metric are summed (counters, request counts) or averaged (ratios), so
+data-parallel ranks add up.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from tabulate import tabulate
+
+from llmload.core.names import WARMUP_RUNG, rung_name
+from llmload.core.prometheus_text import scrape_metrics
+from llmload.core.records import RequestRecord
+from llmload.core.stats import mean
+
+# quantity -> (kind, how label sets combine)
+QUANTITIES: dict[str, tuple[str, str]] = {
+    "generation_tokens": ("counter", "sum"),
+    "spec_drafts": ("counter", "sum"),
+    "spec_accepted": ("counter", "sum"),
+    "running": ("gauge", "sum"),
+    "waiting": ("gauge", "sum"),
+    "kv_usage": ("gauge", "mean"),  # 0..1
+    "accept_len_gauge": ("gauge", "mean"),
+}
+
+# family -> quantity -> metric names (the first one present is used; older names come later)
+FAMILIES: dict[str, dict[str, tuple[str, ...]]] = {
+    "vllm": {
+        "generation_tokens": ("vllm:generation_tokens_total",),
+        "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
+        "spec_accepted": ("vllm:spec_decode_num_accepted_tokens_total",),
+        "running": ("vllm:num_requests_running",),
+        "waiting": ("vllm:num_requests_waiting",),
+        "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    },
+    "sglang": {
+        "generation_tokens": ("sglang:generation_tokens_total",),
+        "running": ("sglang:num_running_reqs",),
+        "waiting": ("sglang:num_queue_reqs",),
+        "kv_usage": ("sglang:token_usage",),
+        "accept_len_gauge": ("sglang:spec_accept_length",),
+    },
+    "llamacpp": {
+        "generation_tokens": ("llamacpp:tokens_predicted_total",),
+        "spec_drafts": ("llamacpp:spec_decode_num_drafts_total",),
+        "spec_accepted": ("llamacpp:spec_decode_num_accepted_tokens_total",),
+        "running": ("llamacpp:requests_processing",),
+        "waiting": ("llamacpp:requests_deferred",),
+        "kv_usage": ("llamacpp:kv_cache_usage_ratio",),
+    },
+    "tgi": {
+        # a histogram's sum, observed when a request ends (not per step)
+        "generation_tokens": ("tgi_request_generated_tokens_sum",),
+        "running": ("tgi_batch_current_size",),
+        "waiting": ("tgi_queue_size",),
+    },
+}
+FAMILY_PREFIXES = {"vllm": "vllm:", "sglang": "sglang:", "llamacpp": "llamacpp:", "tgi": "tgi_"}
+KNOWN_NAMES = frozenset(name for fam in FAMILIES.values() for names in fam.values() for name in names)
+TOKEN_TOLERANCE = 0.01  # relative disagreement of server and client token counts tolerated
+
+
+def base_name(key: str) -> str:
+    """'vllm:num_requests_running{model_name="m"}' -> 'vllm:num_requests_running'."""
+    return key.partition("{")[0]
+
+
+def detect_family(samples: Mapping[str, float]) -> str | None:
+    """The server family whose metric prefix the samples use, or None."""
+    for family, prefix in FAMILY_PREFIXES.items():
+        if any(key.startswith(prefix) for key in samples):
+            return family
+    return None
+
+
+def quantity(samples: Mapping[str, float], family: str, name: str) -> float | None:
+    """One quantity of a scrape (label sets combined), or None if the server does not expose it."""
+    _, combine = QUANTITIES[name]
+    for metric in FAMILIES[family].get(name, ()):
+        values = [v for k, v in samples.items() if base_name(k) == metric]
+        if values:
+            return sum(values) if combine == "sum" else mean(values)
+    return None
+
+
+# --- scraping --------------------------------------------------------------------------------
+
+
+class MetricsScraper:
+    """Scrapes one `/metrics` URL into a JSONL file, one flushed line per `sample()` call."""
+
+    def __init__(self, url: str, path: Path, *, timeout: float = 2.0) -> None:
+        self.url = url
+        self.path = Path(path)
+        self.timeout = timeout
+        self._fh: IO[str] | None = None
+
+    def sample(self, now: float) -> bool:
+        """Scrape once and append the line stamped `now`; False (and an error line) on failure."""
+        try:
+            scraped = scrape_metrics(self.url, timeout=self.timeout)
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            self._write({"t": now, "error": str(exc)})
+            return False
+        self._write({"t": now, "samples": {k: v for k, v in scraped.items() if base_name(k) in KNOWN_NAMES}})
+        return True
+
+    def _write(self, line: dict[str, Any]) -> None:
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = self.path.open("a", encoding="utf-8")
+        self._fh.write(json.dumps(line, separators=(",", ":")) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def metrics_path(prefix: str | Path) -> Path:
+    return Path(f"{prefix}_server_metrics.jsonl")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    t: float
+    values: dict[str, float]  # quantity -> value (only the quantities present)
+
+
+def read_samples(path: Path) -> tuple[str | None, list[Sample]]:
+    """(family, successful samples in time order) of a scrape file; unreadable lines skipped."""
+    raw: list[tuple[float, dict[str, float]]] = []
+    with Path(path).open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                data = json.loads(line)
+                if "samples" in data:
+                    raw.append((float(data["t"]), dict(data["samples"])))
+            except (ValueError, TypeError, KeyError):
+                continue
+    family = next((f for _, s in raw if (f := detect_family(s)) is not None), None)
+    if family is None:
+        return None, []
+    samples = []
+    for t, scraped in sorted(raw, key=lambda item: item[0]):
+        values = {q: v for q in QUANTITIES if (v := quantity(scraped, family, q)) is not None}
+        samples.append(Sample(t, values))
+    return family, samples
+
+
+# --- per-rung aggregation --------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ServerRungMetrics:
+    """The server's view of one stage (a rung, or the warm-up with rung -1)."""
+
+    rung: int
+    conc: int
+    samples: int  # scrapes taken inside the window
+    generation_tokens: float | None
+    client_tokens: int  # tokens the client received in the stage (completed and failed requests)
+    running: float | None
+    waiting: float | None
+    kv_usage: float | None
+    accept_len: float | None
+    overlap: bool  # the counters' bracket overlaps another stage's window
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    rung: int
+    conc: int
+    start: float
+    end: float
+
+
+def stage_windows(run_info: Mapping[str, Any], last_t: float) -> list[Window]:
+    """The stages' [started, finished] windows from a run file; an unfinished stage ends at last_t."""
+    windows = []
+    for s in run_info.get("stages", []):
+        end = s.get("finished")
+        windows.append(Window(s["rung"], s["users"], float(s["started"]), float(end or last_t)))
+    return windows
+
+
+def _counter_delta(samples: Sequence[Sample], times: Sequence[float], name: str, w: Window):
+    """(delta, bracket) between the bracketing samples holding the counter, or (None, None)."""
+    before = [s for s in samples[: bisect_right(times, w.start)] if name in s.values]
+    after = [s for s in samples[bisect_left(times, w.end) :] if name in s.values]
+    if not before or not after:
+        return None, None
+    first, last = before[-1], after[0]
+    delta = last.values[name] - first.values[name]
+    return (delta if delta >= 0 else None), (first.t, last.t)  # a negative delta: server restarted
+
+
+def _gauge_mean(inside: Sequence[Sample], name: str) -> float | None:
+    values = [s.values[name] for s in inside if name in s.values]
+    return mean(values) if values else None
+
+
+def _accept_len(samples: Sequence[Sample], times: Sequence[float], w: Window, inside: Sequence[Sample]):
+    drafts, _ = _counter_delta(samples, times, "spec_drafts", w)
+    accepted, _ = _counter_delta(samples, times, "spec_accepted", w)
+    if drafts and accepted is not None:
+        return 1.0 + accepted / drafts
+    return _gauge_mean(inside, "accept_len_gauge")
+
+
+def rung_server_metrics(
+    samples: Sequence[Sample], windows: Sequence[Window], records: Sequence[RequestRecord]
+) -> list[ServerRungMetrics]:
+    """Per-stage server figures (see the module docstring for the window rules)."""
+    times = [s.t for s in samples]
+    client: dict[int, int] = {}
+    for rec in records:
+        client[rec.rung] = client.get(rec.rung, 0) + rec.output_tokens
+    out = []
+    for w in windows:
+        inside = samples[bisect_left(times, w.start) : bisect_right(times, w.end)]
+        tokens, bracket = _counter_delta(samples, times, "generation_tokens", w)
+        overlap = bracket is not None and any(
+            o is not w and o.start < bracket[1] and o.end > bracket[0] for o in windows
+        )
+        out.append(
+            ServerRungMetrics(
+                rung=w.rung,
+                conc=w.conc,
+                samples=len(inside),
+                generation_tokens=tokens,
+                client_tokens=client.get(w.rung, 0),
+                running=_gauge_mean(inside, "running"),
+                waiting=_gauge_mean(inside, "waiting"),
+                kv_usage=_gauge_mean(inside, "kv_usage"),
+                accept_len=_accept_len(samples, times, w, inside),
+                overlap=overlap,
+            )
+        )
+    return out
+
+
+def run_accept_len(samples: Sequence[Sample]) -> float | None:
+    """Acceptance length over the whole scrape file (first to last sample)."""
+    if len(samples) < 2:
+        return None
+    w = Window(0, 0, samples[0].t, samples[-1].t)
+    return _accept_len(samples, [s.t for s in samples], w, samples)
+
+
+def token_warnings(metrics: Sequence[ServerRungMetrics], failed_rungs: Sequence[int] = ()) -> list[str]:
+    """Cross-check: the server's generated tokens per stage against what the client received.
+
+    The server generates every token the client receives, so fewer server tokens is always an
+    error. More is expected only when requests failed (tokens generated but never delivered)."""
+    out = []
+    for m in metrics:
+        if m.generation_tokens is None or m.overlap:
+            continue
+        name = rung_name(m.rung, m.conc)
+        server, client = m.generation_tokens, m.client_tokens
+        if server < client * (1 - TOKEN_TOLERANCE):
+            out.append(f"{name}: server generated {server:.0f} tokens but the client received {client}")
+        elif server > client * (1 + TOKEN_TOLERANCE) + 1 and m.rung not in failed_rungs:
+            out.append(
+                f"{name}: server generated {server:.0f} tokens, the client received {client} "
+                "(another client on the server?)"
+            )
+    return out
+
+
+@dataclass(slots=True)
+class ServerMetrics:
+    """What post-processing derived from a run's scrape file."""
+
+    family: str
+    rungs: list[ServerRungMetrics]  # warm-up included (rung -1)
+    run_generation_tokens: float | None  # last minus first sample over the whole file
+    run_accept_len: float | None  # over the whole file
+    warnings: list[str]
+
+    @property
+    def measured(self) -> list[ServerRungMetrics]:
+        return [m for m in self.rungs if m.rung != WARMUP_RUNG]
+
+
+def load_server_metrics(
+    prefix: str | Path, run_info: Mapping[str, Any] | None, records: Sequence[RequestRecord]
+) -> ServerMetrics | None:
+    """Per-rung server metrics of a run, or None without a scrape file, samples or run file."""
+    path = metrics_path(prefix)
+    if not path.exists() or not run_info:
+        return None
+    family, samples = read_samples(path)
+    if family is None or not samples:
+        return None
+    metrics = rung_server_metrics(samples, stage_windows(run_info, samples[-1].t), records)
+    gen = [s.values["generation_tokens"] for s in samples if "generation_tokens" in s.values]
+    failed = sorted({r.rung for r in records if not r.ok})
+    return ServerMetrics(
+        family=family,
+        rungs=metrics,
+        run_generation_tokens=(gen[-1] - gen[0]) if len(gen) >= 2 else None,
+        run_accept_len=run_accept_len(samples),
+        warnings=token_warnings(metrics, failed),
+    )
+
+
+SERVER_COLUMNS = (
+    "rung",
+    "server_tokens",
+    "client_tokens",
+    "running",
+    "waiting",
+    "kv_usage_%",
+    "accept_len",
+    "samples",
+)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def server_rows(metrics: Sequence[ServerRungMetrics]) -> list[list[str]]:
+    """One row of preformatted cells per stage, in SERVER_COLUMNS order."""
+    return [
+        [
+            rung_name(m.rung, m.conc),
+            _fmt(m.generation_tokens, ".0f") + (" ~" if m.overlap else ""),
+            str(m.client_tokens),
+            _fmt(m.running, ".2f"),
+            _fmt(m.waiting, ".2f"),
+            _fmt(None if m.kv_usage is None else m.kv_usage * 100, ".2f"),
+            _fmt(m.accept_len, ".2f"),
+            str(m.samples),
+        ]
+        for m in metrics
+    ]
+
+
+def server_notes(server: ServerMetrics) -> list[str]:
+    """Lines printed under the server table: what it shows, the overlap mark, the warnings."""
+    notes = [f"server metrics ({server.family}); running, waiting, kv usage: means over the rung's scrapes"]
+    if any(m.overlap for m in server.rungs):
+        notes.append("~ the scrapes around this rung also cover another stage: an upper bound")
+    return notes + [f"warning: {w}" for w in server.warnings]
+
+
+def render_server_metrics(server: ServerMetrics, fmt: str = "table") -> str:
+    """The per-stage server table (table or markdown) followed by its notes."""
+    tablefmt = {"table": "simple", "markdown": "github"}[fmt]
+    table = tabulate(
+        server_rows(server.rungs), headers=list(SERVER_COLUMNS), tablefmt=tablefmt, disable_numparse=True
+    )
+    return "\n".join([table, *server_notes(server)])

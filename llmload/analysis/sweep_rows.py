@@ -1,0 +1,130 @@
+"""The sweep table: records grouped into rungs, and one row of throughput figures per rung.
+
+A rung is identified by its index in the ladder (`RequestRecord.rung`), never by its concurrency:
+a ladder may repeat a concurrency. Warm-up records (phase "warmup") are excluded from everything.
+
+Definitions (per rung):
+- wall_s: first t_start to last t_end over all the rung's measured requests, failed ones too.
+- tokens: output tokens of completed (outcome "ok") requests.
+- agg_tok_s: tokens / wall_s.
+- per_req_tok_s: mean over completed requests of output_tokens / (t_end - t_start).
+- ttft_p50_ms: median of t_first - t_start over completed requests (linear interpolation).
+- partial_tokens: output tokens received by failed requests; never counted in tokens or rates.
+- estimated: at least one completed request's tokens were counted by the client (no usage).
+- partial: the rung did not finish (given by the caller, or fewer requests than expected).
+- saturated / generator: the load generator's own health during the rung (llmload.analysis.health),
+  filled in by post-processing when the run has a health file.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmload.core.records import RequestRecord
+from llmload.core.stats import mean, percentile
+
+WARMUP_PHASE = "warmup"
+
+
+@dataclass(slots=True)
+class Rung:
+    """The measured requests of one rung of the ladder."""
+
+    index: int
+    users: int
+    records: list[RequestRecord]
+
+    @property
+    def completed(self) -> list[RequestRecord]:
+        return [r for r in self.records if r.ok]
+
+    @property
+    def failed(self) -> list[RequestRecord]:
+        return [r for r in self.records if not r.ok]
+
+    @property
+    def wall_s(self) -> float:
+        return max(r.t_end for r in self.records) - min(r.t_start for r in self.records)
+
+    @property
+    def output_tokens(self) -> int:
+        """Output tokens of completed requests (the tokens every rate counts)."""
+        return sum(r.output_tokens for r in self.completed)
+
+    def per_second(self, amount: float) -> float:
+        """`amount` divided by the rung's wall time (0 for a zero-length rung)."""
+        wall = self.wall_s
+        return amount / wall if wall > 0 else 0.0
+
+
+def group_rungs(records: Iterable[RequestRecord]) -> list[Rung]:
+    """Measured records grouped by rung index, in ladder order; warm-up records are dropped."""
+    by_index: dict[int, list[RequestRecord]] = {}
+    for rec in records:
+        if rec.phase != WARMUP_PHASE:
+            by_index.setdefault(rec.rung, []).append(rec)
+    return [Rung(index=i, users=recs[0].users, records=recs) for i, recs in sorted(by_index.items())]
+
+
+@dataclass(slots=True)
+class SweepRow:
+    """One row of the sweep table (full precision; rounding is the formatter's job)."""
+
+    rung: int
+    conc: int
+    agg_tok_s: float
+    per_req_tok_s: float | None  # None when no request completed
+    tokens: int
+    wall_s: float
+    ttft_p50_ms: float | None
+    requests: int
+    failures: int
+    failures_by_kind: dict[str, int] = field(default_factory=dict)
+    partial_tokens: int = 0
+    estimated: bool = False
+    partial: bool = False
+    saturated: bool = False
+    generator: dict[str, Any] | None = None
+
+
+def sweep_row(rung: Rung, *, partial: bool = False) -> SweepRow:
+    """The sweep-table row of one rung (see the module docstring for the definitions)."""
+    completed = rung.completed
+    failed = rung.failed
+    tokens = rung.output_tokens
+    rates = [r.output_tokens / r.e2e_s for r in completed if r.e2e_s > 0]
+    ttfts_ms = [r.ttft_s * 1000.0 for r in completed if r.ttft_s is not None]
+    return SweepRow(
+        rung=rung.index,
+        conc=rung.users,
+        agg_tok_s=rung.per_second(tokens),
+        per_req_tok_s=mean(rates) if rates else None,
+        tokens=tokens,
+        wall_s=rung.wall_s,
+        ttft_p50_ms=percentile(ttfts_ms, 50.0) if ttfts_ms else None,
+        requests=len(rung.records),
+        failures=len(failed),
+        failures_by_kind=dict(sorted(Counter(r.outcome for r in failed).items())),
+        partial_tokens=sum(r.output_tokens for r in failed),
+        estimated=any(r.tokens_estimated for r in completed),
+        partial=partial,
+    )
+
+
+def sweep_rows(
+    rungs: Iterable[Rung],
+    *,
+    partial_rungs: Collection[int] = (),
+    requests_per_user: int | None = None,
+) -> list[SweepRow]:
+    """Rows of the sweep table. A rung is flagged partial when its index is in `partial_rungs`,
+    or, when `requests_per_user` is given, when it has fewer than users * requests_per_user
+    measured requests."""
+    rows = []
+    for rung in rungs:
+        short = requests_per_user is not None and len(rung.records) < rung.users * requests_per_user
+        rows.append(sweep_row(rung, partial=rung.index in partial_rungs or short))
+    return rows

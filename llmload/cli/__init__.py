@@ -1,0 +1,53 @@
+"""The `llmload` command: one entry point whose subcommands are the modules of this package.
+
+Each subcommand module has `main(argv) -> int` (its own argparse, `--help` complete); this
+package only dispatches, so `scripts/*.py` and `python -m llmload` run exactly the same code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+from llmload import __version__
+
+# subcommand -> (module, one-line summary); the module's `main(argv)` runs it
+COMMANDS: dict[str, tuple[str, str]] = {
+    "sweep": (
+        "llmload.cli.sweep",
+        "run the concurrency sweep and print its table (the simulator when no --host)",
+    ),
+    "table": ("llmload.cli.table", "print a finished run's sweep table and latency metrics"),
+    "report": ("llmload.cli.report", "write a run's plots and self-contained HTML report"),
+    "compare": ("llmload.cli.compare", "compare two runs rung by rung (A/B of a change)"),
+    "budget": ("llmload.cli.budget", "where a step's time goes: Amdahl bound of a component"),
+    "soak-report": ("llmload.cli.soak_report", "judge a soak run's windows, drift and thresholds"),
+    "sim": ("llmload.sim.__main__", "run the OpenAI-compatible simulator server"),
+    "llama-server": ("llmload.cli.llama_server", "build and run a real llama.cpp server from PyPI packages"),
+    "locustfile": ("llmload.cli.locustfile", "print the path of a packaged locustfile (for locust -f)"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"usage: llmload COMMAND [options]   (llmload {__version__})", "", "commands:"]
+    lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items()]
+    lines += ["", "`llmload COMMAND --help` describes each command."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    if args[0] == "--version":
+        print(f"llmload {__version__}")
+        return 0
+    command = COMMANDS.get(args[0])
+    if command is None:
+        print(f"llmload: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(command[0])
+    return int(module.main(args[1:]) or 0)

@@ -1,0 +1,66 @@
+"""The Amdahl budget of a component per decode step, rung by rung, from a sweep.
+
+    llmload budget SWEEP --config config/budget.yaml
+    llmload budget seed.csv --accept-len 4.5 --component-ms 0.8 --speedup 470
+    llmload budget reports/sweep-X --component-ms 0.8   # accept length from /metrics
+
+SWEEP is a run (prefix, records file or folder) or a sweep table typed in by hand (CSV,
+markdown or the plain layout of sweep_table.py) with columns conc and agg_tok/s. Options
+override the config file. Exit status: 0; 2 on a configuration or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from llmload.analysis.budget import (
+    BudgetConfig,
+    CostModel,
+    budget_rows,
+    load_budget_config,
+    load_points,
+    render_budget,
+)
+from llmload.core.config import ConfigError
+from llmload.core.records import RecordFileError
+
+
+def _config(args: argparse.Namespace) -> BudgetConfig:
+    cfg = load_budget_config(args.config) if args.config else None
+    if args.component_ms is not None:
+        cost = CostModel(
+            args.component or (cfg.cost.name if cfg else "component"), constant_ms=args.component_ms
+        )
+    elif cfg is not None:
+        cost = cfg.cost
+    else:
+        raise ConfigError("give --config FILE or --component-ms MS")
+    return BudgetConfig(
+        cost=cost,
+        accept_len=args.accept_len if args.accept_len is not None else (cfg.accept_len if cfg else None),
+        speedup=args.speedup if args.speedup is not None else (cfg.speedup if cfg else None),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="llmload budget", description=__doc__.split("\n\n")[0])
+    p.add_argument("sweep", help="a run or a sweep-table file")
+    p.add_argument("--config", type=Path, default=None, help="budget YAML (see config/budget.yaml)")
+    p.add_argument("--component", default="", help="the component's name")
+    p.add_argument("--component-ms", type=float, default=None, help="the component's cost per step, ms")
+    p.add_argument("--accept-len", type=float, default=None, help="accepted tokens per sequence per step")
+    p.add_argument(
+        "--speedup", type=float, default=None, help="what if the component were this many times faster"
+    )
+    p.add_argument("--format", choices=["table", "markdown"], default="table")
+    args = p.parse_args(argv)
+    try:
+        cfg = _config(args)
+        rows = budget_rows(load_points(args.sweep), cfg.cost, cfg.accept_len, cfg.speedup)
+    except (ConfigError, RecordFileError, OSError) as exc:
+        print(f"budget: error: {exc}", file=sys.stderr)
+        return 2
+    print(render_budget(rows, cfg.cost, cfg.speedup, args.format))
+    return 0

@@ -1,0 +1,47 @@
+"""Compare two runs rung by rung: change in agg tok/s, per-request tok/s, TTFT and TPOT, with a
+bootstrap interval and a verdict per rung (improved / regressed / within noise).
+
+    llmload compare reports/base reports/cand [--threshold 0.05] [--fail-on-regression]
+
+Exit status: 0; 1 with --fail-on-regression when a rung regressed; 2 when a run cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from llmload.analysis.compare import compare_runs, render_comparison
+from llmload.analysis.postprocess import load_run
+from llmload.core.records import RecordFileError
+from llmload.output.html_report import find_prefix
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="llmload compare", description=__doc__.split("\n\n")[0])
+    p.add_argument("base", help="the baseline run (prefix, records file, or run folder)")
+    p.add_argument("cand", help="the candidate run")
+    p.add_argument(
+        "--threshold", type=float, default=0.05, help="smallest change called a verdict (0.05 = 5 %%)"
+    )
+    p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
+    p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--format", choices=["table", "markdown"], default="table")
+    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any rung regressed (CI)")
+    args = p.parse_args(argv)
+    try:
+        base, cand = (load_run(find_prefix(run)) for run in (args.base, args.cand))
+    except RecordFileError as exc:
+        print(f"compare: error: {exc}", file=sys.stderr)
+        return 2
+    result = compare_runs(
+        base,
+        cand,
+        resamples=args.resamples,
+        confidence=args.confidence,
+        threshold=args.threshold,
+        seed=args.seed,
+    )
+    print(render_comparison(result, args.format))
+    return 1 if args.fail_on_regression and result.regressed else 0

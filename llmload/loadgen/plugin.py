@@ -1,0 +1,44 @@
+"""Hooks llmload into Locust: its command-line options and its custom messages.
+
+Importing this module registers the listeners on Locust's global `events`, the way Locust
+plugins do; locustfiles import it once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from locust import events
+
+from llmload.core.config import ConfigError
+from llmload.loadgen.health_sampler import start_sampling
+from llmload.loadgen.ladder import register_messages
+from llmload.loadgen.options import add_arguments, run_config
+from llmload.loadgen.run_monitor import RunMonitor
+from llmload.loadgen.shutdown import install as install_shutdown
+from llmload.loadgen.soak_monitor import SoakMonitor
+from llmload.loadgen.webui import register_web_ui
+
+
+@events.init_command_line_parser.add_listener
+def _add_options(parser: Any, **_: Any) -> None:
+    add_arguments(parser)
+
+
+@events.init.add_listener
+def _on_init(environment: Any, **_: Any) -> None:
+    register_messages(environment)
+    install_shutdown(environment)  # Ctrl+C and SIGTERM: clean exit, final CSVs (llmload.loadgen.shutdown)
+    start_sampling(environment)  # the generator's own CPU and event-loop lag (processes with users)
+    RunMonitor.install(environment)  # env file and server-metrics scraping, on the master
+    SoakMonitor.install(environment)  # soak runs: the verdict is the exit code
+    register_web_ui(environment)  # the Tokens tab, when this process serves the web UI
+    options = environment.parsed_options
+    if options is not None and getattr(options, "headless", False) and not getattr(options, "worker", False):
+        try:  # fail fast on a bad ladder file, before any user starts
+            run_config(options)
+        except ConfigError as e:
+            logging.getLogger("llmload").error("llmload: %s", e)
+            sys.exit(2)

@@ -1,0 +1,105 @@
+"""The master's run monitor: writes the run's environment and scrapes the server's `/metrics`.
+
+Runs on the master (or the local process), never on workers, while a ladder run is in progress:
+at `test_start` the ladder has begun its run (the shape's first tick comes before Locust fires
+`test_start`), so the run's file prefix is known. A greenlet then writes `<prefix>_env.json`
+and scrapes every `--scrape-interval` seconds and at every stage boundary (announced, started,
+finished), so each rung's counters are bracketed by samples taken while the server was idle.
+`test_stop` takes a last sample and closes the file. Scraping is on by default at
+`<host>/metrics` and silently off when that URL does not answer; an explicit `--metrics-url`
+that does not answer is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust.runners import WorkerRunner
+
+from llmload.analysis.server_metrics import MetricsScraper, metrics_path
+from llmload.core.run_environment import collect_environment, write_environment
+from llmload.loadgen.ladder import LadderShape, RunState
+
+log = logging.getLogger("llmload")
+POLL_S = 0.1  # how often the greenlet looks for a stage change
+
+
+def run_prefix(run: RunState) -> str:
+    return str(run.run_file).removesuffix("_run.json")
+
+
+def _stage_mark(run: RunState) -> tuple[int, float | None, float | None]:
+    current = run.current
+    if current is None:
+        return (0, None, None)
+    return (len(run.progress), current.stage.start_at, current.finished)
+
+
+class RunMonitor:
+    """Environment file and server-metrics scraping for one process's runs (see module docstring)."""
+
+    def __init__(self, environment: Any) -> None:
+        self.environment = environment
+        self.scraper: MetricsScraper | None = None
+        self.greenlet: gevent.Greenlet | None = None
+
+    @classmethod
+    def install(cls, environment: Any) -> RunMonitor | None:
+        """Attach to a master or local process running the ladder shape; None elsewhere."""
+        if isinstance(environment.runner, WorkerRunner) or not isinstance(
+            environment.shape_class, LadderShape
+        ):
+            return None
+        monitor = cls(environment)
+        environment.events.test_start.add_listener(monitor.on_test_start)
+        environment.events.test_stop.add_listener(monitor.on_test_stop)
+        return monitor
+
+    def on_test_start(self, **_: Any) -> None:
+        run = self.environment.shape_class.run
+        if run is not None and self.greenlet is None:
+            self.greenlet = gevent.spawn(self._watch, run)
+
+    def on_test_stop(self, **_: Any) -> None:
+        if self.greenlet is not None:
+            self.greenlet.kill()
+            self.greenlet = None
+        if self.scraper is not None:
+            self.scraper.sample(time.time())
+            self.scraper.close()
+            self.scraper = None
+
+    def _metrics_url(self, host: str) -> tuple[str, bool]:
+        """(URL, explicit): --metrics-url, else <host>/metrics; '' when scraping is off."""
+        options = self.environment.parsed_options
+        if getattr(options, "scrape_interval", 1.0) <= 0:
+            return "", False
+        explicit = getattr(options, "metrics_url", "") or ""
+        return (explicit or host.rstrip("/") + "/metrics"), bool(explicit)
+
+    def _watch(self, run: RunState) -> None:
+        prefix = run_prefix(run)
+        write_environment(prefix, collect_environment(run.host or ""))
+        url, explicit = self._metrics_url(run.host or "")
+        if not url:
+            return
+        scraper = MetricsScraper(url, metrics_path(prefix))
+        if not scraper.sample(time.time()):
+            scraper.close()
+            Path(scraper.path).unlink(missing_ok=True)
+            if explicit:
+                log.warning("llmload: --metrics-url %s does not answer; no server metrics", url)
+            return
+        self.scraper = scraper
+        interval = self.environment.parsed_options.scrape_interval
+        mark, last = _stage_mark(run), time.time()
+        while True:
+            gevent.sleep(POLL_S)
+            now = time.time()
+            if _stage_mark(run) != mark or now - last >= interval:
+                mark, last = _stage_mark(run), now
+                scraper.sample(now)

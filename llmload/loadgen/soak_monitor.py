@@ -1,0 +1,100 @@
+"""Soak runs inside the locust process: the verdict becomes the exit code, and Locust's state that
+grows with time (not with requests) is kept bounded over hours.
+
+On the master (or the local process), when a run whose configuration has a `soak` section starts:
+- its file prefix is remembered (the shape's first tick has begun the run before `test_start`);
+- a greenlet keeps Locust's own stats bounded every `TRIM_INTERVAL_S`: each stats entry keeps one
+  dict key per second of the run (`num_reqs_per_sec`, `num_fail_per_sec`) although only the last
+  ~12 s feed its current-RPS figure, so older keys are dropped; `stats.history` (the web UI and
+  HTML report charts, one row per 5 s) is thinned to at most `HISTORY_MAX` rows by dropping every
+  other row of its older half, so the charts still span the whole run at a coarser step.
+At `quitting` (a finished run, or one stopped by SIGTERM/SIGINT) the run is judged from its files
+(`llmload.analysis.soak`), the outputs are written next to them, the verdict is logged, and
+`environment.process_exit_code` is set: 0 pass, 1 breached, 2 not run or incomplete. It is set to
+0 explicitly on a pass, since Locust otherwise exits 1 when any request failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import gevent
+from locust.runners import WorkerRunner
+
+from llmload.analysis.soak import EXIT_NOT_RUN, soak_report
+from llmload.core.config import ConfigError
+from llmload.core.records import RecordFileError
+from llmload.loadgen.ladder import LadderShape
+from llmload.output.soak_output import write_outputs
+
+log = logging.getLogger("llmload")
+TRIM_INTERVAL_S = 60.0
+KEEP_PER_SECOND_S = 30  # Locust's current RPS reads the last ~12 s
+HISTORY_MAX = 2000  # rows of stats.history: ~2.8 h at full 5 s resolution, then thinned
+
+
+def trim_stats(stats: Any, now: float) -> None:
+    """Drop per-second counters older than KEEP_PER_SECOND_S and thin the history to HISTORY_MAX rows."""
+    cutoff = int(now) - KEEP_PER_SECOND_S
+    for entry in (*stats.entries.values(), stats.total):
+        for per_sec in (entry.num_reqs_per_sec, entry.num_fail_per_sec):
+            for second in [s for s in per_sec if s < cutoff]:
+                del per_sec[second]
+    history = stats.history
+    while len(history) > HISTORY_MAX:
+        half = len(history) // 2
+        history[:half] = history[:half:2]
+
+
+class SoakMonitor:
+    """Per-process soak hooks; `install(environment)` from `events.init`."""
+
+    def __init__(self, environment: Any) -> None:
+        self.environment = environment
+        self.prefix: str | None = None
+        self._trimmer: gevent.Greenlet | None = None
+
+    @classmethod
+    def install(cls, environment: Any) -> SoakMonitor | None:
+        if isinstance(environment.runner, WorkerRunner):
+            return None
+        monitor = cls(environment)
+        environment.events.test_start.add_listener(monitor.on_test_start)
+        environment.events.quitting.add_listener(monitor.on_quitting)
+        return monitor
+
+    def on_test_start(self, environment: Any, **_: Any) -> None:
+        shape = environment.shape_class
+        run = shape.run if isinstance(shape, LadderShape) else None
+        if run is None or run.config.soak is None:
+            self.prefix = None
+            return
+        self.prefix = str(run.run_file).removesuffix("_run.json")
+        if self._trimmer is None:
+            self._trimmer = gevent.spawn(self._trim_forever)
+
+    def _trim_forever(self) -> None:
+        while True:
+            gevent.sleep(TRIM_INTERVAL_S)
+            trim_stats(self.environment.runner.stats, time.time())
+
+    def on_quitting(self, environment: Any, **_: Any) -> None:
+        if self._trimmer is not None:
+            self._trimmer.kill(block=False)
+        if self.prefix is None:
+            return
+        try:
+            report = soak_report(self.prefix)
+            paths = write_outputs(report)
+        except (ConfigError, RecordFileError, OSError, ValueError) as e:
+            log.error("llmload: soak: cannot judge the run: %s", e)
+            environment.process_exit_code = EXIT_NOT_RUN
+            return
+        level = logging.INFO if report.exit_code == 0 else logging.ERROR
+        log.log(level, "llmload: soak verdict %s (exit code %d)", report.status.upper(), report.exit_code)
+        for line in (*report.reasons, *report.warnings):
+            log.log(level, "llmload: soak: %s", line)
+        log.info("llmload: soak report: %s", ", ".join(map(str, paths)))
+        environment.process_exit_code = report.exit_code

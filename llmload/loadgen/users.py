@@ -1,0 +1,202 @@
+"""Locust user classes that send greedy, fixed-length completion requests with token accounting.
+
+A user waits for the ladder's current stage (`llmload.loadgen.ladder.BOARD`), sends its quota of
+requests for it, reports that it is done, and waits for the next stage. Each request becomes
+one `RequestRecord` (sent to the master to be written) and one Locust request event named after
+the rung, with response_time = end-to-end ms and response_length = output tokens, so Locust's
+own stats, CSVs and web UI carry tokens. Successful streamed requests also fire TTFT and TPOT
+pseudo-entries (their own request types, so rung request counts and token totals are unchanged).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+import gevent
+from locust import FastHttpUser, constant, task
+from locust.runners import WorkerRunner
+
+from llmload.core.config import SweepConfig
+from llmload.core.names import REQUEST_TYPE, TPOT_TYPE, TTFT_TYPE
+from llmload.core.records import RequestRecord
+from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets
+from llmload.loadgen.client import RequestContext, send_request
+from llmload.loadgen.ladder import BOARD, MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
+from llmload.loadgen.options import api_key
+from llmload.loadgen.payload import build_payload, endpoint_path
+from llmload.loadgen.preflight import auth_headers, tls_context
+from llmload.loadgen.receive_stamps import stamp_receive_times
+from llmload.loadgen.workload import workload_for
+
+STAGE_POLL_S = 1.0
+_ARRIVALS: dict[int, ArrivalQueue] = {}  # rate mode: this process's arrivals of the current stage
+_PROMPT_INDEX = itertools.count()  # concurrency mode: prompts are taken in turn by the process's users
+
+
+def arrival_queue(stage: Stage, config: SweepConfig, process: str) -> ArrivalQueue:
+    """This process's share of a rate stage's schedule, shared by its users (llmload.loadgen.arrivals)."""
+    queue = _ARRIVALS.get(stage.seq)
+    if queue is None:
+        assert stage.rate is not None and stage.start_at is not None and stage.slots is not None
+        count = arrival_count(stage.rate, config.requests_per_rung, config.duration)
+        offsets = arrival_offsets(
+            stage.rate, count, burstiness=config.burstiness, seed=config.seed, rung=stage.rung
+        )
+        lo, hi = stage.slots.get(process, (0, 0))
+        _ARRIVALS.clear()
+        queue = _ARRIVALS[stage.seq] = ArrivalQueue(stage.start_at, offsets, (lo, hi), stage.users)
+    return queue
+
+
+class RequestFailure(Exception):
+    """What Locust's failures table shows: the failure kind only, so failures group by kind."""
+
+
+class LLMUser(FastHttpUser):
+    """Base class: sends the configured request at each stage of the ladder."""
+
+    abstract = True
+    wait_time = constant(0)
+    endpoint: str | None = None  # subclasses may pin "completions" or "chat"
+
+    def __init__(self, environment: Any) -> None:
+        stage = BOARD.stage
+        config = stage.sweep_config() if stage else SweepConfig()
+        options = environment.parsed_options
+        # must be set before FastHttpUser builds its session
+        self.connection_timeout = config.timeouts.connect
+        self.network_timeout = config.timeouts.first_token
+        self.insecure = bool(getattr(options, "tls_insecure", False))
+        ca_bundle = getattr(options, "ca_bundle", "")
+        if ca_bundle:
+            self.ssl_context_factory = lambda: tls_context(ca_bundle)
+        super().__init__(environment)
+        self._last_seq = -1
+        self._ready_seq = -1
+        self._uid = uuid.uuid4().hex
+        self._config_seq = -1
+        self._config = config
+        runner = environment.runner
+        self._worker = runner.client_id if isinstance(runner, WorkerRunner) else "local"
+        self._headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+            "Accept-Encoding": "identity",
+            **auth_headers(api_key(options)),
+        }
+        self._http = self.client.client.clientpool.get_client(self.host)
+        stamp_receive_times(
+            self._http
+        )  # message times from the kernel where it can (llmload.loadgen.receive_stamps)
+        self._base_path = urlsplit(self.host).path.rstrip("/")
+
+    def _stage_config(self, stage: Stage) -> SweepConfig:
+        if stage.seq != self._config_seq:
+            config = stage.sweep_config()
+            if self.endpoint:
+                config = config.with_overrides(endpoint=self.endpoint)
+            self._config, self._config_seq = config, stage.seq
+        return self._config
+
+    @task
+    def run_stage(self) -> None:
+        stage = BOARD.wait_after(self._last_seq, STAGE_POLL_S)
+        if stage is None:
+            return
+        if stage.start_at is None:
+            if self._ready_seq != stage.seq:
+                workload_for(self._stage_config(stage), stage.prompt_words)  # built before the go
+                ready = {"seq": stage.seq, "user": self._uid, "worker": self._worker}
+                self.environment.runner.send_message(MSG_USER_READY, ready)
+                self._ready_seq = stage.seq
+            stage = BOARD.wait_go(stage.seq, STAGE_POLL_S)
+            if stage is None:
+                return
+        gevent.sleep(max(0.0, stage.start_at - time.time()))
+        sent = 0
+        if stage.rate is not None:
+            queue = arrival_queue(stage, self._stage_config(stage), self._worker)
+            while (arrival := queue.take()) is not None:
+                index, due = arrival
+                gevent.sleep(max(0.0, due - time.time()))
+                sent += self.send_one(stage, index, t_scheduled=due)
+        elif stage.deadline is None:
+            for _ in range(stage.requests_per_user):
+                sent += self.send_one(stage)
+        else:
+            while time.time() < stage.deadline:
+                sent += self.send_one(stage)
+        self._last_seq = stage.seq
+        self.environment.runner.send_message(MSG_USER_DONE, {"seq": stage.seq, "requests": sent})
+
+    def send_one(self, stage: Stage, index: int | None = None, t_scheduled: float | None = None) -> int:
+        """Send one request (and its configured retries); returns the number of records.
+        `index` picks the prompt (default: the process's next); `t_scheduled` is the rate-mode arrival."""
+        config = self._stage_config(stage)
+        request_id = uuid.uuid4().hex
+        index = next(_PROMPT_INDEX) if index is None else index
+        prompt = workload_for(config, stage.prompt_words).prompt(index, request_id)
+        ctx = RequestContext(
+            request_id,
+            stage.rung,
+            stage.users,
+            stage.phase,
+            config.endpoint,
+            config.stream,
+            config.max_tokens,
+            self._worker,
+        )
+        return send_request(
+            self._http,
+            self._base_path + endpoint_path(config.endpoint),
+            build_payload(config, stage.model, prompt),
+            self._headers,
+            ctx,
+            total_timeout=config.timeouts.total,
+            retries=config.retries,
+            report=lambda rec: self._report(rec, stage.name, t_scheduled, stage.rate),
+        )
+
+    def _report(
+        self, rec: RequestRecord, name: str, t_scheduled: float | None = None, rate: float | None = None
+    ) -> None:
+        rec.t_scheduled, rec.rate = t_scheduled, rate
+
+        def fire(request_type: str, ms: float, length: int = 0, exception: Exception | None = None) -> None:
+            self.environment.events.request.fire(
+                request_type=request_type,
+                name=name,
+                response_time=ms,
+                response_length=length,
+                exception=exception,
+                context={},
+                response=None,
+                url=None,
+                start_time=rec.t_start,
+            )
+
+        fire(
+            REQUEST_TYPE,
+            rec.e2e_s * 1000.0,
+            rec.output_tokens,
+            None if rec.ok else RequestFailure(rec.outcome),
+        )
+        if rec.ok and rec.stream and rec.t_first is not None:
+            fire(TTFT_TYPE, (rec.t_first - rec.t_start) * 1000.0)
+            if rec.output_tokens > 1:
+                fire(TPOT_TYPE, (rec.t_end - rec.t_first) * 1000.0 / (rec.output_tokens - 1))
+        self.environment.runner.send_message(MSG_RECORD, rec.to_dict())
+
+
+class CompletionsUser(LLMUser):
+    """POST /v1/completions (or the endpoint the ladder file names)."""
+
+
+class ChatUser(LLMUser):
+    """POST /v1/chat/completions."""
+
+    endpoint = "chat"

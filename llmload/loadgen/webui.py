@@ -1,0 +1,88 @@
+"""The Locust web UI's "Tokens" tab and the sweep-table CSV download.
+
+Uses Locust's own extension points (see Locust's examples/extend_web_ui.py): `template_args`
+`extended_tabs` / `extended_tables` declare the tab and its columns, an `after_request` hook adds
+the rows to the `/stats/requests` answer the page polls every 2 s (`extended_stats`), and
+`extended_csv_files` puts the CSV link beside Locust's own downloads. The rows come from
+`llmload.loadgen.live_sweep.LiveSweep`, fed by the ladder with every record the master (or the local process)
+receives. The CSV is the post-processor's (`llmload.analysis.postprocess`) on the run's own files, so it is
+exactly what `scripts/sweep_table.py <prefix> --format csv` prints for the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from flask import Response, make_response, request
+
+from llmload.analysis.postprocess import load_run, render_run
+from llmload.core.records import RecordFileError
+from llmload.loadgen.ladder import LadderShape
+from llmload.loadgen.live_sweep import LiveSweep
+
+TAB_KEY = "tokens"
+CSV_PATH = "/llmload/analysis/sweep_rows.csv"
+RECORDS_SUFFIX = "_records.jsonl"
+COLUMNS = (
+    ("rung", "Rung"),
+    ("users", "Users"),
+    ("state", "State"),
+    ("agg_tok_s", "Agg tok/s"),
+    ("per_req_tok_s", "Per-request tok/s"),
+    ("ttft_p50_ms", "TTFT p50 (ms)"),
+    ("ttft_p99_ms", "TTFT p99 (ms)"),
+    ("tpot_p50_ms", "TPOT p50 (ms)"),
+    ("tokens", "Output tokens"),
+    ("requests", "Requests"),
+    ("failures", "Failures"),
+    ("now_tok_s", "Current rung tok/s"),
+)
+
+
+def register_web_ui(environment: Any) -> LiveSweep | None:
+    """Add the Tokens tab and the CSV download to this process's web UI (master or local; call
+    from `events.init`). Returns the live table, or None without a web UI or a ladder shape."""
+    web_ui = environment.web_ui
+    shape = environment.shape_class
+    if web_ui is None or not isinstance(shape, LadderShape):
+        return None
+    live = LiveSweep()
+    shape.record_hooks.append(live.add)
+    base = getattr(environment.parsed_options, "web_base_path", "") or ""
+
+    def tab_rows() -> list[dict[str, str]]:
+        live.follow(shape.run)
+        return live.table(active=shape.run is not None and shape.run is live.run)
+
+    def add_rows(response: Response) -> Response:
+        if request.endpoint == "locust.request_stats" and response.is_json:
+            data = response.get_json()
+            data["extended_stats"] = [{"key": TAB_KEY, "data": tab_rows()}]
+            response.set_data(json.dumps(data))
+        return response
+
+    def sweep_csv() -> Response:
+        live.follow(shape.run)
+        if live.run is None:
+            return make_response("no run yet: start one first\n", 404)
+        prefix = str(live.run.writer.path).removesuffix(RECORDS_SUFFIX)
+        try:
+            text = render_run(load_run(prefix), "csv")
+        except RecordFileError as e:
+            return make_response(f"{e}\n", 404)
+        response = make_response(text)
+        response.headers["Content-Type"] = "text/csv"
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        response.headers["Content-Disposition"] = f"attachment;filename=llmload_sweep_{stamp}.csv"
+        return response
+
+    web_ui.app.after_request(add_rows)
+    web_ui.app.add_url_rule(base + CSV_PATH, "llmload_sweep_csv", web_ui.auth_required_if_enabled(sweep_csv))
+    web_ui.template_args |= {
+        "extended_tabs": [{"title": "Tokens", "key": TAB_KEY}],
+        "extended_tables": [{"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in COLUMNS]}],
+        "extended_csv_files": [{"href": "." + CSV_PATH, "title": "Download sweep table CSV (llmload)"}],
+    }
+    return live

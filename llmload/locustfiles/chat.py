@@ -1,0 +1,10 @@
+"""Concurrency-ladder sweep of an OpenAI-compatible /v1/chat/completions endpoint.
+
+locust -f locustfiles/chat.py --headless --host http://127.0.0.1:8000 --csv reports/chat
+"""
+
+import llmload.loadgen.plugin  # noqa: F401  (registers llmload's options and messages)
+from llmload.loadgen.ladder import LadderShape
+from llmload.loadgen.users import ChatUser
+
+__all__ = ["LadderShape", "ChatUser"]

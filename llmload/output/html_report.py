@@ -1,0 +1,148 @@
+"""A run's report: PNG plots and one self-contained HTML page (plots inlined as base64).
+
+The page holds, from the run's own files: the run summary (target, model, stage times), the
+sweep table, the plots, the latency and rates tables, the server metrics per rung (when they
+were scraped), every cross-check warning, the run configuration and the environment recorded at
+run time (`<prefix>_env.json`: server version, package versions, generator CPU, Python). Tables
+are the same text `scripts/sweep_table.py` prints. Files go beside the run's prefix (or to
+`out_dir`): `<stem>_report.html`, `<stem>_throughput.png`, `<stem>_latency.png`, `<stem>_pareto.png`.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmload.analysis.postprocess import RunResult, load_run
+from llmload.analysis.server_metrics import ServerMetrics, load_server_metrics, render_server_metrics
+from llmload.core.records import RecordFileError
+from llmload.core.run_environment import read_environment
+from llmload.output.table import render, render_metrics
+
+RECORDS_SUFFIX = "_records.jsonl"
+
+
+def find_prefix(path: str | Path) -> str:
+    """A run's prefix from the prefix itself, its records file, or a folder holding one run."""
+    p = Path(path)
+    if p.is_dir():
+        found = sorted(p.glob(f"*{RECORDS_SUFFIX}"))
+        if len(found) != 1:
+            what = "no" if not found else f"{len(found)}"
+            raise RecordFileError(f"{p}: {what} *{RECORDS_SUFFIX} files; give the run's prefix")
+        return str(found[0])[: -len(RECORDS_SUFFIX)]
+    return str(p).removesuffix(RECORDS_SUFFIX)
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _kv_table(items: Mapping[str, Any]) -> str:
+    rows = "".join(
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in items.items()
+    )
+    return f"<table class='kv'>{rows}</table>"
+
+
+def _pre(text: str) -> str:
+    return f"<pre>{html.escape(text)}</pre>"
+
+
+def _img(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
+
+
+def summary_items(result: RunResult, env: Mapping[str, Any] | None) -> dict[str, Any]:
+    info = result.run_info or {}
+    stages = info.get("stages", [])
+    server = (env or {}).get("server_version")
+    return {
+        "target": info.get("host") or (env or {}).get("target", "-"),
+        "model": info.get("model", "-"),
+        "server version": f"{server['version']} (GET {server['endpoint']})" if server else "not reported",
+        "rungs": ", ".join(str(r.users) for r in result.rungs),
+        "started": _when(stages[0]["started"] if stages else None),
+        "finished": _when(stages[-1].get("finished") if stages else None),
+        "run complete": info.get("finished", "unknown"),
+    }
+
+
+def environment_items(env: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not env:
+        return {"environment": "not recorded (no _env.json: run made before llmload recorded it)"}
+    items = {f"{name} version": v for name, v in env.get("packages", {}).items()}
+    items |= {
+        "python": env.get("python", "-"),
+        "generator CPU": f"{env.get('cpu_model', '-')} x {env.get('cpu_count', '-')}",
+        "platform": env.get("platform", "-"),
+        "recorded": _when(env.get("recorded_at")),
+    }
+    return items
+
+
+STYLE = (
+    "body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"
+    "pre{background:#f6f6f6;padding:.8em;overflow-x:auto;font-size:12px}"
+    "img{max-width:100%;display:block;margin:1em 0}"
+    "table.kv th{text-align:left;padding-right:2em;font-weight:normal;color:#555}"
+    ".warn{color:#a40}"
+)
+
+
+def render_html(
+    result: RunResult,
+    plots: Mapping[str, Path],
+    server: ServerMetrics | None,
+    env: Mapping[str, Any] | None,
+) -> str:
+    """The report page; plots are inlined, so the file stands alone."""
+    name = Path(result.prefix).name
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>llmload report: {html.escape(name)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>llmload report: {html.escape(name)}</h1>",
+        _kv_table(summary_items(result, env)),
+        "<h2>Sweep</h2>",
+        _pre(render(result.rows, "table")),
+        "<h2>Plots</h2>",
+        *(_img(path, key) for key, path in plots.items()),
+        "<h2>Latency and rates</h2>",
+        _pre(render_metrics(result.metrics or [], "table")),
+    ]
+    if server is not None:
+        parts += ["<h2>Server metrics</h2>", _pre(render_server_metrics(server, "table"))]
+    warnings = [*result.warnings, *(server.warnings if server else [])]
+    if warnings:
+        items = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
+        parts += ["<h2>Warnings</h2>", f"<ul class='warn'>{items}</ul>"]
+    config = (result.run_info or {}).get("config")
+    parts += [
+        "<h2>Configuration</h2>",
+        _pre(yaml.safe_dump(config, sort_keys=False) if config else "not recorded"),
+    ]
+    parts += ["<h2>Environment</h2>", _kv_table(environment_items(env)), "</body></html>"]
+    return "\n".join(parts)
+
+
+def write_report(path: str | Path, out_dir: Path | None = None) -> tuple[Path, Sequence[Path]]:
+    """Post-process a run and write its plots and HTML page; returns (html, plots)."""
+    from llmload.output.plots import write_plots  # matplotlib is imported only when a report is made
+
+    prefix = find_prefix(path)
+    result = load_run(prefix, with_metrics=True)
+    server = load_server_metrics(prefix, result.run_info, result.records)
+    env = read_environment(prefix)
+    out = Path(out_dir) if out_dir is not None else Path(prefix).parent
+    stem = Path(prefix).name
+    plots = write_plots(result.rows, result.metrics or [], out, stem)
+    page = out / f"{stem}_report.html"
+    page.write_text(render_html(result, plots, server, env), encoding="utf-8")
+    return page, list(plots.values())

@@ -1,0 +1,243 @@
+"""Presentation of the sweep rows and rung metrics: plain table, markdown, CSV and JSON.
+
+Human formats (table, markdown, csv) round rates and token counts to 1 decimal, wall_s to 2 and
+milliseconds to 1; json keeps full precision. In table/markdown a figure computed from
+client-counted tokens gets a `*` suffix, a partial rung's concurrency a `!` suffix and the
+concurrency of a rung where the load generator was saturated a `^` suffix, each explained in a
+note under the table; csv carries them as `estimated` / `partial` / `saturated` columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from tabulate import tabulate
+
+from llmload.analysis.metrics import LATENCY_NAMES, RungMetrics
+from llmload.analysis.sweep_rows import SweepRow
+from llmload.core.names import rung_name
+from llmload.core.stats import DEFAULT_PERCENTILES, Summary, percentile_label
+
+FORMATS = ("table", "markdown", "csv", "json")
+CORE_COLUMNS = ("conc", "agg_tok/s", "per_req_tok/s", "tokens", "wall_s", "ttft_p50_ms", "failures")
+WIDE_COLUMNS = ("rung", "requests", "partial_tokens", "failure_kinds")
+ESTIMATED_MARK = "*"
+PARTIAL_MARK = "!"
+SATURATED_MARK = "^"
+_ESTIMATED_COLUMNS = ("agg_tok/s", "per_req_tok/s", "tokens")
+
+
+def fmt_num(value: float | None, decimals: int = 1) -> str:
+    """A number with fixed decimals; '-' for None."""
+    return "-" if value is None else f"{value:.{decimals}f}"
+
+
+def _sweep_cells(row: SweepRow, wide: bool) -> dict[str, str]:
+    cells = {
+        "conc": str(row.conc),
+        "agg_tok/s": fmt_num(row.agg_tok_s),
+        "per_req_tok/s": fmt_num(row.per_req_tok_s),
+        "tokens": str(row.tokens),
+        "wall_s": fmt_num(row.wall_s, 2),
+        "ttft_p50_ms": fmt_num(row.ttft_p50_ms),
+        "failures": str(row.failures),
+    }
+    if wide:
+        cells |= {
+            "rung": rung_name(row.rung, row.conc),
+            "requests": str(row.requests),
+            "partial_tokens": str(row.partial_tokens),
+            "failure_kinds": " ".join(f"{k}:{n}" for k, n in row.failures_by_kind.items()) or "-",
+        }
+    return cells
+
+
+def _marked(rows: Sequence[SweepRow], wide: bool) -> list[dict[str, str]]:
+    """Cells with `*` / `!` marks; in a column holding a mark, unmarked cells get a trailing space
+    so the decimal points stay aligned."""
+    table = [_sweep_cells(row, wide) for row in rows]
+    for mark, columns, flags in (
+        (PARTIAL_MARK, ("conc",), [r.partial for r in rows]),
+        (ESTIMATED_MARK, _ESTIMATED_COLUMNS, [r.estimated for r in rows]),
+        (SATURATED_MARK, ("conc",), [r.saturated for r in rows]),
+    ):
+        if not any(flags):
+            continue
+        for flag, cells in zip(flags, table, strict=True):
+            for col in columns:
+                cells[col] += mark if flag else " "
+    return table
+
+
+def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
+    """Notes printed under the table: what the marks mean, and the failures by kind."""
+    notes = []
+    if any(r.estimated for r in rows):
+        notes.append(
+            f"{ESTIMATED_MARK} output tokens counted by the client on some requests "
+            "(the server sent no usage): approximate"
+        )
+    if any(r.partial for r in rows):
+        partial = ", ".join(rung_name(r.rung, r.conc) for r in rows if r.partial)
+        notes.append(f"{PARTIAL_MARK} rung did not finish (partial): {partial}")
+    for r in rows:
+        if r.saturated and r.generator:
+            g = r.generator
+            late = g.get("read_delay_p99_ms")
+            reads = f", messages read up to {late:.1f} ms late (p99)" if late is not None else ""
+            notes.append(
+                f"{SATURATED_MARK} load generator saturated on {rung_name(r.rung, r.conc)} "
+                f"(cpu {g['cpu_pct']:.0f} % of a core, event-loop lag {g['lag_ms']:.1f} ms "
+                f"on {g['worker']}{reads}): latencies may be off and throughput understated; "
+                "rerun with more --processes or workers"
+            )
+    for r in rows:
+        if r.failures:
+            kinds = ", ".join(f"{k} x{n}" for k, n in r.failures_by_kind.items())
+            notes.append(
+                f"{rung_name(r.rung, r.conc)}: {r.failures} of {r.requests} requests failed ({kinds}); "
+                f"their {r.partial_tokens} partial tokens are not counted"
+            )
+    return notes
+
+
+def _grid(header: Sequence[str], body: Sequence[Sequence[str]], fmt: str) -> str:
+    # cells are preformatted strings; whitespace is kept for the mark alignment (tabulate >= 0.10)
+    right = ["right"] * len(header)
+    if fmt == "markdown":
+        return tabulate(
+            body,
+            headers=list(header),
+            tablefmt="github",
+            disable_numparse=True,
+            preserve_whitespace=True,
+            colalign=right,
+        )
+    # header as a data row: tabulate pads header widths by 2 otherwise (seed layout: 2-space gaps)
+    return tabulate(
+        [list(header), *body],
+        tablefmt="plain",
+        disable_numparse=True,
+        preserve_whitespace=True,
+        colalign=right,
+    )
+
+
+def _summary_keys(percentiles: Sequence[float]) -> list[str]:
+    return ["mean", "median", "std", *map(percentile_label, percentiles)]
+
+
+def _summary_cells(s: Summary | None, percentiles: Sequence[float]) -> dict[str, str]:
+    """mean, median, std and percentiles of a summary (ms, 1 decimal), '-' when there is none."""
+    values = {} if s is None else s.as_dict()
+    return {k: fmt_num(values.get(k)) for k in _summary_keys(percentiles)}
+
+
+def _latency_rows(metrics: Sequence[RungMetrics], percentiles: Sequence[float]) -> list[list[str]]:
+    body = []
+    for m in metrics:
+        for name in LATENCY_NAMES:
+            s = m.latencies[name]
+            if s is None and name == "queue_wait":
+                continue  # only rate-mode rungs wait for a client slot
+            label = "itl (per chunk)" if name == "itl" and m.itl_per_chunk else name
+            cells = _summary_cells(s, percentiles).values()
+            body.append([rung_name(m.rung, m.conc), label, str(0 if s is None else s.count), *cells])
+    return body
+
+
+def _rate_cells(m: RungMetrics) -> list[str]:
+    return [
+        rung_name(m.rung, m.conc),
+        fmt_num(m.output_tok_s),
+        fmt_num(m.total_tok_s),
+        fmt_num(m.request_s, 2),
+        fmt_num(m.achieved_concurrency, 2),
+        str(m.good_requests),
+        fmt_num(m.goodput_request_s, 2),
+        str(m.stopped_early),
+        str(m.chunks_over_tokens),
+    ]
+
+
+RATE_COLUMNS = (
+    "rung",
+    "out_tok/s",
+    "total_tok/s",
+    "req/s",
+    "achieved_conc",
+    "good_reqs",
+    "goodput_req/s",
+    "stopped_early",
+    "chunks>tokens",
+)
+
+
+def render_metrics(
+    metrics: Sequence[RungMetrics], fmt: str = "table", percentiles: Sequence[float] = DEFAULT_PERCENTILES
+) -> str:
+    """The latency table (ms; one line per rung and metric) and the rates table, for table or
+    markdown output."""
+    latency_header = ["rung", "latency_ms", "n", *_summary_keys(percentiles)]
+    parts = [
+        _grid(latency_header, _latency_rows(metrics, percentiles), fmt),
+        _grid(RATE_COLUMNS, [_rate_cells(m) for m in metrics], fmt),
+    ]
+    slo = metrics[0].slo if metrics else {}
+    if slo:
+        parts.append("goodput SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in slo.items()))
+    return "\n\n".join(parts)
+
+
+def _csv_row(
+    row: SweepRow, m: RungMetrics | None, percentiles: Sequence[float], wide: bool
+) -> dict[str, str]:
+    out = _sweep_cells(row, wide) | {
+        "estimated": str(row.estimated),
+        "partial": str(row.partial),
+        "saturated": str(row.saturated),
+    }
+    if m is not None:
+        for name in LATENCY_NAMES:
+            cells = _summary_cells(m.latencies[name], percentiles)
+            out |= {f"{name}_{k}_ms": v for k, v in cells.items()}
+        out |= dict(zip(RATE_COLUMNS[1:], _rate_cells(m)[1:], strict=True))
+        out["itl_per_chunk"] = str(m.itl_per_chunk)
+    return out
+
+
+def render(
+    rows: Sequence[SweepRow],
+    fmt: str = "table",
+    *,
+    metrics: Sequence[RungMetrics] | None = None,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    wide: bool = False,
+) -> str:
+    """The sweep table in `fmt` (one of FORMATS). With `metrics` (one per row, same order):
+    table/markdown append the latency and rates tables, csv adds columns, json nests them."""
+    if metrics is not None and len(metrics) != len(rows):
+        raise ValueError("metrics must hold one entry per sweep row")
+    paired = list(zip(rows, metrics or [None] * len(rows), strict=True))
+    if fmt == "json":
+        data = [asdict(r) | ({} if m is None else {"metrics": m.as_dict()}) for r, m in paired]
+        return json.dumps(data, indent=2)
+    if fmt == "csv":
+        flat = [_csv_row(r, m, percentiles, wide) for r, m in paired]
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(flat[0]) if flat else list(CORE_COLUMNS))
+        writer.writeheader()
+        writer.writerows(flat)
+        return buf.getvalue().rstrip("\n")
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    header = CORE_COLUMNS + (WIDE_COLUMNS if wide else ())
+    table = _grid(header, [[c[h] for h in header] for c in _marked(rows, wide)], fmt)
+    parts = ["\n".join([table, *sweep_notes(rows)])]
+    if metrics is not None:
+        parts.append(render_metrics(metrics, fmt, percentiles))
+    return "\n\n".join(parts)

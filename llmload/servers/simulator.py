@@ -1,0 +1,66 @@
+"""Launch the simulator (`python -m llmload.sim`) as a subprocess for tests and local runs.
+
+    with SimulatorProcess(base_ms=5, faults={"http_500": 0.2}, truth_log=p, log_path=l) as sim:
+        urllib.request.urlopen(sim.url + "/health")
+
+Keyword arguments become CLI flags: `base_ms=5` -> `--base-ms 5`, `ignore_eos_unsupported=True`
+-> `--ignore-eos-unsupported` (False omits it), `faults={"drop": 0.1}` -> `--fault drop=0.1`;
+`extra_args=[...]` is appended verbatim (for flags already in CLI form, e.g. from a command line).
+Port choice, health wait and stop-by-PID come from `llmload.servers.process`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from llmload.servers.process import LOOPBACK, ManagedProcess, StartStop, free_port
+
+
+def sim_flags(faults: Mapping[str, float] | None = None, **flags: object) -> list[str]:
+    """CLI arguments for the simulator from Python keyword arguments."""
+    args: list[str] = []
+    for name, value in flags.items():
+        if value is None or value is False:
+            continue
+        option = "--" + name.replace("_", "-")
+        args += [option] if value is True else [option, str(value)]
+    for kind, rate in (faults or {}).items():
+        args += ["--fault", f"{kind}={rate}"]
+    return args
+
+
+class SimulatorProcess(StartStop):
+    """The simulator on a free loopback port; a context manager that stops it by PID."""
+
+    def __init__(
+        self,
+        *,
+        truth_log: Path | None = None,
+        log_path: Path,
+        start_timeout: float = 30.0,
+        extra_args: Sequence[str] = (),
+        **sim: object,
+    ) -> None:
+        for reserved in ("host", "port", "port_file"):
+            if reserved in sim:
+                raise TypeError(f"SimulatorProcess chooses {reserved!r} itself")
+        self.port = free_port()
+        self.url = f"http://{LOOPBACK}:{self.port}"
+        self.truth_log = Path(truth_log) if truth_log is not None else None
+        cmd = [sys.executable, "-m", "llmload.sim", "--host", LOOPBACK, "--port", str(self.port)]
+        cmd += sim_flags(truth_log=self.truth_log, **sim) + list(extra_args)
+        self.process = ManagedProcess(cmd, f"{self.url}/health", Path(log_path), start_timeout=start_timeout)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def start(self) -> SimulatorProcess:
+        self.process.start()
+        return self
+
+    def stop(self) -> int | None:
+        """SIGTERM (then SIGKILL) by PID; returns the exit code."""
+        return self.process.stop()

@@ -1,0 +1,127 @@
+"""Locust's distributed mode gives the same sweep table as one process at the same load.
+
+Three runs of the same ladder against fresh simulators: one process, `--processes 2`, and an
+explicit `--master` with two `--worker` processes over loopback. Each is checked against the
+simulator's truth log (tokens exact, rates within 1 %), against the single-process table (tokens
+exact, agg tok/s within 2 %), for the records of every worker merged into the master's one file,
+and for the ladder advancing rung after rung on the master."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from test_sweep_e2e import check_against_truth
+
+from llmload.analysis.health import read_health
+from llmload.analysis.sweep_rows import group_rungs, sweep_rows
+from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep, target
+from llmload.core.records import read_records
+from llmload.servers.process import LOOPBACK, free_port
+from llmload.sim.truth import load_truth
+
+LADDER = [1, 4, 8, 10]
+MAX_TOKENS = 128
+ARGS = ["--max-tokens", str(MAX_TOKENS)]
+RUN_TIMEOUT_S = 180.0
+
+
+def run_master_and_workers(run_dir: Path, workers: int, args: Sequence[str]) -> SweepRun:
+    """A headless master on a free loopback port and `workers` worker processes, against a fresh
+    simulator; every process is stopped by its PID, every wait is bounded."""
+    port = free_port()
+    locustfile = LOCUSTFILES["completions"]
+    prefix = run_dir / "run"
+    log = run_dir / "locust.log"
+    master_args = ["--master", "--master-bind-host", LOOPBACK, "--master-bind-port", str(port)]
+    master_args += ["--expect-workers", str(workers), "--expect-workers-max-wait", "60", *args]
+    worker_cmd = [sys.executable, "-m", "locust", "-f", str(locustfile), "--worker"]
+    worker_cmd += ["--master-host", LOOPBACK, "--master-port", str(port)]
+    procs: list[subprocess.Popen[bytes]] = []
+    with target(None, run_dir, {}) as (url, truth), log.open("wb") as out:
+        try:
+            master = subprocess.Popen(
+                locust_command(url, prefix, locustfile, master_args), stdout=out, stderr=subprocess.STDOUT
+            )
+            procs.append(master)
+            for i in range(workers):
+                with (run_dir / f"worker{i}.log").open("wb") as wlog:
+                    procs.append(subprocess.Popen(worker_cmd, stdout=wlog, stderr=subprocess.STDOUT))
+            returncode = master.wait(timeout=RUN_TIMEOUT_S)
+            for worker in procs[1:]:
+                worker.wait(timeout=30)  # workers quit when the master does
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
+    return SweepRun(prefix, returncode, truth, log)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> SweepRun:
+    run = run_sweep(run_dir=tmp_path_factory.mktemp("single"), locust_args=ARGS, timeout=RUN_TIMEOUT_S)
+    check_against_truth(run, LADDER, MAX_TOKENS)
+    return run
+
+
+def check_same_table(run: SweepRun, single: SweepRun) -> None:
+    check_against_truth(run, LADDER, MAX_TOKENS)
+    rows = sweep_rows(group_rungs(read_records(run.records)[0]))
+    reference = {r.conc: r for r in sweep_rows(group_rungs(read_records(single.records)[0]))}
+    for row in rows:
+        assert row.tokens == reference[row.conc].tokens
+        assert row.agg_tok_s == pytest.approx(reference[row.conc].agg_tok_s, rel=0.02)
+
+
+def check_merged_records(run: SweepRun, workers: int) -> None:
+    """Every request the server saw has its record in the master's one file, from every worker;
+    the workers' health samples reached the master too."""
+    truth, _ = load_truth(run.truth_log)
+    records, skipped = read_records(run.records)
+    assert not skipped
+    assert sorted(r.request_id for r in records) == sorted(truth)
+    measured = [r for r in records if r.phase == "measure"]
+    assert len({r.worker for r in measured}) == workers
+    assert "local" not in {r.worker for r in measured}
+    assert {s["worker"] for s in read_health(f"{run.prefix}_health.jsonl")} == {r.worker for r in records}
+
+
+def check_ladder_advanced(run: SweepRun) -> None:
+    """The master's run file: every rung finished, in order, each after the previous one, and
+    each rung's records lie inside its own stage."""
+    info = json.loads(Path(f"{run.prefix}_run.json").read_text())
+    assert info["finished"] is True
+    stages = [s for s in info["stages"] if s["rung"] >= 0]
+    assert [s["users"] for s in stages] == LADDER
+    assert [s["rung"] for s in stages] == list(range(len(LADDER)))
+    for before, after in zip(stages, stages[1:], strict=False):
+        assert before["finished"] <= after["started"]
+    by_rung = {r.index: r for r in group_rungs(read_records(run.records)[0])}
+    for s in stages:
+        recs = by_rung[s["rung"]].records
+        assert s["records"] == len(recs) == s["users"]
+        assert min(r.t_start for r in recs) >= s["started"] - 0.05  # users start at start_at
+        assert max(r.t_end for r in recs) <= s["finished"]
+
+
+def test_single_process_ladder(single):
+    check_ladder_advanced(single)
+
+
+def test_two_local_processes_give_the_same_table(tmp_path, single):
+    run = run_sweep(run_dir=tmp_path, locust_args=["--processes", "2", *ARGS], timeout=RUN_TIMEOUT_S)
+    check_same_table(run, single)
+    check_merged_records(run, workers=2)
+    check_ladder_advanced(run)
+
+
+def test_master_and_two_workers_give_the_same_table(tmp_path, single):
+    run = run_master_and_workers(tmp_path, workers=2, args=ARGS)
+    check_same_table(run, single)
+    check_merged_records(run, workers=2)
+    check_ladder_advanced(run)

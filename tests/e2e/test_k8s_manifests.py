@@ -1,0 +1,154 @@
+"""The Kubernetes manifests in deploy/k8s: they parse, hold the expected objects, agree with each
+other (service name and port, worker count, mounts), and every command, file and option they
+use exists in this repository or in `locust --help`."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fixtures.paths import REPO
+
+from llmload.core.config import load_config, parse_config
+
+K8S = REPO / "deploy" / "k8s"
+APP_DIR = "/app"  # the image's working directory (deploy/k8s/Dockerfile)
+SOAK = "soak-cronjob.yaml"  # applied on its own, not by the kustomization; tests/test_deploy_units.py
+
+
+def sweep_manifests() -> list[Path]:
+    return sorted(p for p in K8S.glob("*.yaml") if p.name != SOAK)
+
+
+def documents() -> list[dict[str, Any]]:
+    docs = []
+    for path in sweep_manifests():
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    return docs
+
+
+def find(kind: str, name: str) -> dict[str, Any]:
+    (doc,) = [d for d in documents() if d["kind"] == kind and d["metadata"]["name"] == name]
+    return doc
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def arg_value(args: list[str], option: str) -> str:
+    return args[args.index(option) + 1]
+
+
+# Locust prints --help before it imports the locustfile, so llmload's options are not in it: build
+# the parser as Locust does (its options, then the init_command_line_parser listeners the
+# locustfile registered), in a fresh interpreter.
+_LIST_OPTIONS = (
+    "import runpy; runpy.run_path('locustfiles/completions.py'); "
+    "from locust.argument_parser import get_parser; print(*get_parser()._option_string_actions)"
+)
+
+
+@cache
+def locust_options() -> frozenset[str]:
+    """Every option of `locust -f locustfiles/completions.py` (Locust's and llmload's)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _LIST_OPTIONS],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return frozenset(out.split())
+
+
+def test_objects_and_kinds():
+    kinds = sorted((d["kind"], d["metadata"]["name"]) for d in documents() if "metadata" in d)
+    assert kinds == [
+        ("ConfigMap", "llmload-ladder"),
+        ("Deployment", "llmload-master"),
+        ("Deployment", "llmload-worker"),
+        ("Service", "llmload-master"),
+    ]
+    assert all(d["apiVersion"] for d in documents())
+
+
+def test_kustomization_lists_every_manifest():
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    manifests = {p.name for p in sweep_manifests()} - {"kustomization.yaml"}
+    assert set(kustomization["resources"]) == manifests
+
+
+def test_deployment_selectors_match_their_pods():
+    for name in ("llmload-master", "llmload-worker"):
+        spec = find("Deployment", name)["spec"]
+        assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    service = find("Service", "llmload-master")["spec"]
+    master_labels = find("Deployment", "llmload-master")["spec"]["template"]["metadata"]["labels"]
+    assert service["selector"].items() <= master_labels.items()
+
+
+@pytest.mark.parametrize("name", ["llmload-master", "llmload-worker"])
+def test_commands_use_real_files_and_options(name):
+    c = container(find("Deployment", name))
+    assert c["command"] == ["locust"] and c["workingDir"] == APP_DIR
+    args = c["args"]
+    assert (REPO / arg_value(args, "-f")).is_file()
+    unknown = [a for a in args if a.startswith("--") and a not in locust_options()]
+    assert unknown == []
+    for env in c.get("env", []):  # Locust reads LOCUST_<OPTION> for its options
+        option = "--" + env["name"].removeprefix("LOCUST_").lower().replace("_", "-")
+        assert env["name"].startswith("LOCUST_") and option in locust_options()
+
+
+def test_workers_reach_the_master_service():
+    master = container(find("Deployment", "llmload-master"))
+    worker_deployment = find("Deployment", "llmload-worker")
+    worker = container(worker_deployment)
+    service = find("Service", "llmload-master")
+    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    assert arg_value(worker["args"], "--master-host") == service["metadata"]["name"]
+    assert arg_value(worker["args"], "--master-port") == str(ports["messages"]["port"])
+    assert arg_value(master["args"], "--master-bind-port") == str(ports["messages"]["port"])
+    container_ports = {p["name"]: p["containerPort"] for p in master["ports"]}
+    assert container_ports["web"] == ports["web"]["port"] == 8089  # Locust's default web port
+    assert int(arg_value(master["args"], "--expect-workers")) == worker_deployment["spec"]["replicas"]
+
+
+def test_master_mounts_the_ladder_and_writes_reports_to_a_volume():
+    deployment = find("Deployment", "llmload-master")
+    c = container(deployment)
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    configmap = find("ConfigMap", "llmload-ladder")
+    assert volumes["ladder"]["configMap"]["name"] == configmap["metadata"]["name"]
+    ladder = Path(arg_value(c["args"], "--ladder"))
+    assert str(ladder.parent) == mounts["ladder"] and ladder.name in configmap["data"]
+    assert str(Path(arg_value(c["args"], "--csv")).parent) == mounts["reports"]
+    assert "reports" in volumes
+
+
+def test_configmap_ladder_is_valid_and_equals_the_repository_ladder():
+    text = find("ConfigMap", "llmload-ladder")["data"]["sweep.yaml"]
+    config = parse_config(yaml.safe_load(text), source="configmap")
+    assert config == dataclasses.replace(load_config(REPO / "config" / "sweep.yaml"), source="configmap")
+
+
+def test_image_and_collect_recipe_reference_real_paths():
+    dockerfile = (K8S / "Dockerfile").read_text()
+    for src in re.findall(r"^COPY (\S+)", dockerfile, flags=re.M):
+        assert (REPO / src).exists(), src
+    assert "pip install" in dockerfile and f"WORKDIR {APP_DIR}" in dockerfile
+    collect = (K8S / "collect.sh").read_text()
+    reports = str(Path(arg_value(container(find("Deployment", "llmload-master"))["args"], "--csv")).parent)
+    assert f":{reports}" in collect and f"{reports}/run_run.json" in collect
+    assert "scripts/sweep_table.py" in collect and (REPO / "scripts" / "sweep_table.py").is_file()

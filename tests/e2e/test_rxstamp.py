@@ -1,0 +1,70 @@
+"""Kernel receive timestamps (llmload.loadgen.receive_stamps): a request streamed while the client's
+event loop is blocked again and again (a greenlet that hogs the CPU for 15 ms at a time, as another
+request's end-of-request work or a garbage collection would) is still timed to the simulator's own
+write times, and the record says how late the generator read it. The same request through a client
+without stamps shows the hog does delay the reads, so the first test can fail."""
+
+from __future__ import annotations
+
+import gevent
+import pytest
+from gevent.monkey import get_original
+from geventhttpclient import HTTPClient
+from test_faults_client import client, send, truth_of
+
+from llmload.core.records import RequestRecord
+from llmload.loadgen.receive_stamps import stamp_receive_times
+
+SLOW_STEPS = {"accept_len": 1, "base_ms": 40, "per_seq_ms": 0}  # one message every 40 ms
+HOG_S = 0.015
+TOKENS = 8
+blocking_sleep = get_original("time", "sleep")  # time.sleep itself yields once Locust patched it
+
+
+def send_while_hogged(http: HTTPClient) -> RequestRecord:
+    def hog() -> None:
+        while True:
+            blocking_sleep(HOG_S)  # blocks the whole event loop, as CPU work does
+            gevent.sleep(0.001)
+
+    hogger = gevent.spawn(hog)
+    try:
+        (rec,) = send(http, max_tokens=TOKENS)
+    finally:
+        hogger.kill()
+    assert rec.ok and rec.output_tokens == TOKENS
+    return rec
+
+
+def message_errors_ms(rec: RequestRecord, truth: dict) -> list[float]:
+    """Per content message: when the client says it arrived minus when the server wrote it."""
+    written = truth[rec.request_id]["chunk_times"]
+    assert len(written) == len(rec.chunk_times) == TOKENS
+    return [(rec.t_start + c - w) * 1000.0 for c, w in zip(rec.chunk_times, written, strict=True)]
+
+
+@pytest.mark.skipif(not stamp_receive_times(client("http://127.0.0.1:1")), reason="Linux only")
+def test_kernel_stamps_remove_the_generators_own_delay(sim_start):
+    sim = sim_start(**SLOW_STEPS)
+    http = client(sim.url)
+    assert stamp_receive_times(http)
+    rec = send_while_hogged(http)
+    errors = message_errors_ms(rec, truth_of(sim, [rec]))
+    assert rec.stamps == "kernel"
+    # the latency bar of the metrics tests; the last content message is read together with the
+    # closing messages the server writes right after it, so it carries their (later) stamp
+    assert max(abs(e) for e in errors[:-1]) < 1.0, errors
+    assert -1.0 < errors[-1] < 5.0, errors
+    assert rec.read_delay_ms is not None and rec.read_delay_ms > HOG_S * 1000.0 / 3
+
+
+def test_without_stamps_the_reads_are_late(sim_start):
+    sim = sim_start(**SLOW_STEPS)
+    rec = send_while_hogged(client(sim.url))
+    errors = message_errors_ms(rec, truth_of(sim, [rec]))
+    assert rec.stamps == "user" and rec.read_delay_ms is None
+    assert max(errors) > HOG_S * 1000.0 / 3, errors
+
+
+def test_tls_connections_fall_back_to_read_times():
+    assert not stamp_receive_times(HTTPClient.from_url("https://127.0.0.1:1"))

@@ -1,0 +1,155 @@
+"""Sweep rows, their formatting and the sweep_table script, against hand-computed figures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures.paths import REPO
+from fixtures.runs import FIXTURES, make_record, run_records
+
+from llmload.analysis.sweep_rows import group_rungs, sweep_rows
+from llmload.core.records import write_records
+from llmload.output.table import render
+
+SCRIPT = REPO / "scripts" / "sweep_table.py"
+
+
+def rows_of(records, **kw):
+    return sweep_rows(group_rungs(records), **kw)
+
+
+def test_warmup_excluded_and_rungs_kept_apart_by_index():
+    rows = rows_of(run_records())
+    assert [(r.rung, r.conc) for r in rows] == [(0, 1), (1, 4), (2, 4)]
+
+
+def test_rung_with_a_failure():
+    row = rows_of(run_records())[1]
+    # wall: first start 1010 to last end 1020 (the failed request counts for the window)
+    assert row.wall_s == pytest.approx(10.0)
+    assert row.tokens == 768  # 3 x 256; the failure's 37 tokens are not in it
+    assert row.agg_tok_s == pytest.approx(76.8)
+    # per request: 256/4 = 64, 256/8 = 32, 256/4 = 64 -> mean 160/3
+    assert row.per_req_tok_s == pytest.approx(53.333333)
+    assert row.ttft_p50_ms == pytest.approx(400.0)
+    assert (row.requests, row.failures, row.partial_tokens) == (4, 1, 37)
+    assert row.failures_by_kind == {"http_500": 1}
+    assert not row.estimated and not row.partial
+
+
+def test_estimated_and_partial_flags():
+    rows = rows_of(run_records(), requests_per_user=1)
+    assert [r.estimated for r in rows] == [False, False, True]
+    # rung 2 has 2 of the 4 * 1 expected requests
+    assert [r.partial for r in rows] == [False, False, True]
+    assert [r.partial for r in rows_of(run_records(), partial_rungs={0})] == [True, False, False]
+    assert rows[2].agg_tok_s == pytest.approx(42.5)  # 170 tokens / 4 s
+    assert rows[2].per_req_tok_s == pytest.approx(35.0)  # mean(100/2, 70/3.5)
+
+
+def seed_records():
+    """The seed's conc 1 and conc 10 rungs: 256 tokens in 1.8866 s; ten requests of 4.8 s, one of
+    them starting 0.159 s late, so wall = 4.959 s."""
+    one = [make_record(0.0, 1.8866, 256, 0.2)]
+    ten = [make_record(10.0, 14.8, 256, 0.3, rung=1, users=10) for _ in range(9)]
+    ten.append(make_record(10.159, 14.959, 256, 0.3, rung=1, users=10))
+    return one + ten
+
+
+def test_plain_table_reproduces_the_seed_layout():
+    out = render(rows_of(seed_records()), "table").splitlines()
+    assert out == [
+        "conc  agg_tok/s  per_req_tok/s  tokens  wall_s  ttft_p50_ms  failures",
+        "   1      135.7          135.7     256    1.89        200.0         0",
+        "  10      516.2           53.3    2560    4.96        300.0         0",
+    ]
+
+
+def test_plain_table_marks_estimated_and_partial_figures():
+    out = render(rows_of(run_records(), requests_per_user=1), "table").splitlines()
+    assert out[:4] == [
+        "conc  agg_tok/s  per_req_tok/s  tokens  wall_s  ttft_p50_ms  failures",
+        "  1      128.0          128.0     256     2.00        500.0         0",
+        "  4       76.8           53.3     768    10.00        400.0         1",
+        "  4!      42.5*          35.0*    170*    4.00        200.0         0",
+    ]
+    notes = "\n".join(out[4:])
+    assert "* output tokens counted by the client" in notes
+    assert "! rung did not finish (partial): rung03 c4" in notes
+    assert "rung02 c4: 1 of 4 requests failed (http_500 x1); their 37 partial tokens" in notes
+
+
+def test_wide_columns_only_behind_the_option():
+    narrow = render(rows_of(run_records()), "table").splitlines()[0].split()
+    wide = render(rows_of(run_records()), "table", wide=True).splitlines()[0].split()
+    assert narrow == ["conc", "agg_tok/s", "per_req_tok/s", "tokens", "wall_s", "ttft_p50_ms", "failures"]
+    assert wide == [*narrow, "rung", "requests", "partial_tokens", "failure_kinds"]
+
+
+def test_markdown_csv_and_json():
+    rows = rows_of(run_records())
+    md = render(rows, "markdown").splitlines()
+    assert md[0].replace(" ", "") == "|conc|agg_tok/s|per_req_tok/s|tokens|wall_s|ttft_p50_ms|failures|"
+    assert md[3].replace(" ", "") == "|4|76.8|53.3|768|10.00|400.0|1|"
+    lines = render(rows, "csv").splitlines()
+    header = "conc,agg_tok/s,per_req_tok/s,tokens,wall_s,ttft_p50_ms,failures,estimated,partial,saturated"
+    assert lines[0] == header
+    assert lines[3] == "4,42.5,35.0,170,4.00,200.0,0,True,False,False"
+    data = json.loads(render(rows, "json"))
+    assert data[1]["per_req_tok_s"] == pytest.approx(160 / 3, rel=1e-12)  # full precision
+    assert data[1]["failures_by_kind"] == {"http_500": 1}
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False)
+
+
+@pytest.fixture
+def run_prefix(tmp_path: Path) -> Path:
+    prefix = tmp_path / "x"
+    write_records(Path(f"{prefix}_records.jsonl"), run_records())
+    for suffix in ("_stats.csv", "_failures.csv"):
+        shutil.copy(FIXTURES / f"run{suffix}", f"{prefix}{suffix}")
+    return prefix
+
+
+def test_script_prints_the_table_and_no_warning_when_csv_agrees(run_prefix: Path):
+    res = run_script(str(run_prefix))
+    assert res.returncode == 0, res.stderr
+    row = "   4      76.8           53.3     768    10.00        400.0         1"
+    assert res.stdout.splitlines()[2] == row
+    assert "warning" not in res.stdout + res.stderr
+
+
+def test_script_notes_unreadable_lines_and_lost_records(run_prefix: Path):
+    path = Path(f"{run_prefix}_records.jsonl")
+    lines = path.read_text().splitlines()
+    del lines[2]  # a rung02 record lost: Locust counted 4 requests
+    path.write_text("\n".join(lines) + '\n{"request_id": "half-writ')
+    res = run_script(str(run_prefix), "--metrics")
+    assert res.returncode == 0, res.stderr
+    assert "warning: " + str(path) + ": skipped 1 unreadable lines: 8" in res.stdout
+    assert "rung02 c4: requests: records 3, Locust 4" in res.stdout
+    assert "ttft_content" in res.stdout  # the latency table
+
+
+def test_script_missing_records_file(tmp_path: Path):
+    res = run_script(str(tmp_path / "nope"))
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        f"sweep_table: error: {tmp_path / 'nope'}_records.jsonl: no such records file"
+    ]
+
+
+def test_script_json_keeps_stdout_parseable(run_prefix: Path):
+    Path(f"{run_prefix}_stats.csv").write_text("")
+    res = run_script(str(run_prefix), "--format", "json", "--slo-ttft-ms", "300")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data[1]["metrics"]["good_requests"] == 1  # only the 200 ms TTFT is <= 300 ms
+    assert "empty file" in res.stderr

@@ -1,0 +1,122 @@
+"""End to end: a real `locust` process sweeps the ladder 1, 4, 8, 10 against a real simulator
+process over loopback, and the sweep table is checked against the simulator's ground-truth log
+(what the server did), never against the code that computed it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmload.analysis.locust_csv import cross_check
+from llmload.analysis.sweep_rows import group_rungs, sweep_rows
+from llmload.cli.sweep_run import SweepRun, run_sweep
+from llmload.core.records import RequestRecord, read_records
+from llmload.sim.truth import load_truth
+
+LADDER = [1, 4, 8, 10]
+
+
+TRANSIT_MAX_S = 0.25  # t0 -> the server's handler: a loaded loopback takes tens of ms at most
+
+
+def truth_by_rung(run: SweepRun) -> dict[int, list[tuple[RequestRecord, dict]]]:
+    """Each rung's records paired with the simulator's own account of them (by X-Request-Id)."""
+    truth, _ = load_truth(run.truth_log)
+    records, skipped = read_records(run.records)
+    assert not skipped
+    out: dict[int, list[tuple[RequestRecord, dict]]] = {}
+    for rec in records:
+        if rec.phase == "measure":
+            out.setdefault(rec.rung, []).append((rec, truth[rec.request_id]))
+    return out
+
+
+def check_against_truth(
+    run: SweepRun, ladder: list[int], max_tokens: int, rate_rel: float = 0.01, per_user: int = 1
+) -> None:
+    """Tokens exactly as the server counted them; the end of every request (and so of each rung)
+    when the server wrote its last token. A request's time starts at the client's t0, just before
+    sending: no server sees that instant, and the transit to the server's handler is latency the
+    user waits for (vLLM counts it the same way), so the truth window runs from t0 to the server's
+    last write, and the transit is only checked to be one (0 <= arrival - t0 < TRANSIT_MAX_S).
+    Taking the server's arrival as the start instead made the check fail on a loaded machine,
+    where transits reach 40 ms."""
+    assert run.returncode == 0, run.log.read_text()[-3000:]
+    records, _ = read_records(run.records)
+    rungs = group_rungs(records)
+    rows = sweep_rows(rungs)
+    truth = truth_by_rung(run)
+    assert [r.conc for r in rows] == ladder
+    for row in rows:
+        pairs = truth[row.rung]
+        assert row.requests == len(pairs) == row.conc * per_user
+        assert row.failures == 0
+        assert all(0 <= t["arrival"] - rec.t_start < TRANSIT_MAX_S for rec, t in pairs)
+        true_tokens = sum(t["completion_tokens"] for _, t in pairs)
+        assert row.tokens == true_tokens == row.conc * per_user * max_tokens
+        true_wall = max(t["last_token"] for _, t in pairs) - min(rec.t_start for rec, _ in pairs)
+        assert row.agg_tok_s == pytest.approx(true_tokens / true_wall, rel=rate_rel)
+        per_req = [t["completion_tokens"] / (t["last_token"] - rec.t_start) for rec, t in pairs]
+        assert row.per_req_tok_s == pytest.approx(sum(per_req) / len(per_req), rel=2 * rate_rel)
+        assert not row.estimated
+    # Locust's own CSVs carry the same requests and tokens as the records
+    assert cross_check(run.prefix, rungs) == []
+
+
+@pytest.fixture(scope="module")
+def seed_sweep(tmp_path_factory) -> SweepRun:
+    # the simulator's defaults model the seed's server: 4.5 tokens per step, several per chunk
+    return run_sweep(run_dir=tmp_path_factory.mktemp("sweep"), timeout=240)
+
+
+def test_sweep_matches_ground_truth(seed_sweep):
+    check_against_truth(seed_sweep, LADDER, 256)
+
+
+def test_sweep_reproduces_the_seed_curve(seed_sweep):
+    """The simulator's defaults reproduce the seed table (shared/README §1) within 10 %."""
+    records, _ = read_records(seed_sweep.records)
+    rows = sweep_rows(group_rungs(records))
+    seed = {1: 135.7, 4: 318.0, 8: 479.6, 10: 516.2}
+    for row in rows:
+        assert row.agg_tok_s == pytest.approx(seed[row.conc], rel=0.10)
+
+
+def test_multi_token_chunks_are_counted_exactly(seed_sweep):
+    records, _ = read_records(seed_sweep.records)
+    measured = [r for r in records if r.phase == "measure"]
+    assert all(r.output_tokens == 256 for r in measured)
+    assert all(r.chunks < r.output_tokens for r in measured)  # several tokens per chunk
+
+
+def test_locust_command_line_works_as_documented(tmp_path):
+    """`locust -f locustfiles/completions.py --headless --host URL --csv PREFIX` with the shipped
+    config/sweep.yaml (here with a shorter ladder and accept length 1 via options)."""
+    run = run_sweep(
+        run_dir=tmp_path,
+        locust_args=["--rungs", "1,2", "--max-tokens", "32", "--warmup-requests", "0"],
+        sim={"accept_len": 1, "base_ms": 5, "per_seq_ms": 1},
+        timeout=120,
+    )
+    # rungs of ~0.2 s: a few ms of loopback and HTTP parsing are a larger share of the wall time
+    check_against_truth(run, [1, 2], 32, rate_rel=0.05)
+    records, _ = read_records(run.records)
+    assert all(r.chunks == 32 for r in records)  # one token per chunk at accept_len 1
+    assert Path(f"{run.prefix}_stats.csv").exists() and Path(f"{run.prefix}_run.json").exists()
+
+
+def test_llama_cpp_like_server(tmp_path):
+    """What the real llama-server showed (tests/real): usage on the last content chunk and a
+    connection closed after every streamed reply. Several requests per user reuse the user's
+    pooled connection, so a client that did not reconnect would count failures."""
+    run = run_sweep(
+        run_dir=tmp_path,
+        locust_args=["--rungs", "1,2", "--max-tokens", "64", "--requests-per-user", "3"],
+        sim={"usage_style": "llamacpp", "close_after_stream": True, "base_ms": 5, "per_seq_ms": 1},
+        timeout=120,
+    )
+    # each streamed request opens a new connection here: a little more transit per request
+    check_against_truth(run, [1, 2], 64, rate_rel=0.05, per_user=3)
+    records, _ = read_records(run.records)
+    assert all(r.ok and not r.tokens_estimated for r in records)

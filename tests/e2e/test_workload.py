@@ -1,0 +1,104 @@
+"""Workloads: prompt files (lines, JSONL, ShareGPT), synthetic prompts of a given token length
+checked against the simulator's own token counts (its truth log), shared prefixes, seeding."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fixtures.paths import REPO
+
+from llmload.cli.sweep_run import run_sweep
+from llmload.core.config import ConfigError, SweepConfig, load_config
+from llmload.core.records import read_records
+from llmload.loadgen.workload import Workload, calibrate, load_prompt_file
+from llmload.sim.truth import load_truth
+
+SAMPLE = REPO / "config" / "sharegpt-sample.json"
+
+
+def test_sharegpt_takes_the_first_human_turn():
+    prompts = load_prompt_file(SAMPLE)
+    raw = json.loads(SAMPLE.read_text())
+    assert len(prompts) == len(raw) - 1  # the conversation without turns is skipped
+    assert prompts[0] == raw[0]["conversations"][0]["value"]
+    assert prompts[-1] == "Summarize the KV cache in two sentences."  # human turn after a gpt turn
+
+
+def test_lines_and_jsonl(tmp_path):
+    lines = tmp_path / "p.txt"
+    lines.write_text("first prompt\n\n  second prompt\n")
+    assert load_prompt_file(lines) == ["first prompt", "  second prompt"]
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text('{"prompt": "a b"}\n{"other": 1}\n{"prompt": "c"}\n')
+    assert load_prompt_file(jsonl) == ["a b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("content", "fmt", "message"),
+    [
+        (None, "auto", "'prompt_file' cannot be read"),
+        ("\n  \n", "auto", "'prompt_file' holds no prompt"),
+        ("[1, 2", "sharegpt", "'prompt_file' is not valid sharegpt"),
+        ('{"x": 1}\n', "jsonl", "'prompt_file' holds no prompt (format jsonl)"),
+    ],
+)
+def test_bad_prompt_file_is_one_line_naming_file_and_key(tmp_path, content, fmt, message):
+    path = tmp_path / "prompts.txt"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError) as err:
+        load_prompt_file(path, fmt)
+    assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_prompt_file_is_relative_to_the_config(tmp_path):
+    (tmp_path / "w.yaml").write_text("prompt_file: data/p.txt\n")
+    assert load_config(tmp_path / "w.yaml").prompt_file == str(tmp_path / "data" / "p.txt")
+
+
+def test_workload_is_seeded_and_prefix_is_shared():
+    config = SweepConfig(prompt_tokens=40, shared_prefix_ratio=0.5, seed=4)
+    a, b = Workload(config), Workload(config)
+    assert a.prompt(3, "x" * 32) == b.prompt(3, "x" * 32)
+    assert Workload(SweepConfig(prompt_tokens=40, shared_prefix_ratio=0.5, seed=5)).prompt(
+        3, "x"
+    ) != a.prompt(3, "x")
+    p0, p1 = a.prompt(0, "r0"), a.prompt(1, "r1")
+    assert p0.split()[:20] == p1.split()[:20] and p0 != p1
+    assert len(p0.split()) == 40
+    unique = Workload(SweepConfig(prompt_tokens=40, shared_prefix_ratio=0.5, unique_prompts=True))
+    tagged = unique.prompt(0, "abcdef0123456789")
+    assert tagged.split()[20] == "[abcdef012345]"  # the tag follows the shared prefix
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_calibration_against_the_server(sim_start, endpoint):
+    sim = sim_start(base_ms=1)
+    cal = calibrate(sim.url, "sim-model", endpoint, {})
+    # the simulator: one token per word, plus 3 template tokens per chat message
+    assert (cal.method, cal.per_word, cal.overhead) == ("tokenize", 1.0, 3.0 if endpoint == "chat" else 0.0)
+    assert cal.words_for(100) == (97 if endpoint == "chat" else 100)
+
+
+def test_synthetic_prompts_have_the_requested_length(tmp_path):
+    config = tmp_path / "synthetic.yaml"
+    config.write_text(
+        "rungs: [2]\nrequests_per_user: 3\nwarmup_requests: 0\nmax_tokens: 4\nendpoint: chat\n"
+        "prompt_tokens: 120\nshared_prefix_ratio: 0.25\n"
+    )
+    run = run_sweep(
+        run_dir=tmp_path,
+        endpoint="chat",
+        locust_args=["--ladder", str(config)],
+        sim={"base_ms": 1},
+        timeout=120,
+    )
+    assert run.returncode == 0, run.log.read_text()[-3000:]
+    truth, _ = load_truth(run.truth_log)
+    records, _ = read_records(run.records)
+    assert len(records) == 6
+    assert {truth[r.request_id]["prompt_tokens"] for r in records} == {120}
+    assert {r.prompt_tokens for r in records} == {120}  # the real input lengths, as reported
+    assert "prompt_tokens 120 -> 117 words" in run.log.read_text()

@@ -1,0 +1,89 @@
+"""The ladder file: defaults, overrides, and one-line errors that name the file and the key."""
+
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+from fixtures.paths import REPO
+
+from llmload.core.config import ConfigError, SweepConfig, load_config
+from llmload.loadgen.options import run_config
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "ladder.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_shipped_sweep_yaml_is_the_seed_ladder():
+    cfg = load_config(REPO / "config" / "sweep.yaml")
+    assert cfg.rungs == (1, 4, 8, 10)
+    assert cfg.max_tokens == 256 and cfg.ignore_eos and cfg.stream and cfg.temperature == 0.0
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("rungz: [1, 2]\n", "unknown key 'rungz'"),
+        ("rungs: []\n", "'rungs' is empty"),
+        ("rungs: [1, 0]\n", "'rungs[1]' must be an integer >= 1, got 0"),
+        ("rungs: [1, -4]\n", "'rungs[1]' must be an integer >= 1, got -4"),
+        ("rungs: [1, two]\n", "'rungs[1]' must be an integer, got 'two'"),
+        ("max_tokens: 0\n", "'max_tokens' must be an integer >= 1, got 0"),
+        ("max_tokens: 12.5\n", "'max_tokens' must be an integer, got 12.5"),
+        ("stream: yes please\n", "'stream' must be true or false"),
+        ("endpoint: embeddings\n", "'endpoint' must be one of completions, chat"),
+        ("timeouts: {total: -1}\n", "'timeouts.total' must be a number > 0"),
+        ("slo: {ttft: 5}\n", "unknown key 'slo.ttft'"),
+        ("- 1\n- 2\n", "the top level must be a mapping"),
+    ],
+)
+def test_bad_values_name_file_and_key(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    text = str(err.value)
+    assert text.startswith(f"{path}: ")
+    assert message in text
+    assert "\n" not in text
+
+
+def test_yaml_syntax_error_gives_the_line(tmp_path):
+    path = write(tmp_path, "rungs: [1, 4\nmax_tokens: 8\n")
+    with pytest.raises(ConfigError, match=r"line \d+, column \d+: YAML syntax error"):
+        load_config(path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_options_override_the_file(tmp_path):
+    path = write(tmp_path, "rungs: [1, 2]\nmax_tokens: 16\n")
+    opts = Namespace(
+        ladder=str(path),
+        rungs="3,5",
+        max_tokens=None,
+        model="m",
+        endpoint="",
+        stream="false",
+        requests_per_user=2,
+        rung_duration=None,
+        warmup_requests=0,
+    )
+    cfg = run_config(opts)
+    assert cfg.rungs == (3, 5) and cfg.max_tokens == 16 and cfg.model == "m"
+    assert cfg.stream is False and cfg.requests_per_user == 2 and cfg.warmup_requests == 0
+
+
+def test_bad_rungs_option():
+    opts = Namespace(ladder="config/sweep.yaml", rungs="1,x")
+    with pytest.raises(ConfigError, match="--rungs"):
+        run_config(opts)
+
+
+def test_override_revalidates():
+    with pytest.raises(ConfigError, match="'max_tokens' must be an integer >= 1"):
+        SweepConfig().with_overrides(max_tokens=0)

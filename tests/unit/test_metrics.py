@@ -1,0 +1,127 @@
+"""Percentiles and per-rung latency metrics against values computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+from fixtures.runs import make_record, run_records
+
+from llmload.analysis.metrics import itl_is_per_chunk, itl_ms, meets_slo, rung_metrics, tpot_ms
+from llmload.analysis.sweep_rows import Rung, group_rungs
+from llmload.core.stats import percentile, pstdev, summarize
+
+
+@pytest.mark.parametrize(
+    ("values", "q", "expected"),
+    [
+        ([1, 2, 3, 4], 50, 2.5),
+        ([1, 2, 3, 4], 90, 3.7),  # h = 3 * 0.9 = 2.7 -> 3 + 0.7 * (4 - 3)
+        ([4, 1, 3, 2], 90, 3.7),  # unsorted input
+        ([10, 7, 4, 3, 2, 1], 50, 3.5),  # numpy docs: np.percentile([[10, 7, 4], [3, 2, 1]], 50)
+        ([15, 20, 35, 40, 50], 40, 29.0),  # h = 1.6 -> 20 + 0.6 * 15
+        ([15, 20, 35, 40, 50], 0, 15.0),
+        ([15, 20, 35, 40, 50], 100, 50.0),
+        ([7.5], 99, 7.5),
+    ],
+)
+def test_percentile_linear_interpolation(values, q, expected):
+    assert percentile(values, q) == pytest.approx(expected)
+
+
+def test_percentile_rejects_empty_and_out_of_range():
+    with pytest.raises(ValueError):
+        percentile([], 50)
+    with pytest.raises(ValueError):
+        percentile([1.0], 101)
+
+
+def test_summary_uses_population_std():
+    s = summarize([2, 4, 4, 4, 5, 5, 7, 9], [25, 75])
+    assert (s.count, s.mean, s.median, s.std) == (8, 5.0, 4.5, 2.0)
+    assert pstdev([1.0, 1.0]) == 0.0
+    assert s.percentiles == {25: pytest.approx(4.0), 75: pytest.approx(5.5)}
+    assert summarize([]) is None
+
+
+def multi_token_request(**kw):
+    """8 tokens in 4 chunks of 1, 2, 4, 1 tokens at 0.2, 0.3, 0.5, 0.6 s after t_start = 100."""
+    kw.setdefault("chunk_tokens", [1, 2, 4, 1])
+    return make_record(100.0, 100.6, 8, 0.2, chunks=4, chunk_times=[0.2, 0.3, 0.5, 0.6], **kw)
+
+
+def test_itl_per_token_with_multi_token_chunks():
+    rec = multi_token_request()
+    # gaps 100 ms before the 2-token chunk, 200 ms before the 4-token one, 100 ms before the last
+    assert itl_ms(rec) == pytest.approx([50, 50, 50, 50, 50, 50, 100])
+    assert not itl_is_per_chunk(rec)
+    assert tpot_ms(rec) == pytest.approx(400 / 7)  # (600 - 200) / (8 - 1)
+
+
+def test_itl_zero_token_chunk_carries_its_gap():
+    rec = make_record(0.0, 0.4, 3, 0.2, chunks=3, chunk_times=[0.2, 0.3, 0.4], chunk_tokens=[1, 0, 2])
+    assert itl_ms(rec) == pytest.approx([100, 100])  # 200 ms since the last token, over 2 tokens
+
+
+def test_itl_per_chunk_without_chunk_tokens():
+    rec = multi_token_request(chunk_tokens=None)
+    assert itl_ms(rec) == pytest.approx([100, 200, 100])
+    assert itl_is_per_chunk(rec)
+
+
+def test_rung_latencies_itl_pooled():
+    plain = make_record(100.0, 100.5, 4, 0.2, chunk_times=[0.2, 0.3, 0.4, 0.5])
+    m = rung_metrics(Rung(0, 2, [multi_token_request(), plain]), percentiles=[50, 90, 99])
+    itl = m.latencies["itl"]
+    # pooled: 50 x 6, 100 x 4 -> sorted, h(p90) = 9 * 0.9 = 8.1 -> 100
+    assert itl.count == 10
+    assert itl.mean == pytest.approx(70.0)
+    assert itl.median == pytest.approx(50.0)  # h = 4.5 -> between the 5th and 6th 50
+    assert itl.percentiles[90] == pytest.approx(100.0)
+    assert m.latencies["ttft"].mean == pytest.approx(200.0)
+    assert m.latencies["e2el"].percentiles[50] == pytest.approx(550.0)
+    assert m.latencies["tpot"].mean == pytest.approx((400 / 7 + 100.0) / 2)
+    assert not m.itl_per_chunk
+
+
+def test_rung_metrics_rates_and_reconciliation():
+    m = rung_metrics(group_rungs(run_records())[1], slo={"ttft_ms": 450})
+    wall = 10.0
+    assert m.completed == 3
+    assert m.output_tok_s == pytest.approx(768 / wall)
+    assert m.total_tok_s == pytest.approx((768 + 3 * 64) / wall)
+    assert m.request_s == pytest.approx(0.3)
+    assert m.achieved_concurrency == pytest.approx((4 + 8 + 4 + 9) / wall)  # failed request too
+    assert m.good_requests == 2  # TTFT 200 and 400 ms; the 600 ms one and the failure are not good
+    assert m.goodput_request_s == pytest.approx(0.2)
+    assert (m.stopped_early, m.chunks_over_tokens) == (0, 0)
+    assert m.latencies["ttft"].std == pytest.approx(163.299316)  # sqrt(80000 / 3)
+
+
+def test_token_reconciliation_counts():
+    recs = [
+        make_record(0.0, 1.0, 256, 0.1),
+        make_record(0.0, 1.0, 200, 0.1, finish_reason="stop"),  # stopped early
+        make_record(0.0, 1.0, 200, 0.1, finish_reason="length"),  # max_tokens honoured differently
+        make_record(0.0, 1.0, 8, 0.1, max_tokens=8, chunks=10),  # more chunks than tokens
+        make_record(0.0, 1.0, 10, 0.1, finish_reason="stop", outcome="timeout"),  # failed: ignored
+    ]
+    m = rung_metrics(Rung(0, 5, recs))
+    assert (m.stopped_early, m.chunks_over_tokens) == (1, 1)
+
+
+def test_goodput_checks_only_given_slos():
+    fast = make_record(0.0, 1.0, 11, 0.1)  # TTFT 100 ms, TPOT 90 ms, E2EL 1000 ms
+    one_token = make_record(0.0, 0.3, 1, 0.3)  # TPOT 0 by definition (vLLM)
+    assert meets_slo(fast, {})
+    assert meets_slo(fast, {"ttft_ms": 100, "tpot_ms": 90, "e2el_ms": 1000})  # limits inclusive
+    assert not meets_slo(fast, {"tpot_ms": 89})
+    assert meets_slo(one_token, {"tpot_ms": 1})
+    with pytest.raises(ValueError, match="unknown SLO keys"):
+        meets_slo(fast, {"itl_ms": 5})
+    m = rung_metrics(Rung(0, 2, [fast, one_token]), slo={"tpot_ms": 50})
+    assert (m.good_requests, m.goodput_request_s) == (1, pytest.approx(1.0))
+
+
+def test_missing_prompt_tokens_leave_total_throughput_unknown():
+    m = rung_metrics(Rung(0, 1, [make_record(0.0, 1.0, 10, 0.1, prompt_tokens=None)]))
+    assert m.total_tok_s is None
+    assert m.latencies["itl"] is None
