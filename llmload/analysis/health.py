@@ -20,7 +20,7 @@ interval}. The schema is shared with the soak reports: keep it.
 Post-processing (`rung_health`) judges each rung from the samples of its time window: a rung is
 *saturated* when some worker's mean CPU over the rung is above `CPU_SATURATED_PCT` or its median
 per-interval lag is above `LAG_SATURATED_MS` (thresholds from benchmarks/overhead.py; see
-README "Scaling out"). The table marks such a rung and advises more processes. With kernel
+docs/scaling.md). The table marks such a rung and advises more processes. With kernel
 stamps the records also carry each request's longest read delay (arrival -> read); its p99 per
 rung is reported beside the samples' figures (`read_delay_p99_ms`).
 """

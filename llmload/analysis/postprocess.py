@@ -3,7 +3,7 @@
 Reads `<prefix>_records.jsonl` (required), `<prefix>_run.json` (the ladder's own account: which
 rungs finished; optional), `<prefix>_health.jsonl` (the generator's own health: saturated rungs
 are flagged; optional) and Locust's `<prefix>_stats.csv` / `_failures.csv` (cross-check;
-optional). Shared by `scripts/sweep_table.py`, `scripts/run_sweep.py` and the reports.
+optional). Shared by `llmload table`, `llmload sweep` and the reports.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ class RungTally:
         )
 
     def cells(self, *, state: str, now_tok_s: float | None) -> dict[str, str]:
-        """The tab's row: display strings rounded as `scripts/sweep_table.py` rounds them."""
+        """The tab's row: display strings rounded as `llmload table` rounds them."""
         row = self.row()
         return {
             "rung": rung_name(row.rung, row.conc),

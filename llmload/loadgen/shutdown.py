@@ -11,7 +11,8 @@
   still in flight is cut and leaves neither a record nor a Locust event (records and Locust's
   counts stay equal), then the process waits one CSV interval. Locust rewrites `_stats.csv` /
   `_failures.csv` from a greenlet once a second (started only after a headless shape run ends)
-  and not at exit, so without the wait the CSVs can miss the last requests (shared README §3).
+  and not at exit, so without the wait the CSVs can miss the last requests
+  (the end-to-end tests cross-check every CSV against the records).
 """
 
 from __future__ import annotations

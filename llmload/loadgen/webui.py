@@ -6,7 +6,7 @@ the rows to the `/stats/requests` answer the page polls every 2 s (`extended_sta
 `extended_csv_files` puts the CSV link beside Locust's own downloads. The rows come from
 `llmload.loadgen.live_sweep.LiveSweep`, fed by the ladder with every record the master (or the local process)
 receives. The CSV is the post-processor's (`llmload.analysis.postprocess`) on the run's own files, so it is
-exactly what `scripts/sweep_table.py <prefix> --format csv` prints for the same run.
+exactly what `llmload table <prefix> --format csv` prints for the same run.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The page holds, from the run's own files: the run summary (target, model, stage 
 sweep table, the plots, the latency and rates tables, the server metrics per rung (when they
 were scraped), every cross-check warning, the run configuration and the environment recorded at
 run time (`<prefix>_env.json`: server version, package versions, generator CPU, Python). Tables
-are the same text `scripts/sweep_table.py` prints. Files go beside the run's prefix (or to
+are the same text `llmload table` prints. Files go beside the run's prefix (or to
 `out_dir`): `<stem>_report.html`, `<stem>_throughput.png`, `<stem>_latency.png`, `<stem>_pareto.png`.
 """
 

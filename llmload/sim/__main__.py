@@ -1,4 +1,4 @@
-"""Command line of the simulator: `python -m llmload.sim` / `llmload-sim`."""
+"""Command line of the simulator: `python -m llmload.sim` / `llmload sim`."""
 
 from __future__ import annotations
 

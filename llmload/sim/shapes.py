@@ -1,6 +1,6 @@
 """Response bodies and SSE messages in the shapes real servers send.
 
-Two usage styles (see /work/shared/reference/shapes/):
+Two usage styles (what vLLM and llama.cpp's llama-server send; tests/unit/test_sse.py):
 
 - `vllm`: `finish_reason` on the last content chunk; usage only when the client asked with
   `stream_options.include_usage`, as a separate chunk with `choices: []`; with

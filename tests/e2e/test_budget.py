@@ -1,4 +1,4 @@
-"""The Amdahl budget: the seed's hand arithmetic (shared README §1) reproduced from its table,
+"""The Amdahl budget: the seed's hand arithmetic (the motivating sweep: 8 GPUs, speculative decoding, conc 1-10) reproduced from its table,
 the table formats a user types in, the three cost models and the budget file's errors."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_seed_conclusion():
 
 
 def test_seed_step_model_fit():
-    """README §1: step_ms = 27.2 + 6.0 * batch reproduces the table within ~10 %."""
+    """step_ms = 27.2 + 6.0 * batch reproduces the seed table within ~10 %."""
     a, b = fit_step_model(budget_rows(parse_sweep_table(SEED_CSV), TREE_BUILD, 4.5, None))
     assert a == pytest.approx(27.2, rel=0.10) and b == pytest.approx(6.0, rel=0.10)
 

@@ -75,7 +75,7 @@ def test_sweep_matches_ground_truth(seed_sweep):
 
 
 def test_sweep_reproduces_the_seed_curve(seed_sweep):
-    """The simulator's defaults reproduce the seed table (shared/README §1) within 10 %."""
+    """The simulator's defaults reproduce the seed table (docs/index.md) within 10 %."""
     records, _ = read_records(seed_sweep.records)
     rows = sweep_rows(group_rungs(records))
     seed = {1: 135.7, 4: 318.0, 8: 479.6, 10: 516.2}

@@ -1,24 +1,68 @@
-"""The SSE parser against responses captured from real servers (shared/reference/shapes)."""
+"""The SSE parser on the stream shapes OpenAI-compatible servers send.
+
+Each stream below is a minimal one in a server's documented shape; the real llama.cpp server's
+own streams are checked live in tests/real/test_llama_server.py, the simulator's (both usage
+styles) in tests/e2e/test_sim.py.
+"""
+
+import json
 
 import pytest
-from fixtures.paths import REPO
 
 from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
 
-# copies of shared/reference/shapes: responses captured from real servers on loopback
-SHAPES = REPO / "tests" / "fixtures" / "shapes"
+
+def sse(*events: dict | str) -> list[bytes]:
+    """The lines of an SSE stream: one `data:` line and one blank line per event."""
+    lines = []
+    for event in events:
+        data = event if isinstance(event, str) else json.dumps(event)
+        lines += [f"data: {data}\n".encode(), b"\n"]
+    return lines
 
 
-def feed_file(name: str, chat: bool = False) -> StreamAccumulator:
+def text_chunk(text: str, finish: str | None = None, **extra: object) -> dict:
+    return {
+        "object": "text_completion",
+        "choices": [{"index": 0, "text": text, "finish_reason": finish}],
+        **extra,
+    }
+
+
+def feed(lines: list[bytes], chat: bool = False) -> StreamAccumulator:
     acc = StreamAccumulator(chat=chat)
-    for i, line in enumerate((SHAPES / name).read_bytes().splitlines(keepends=True)):
+    for i, line in enumerate(lines):
         if acc.feed(line, float(i)):
             break
     return acc
 
 
+USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+
+# vLLM: finish_reason on the last token chunk; usage (with include_usage) in its own chunk with
+# an empty `choices` list
+VLLM = sse(
+    text_chunk(" Paris"),
+    text_chunk("."),
+    text_chunk("\n", "length"),
+    {"choices": [], "usage": USAGE},
+    "[DONE]",
+)
+# llama.cpp llama-server: a closing chunk with empty text, finish_reason, usage and timings, whose
+# `choices` is NOT empty; sent with or without stream_options
+LLAMA_SERVER = sse(
+    text_chunk(" Paris"),
+    text_chunk("."),
+    text_chunk("\n"),
+    text_chunk("", "length", usage=USAGE, timings={"predicted_n": 3}),
+    "[DONE]",
+)
+# a server that sends no usage at all
+NO_USAGE = sse(text_chunk(" Paris"), text_chunk("."), text_chunk("", "length"), "[DONE]")
+
+
 def test_vllm_usage_in_separate_chunk():
-    acc = feed_file("vllm_completion_stream_include_usage.sse")
+    acc = feed(VLLM)
     assert acc.done
     assert acc.completion_tokens == 3
     assert acc.prompt_tokens == 5
@@ -27,22 +71,16 @@ def test_vllm_usage_in_separate_chunk():
 
 
 def test_llamacpp_usage_on_last_choice_chunk_is_read():
-    acc = feed_file("llama-server_completion_stream_include_usage.sse")
+    acc = feed(LLAMA_SERVER)
     assert acc.done
-    assert acc.completion_tokens == 5
+    assert acc.completion_tokens == 3
     # the closing chunk (text "" + finish_reason + usage) is not a token chunk
-    assert len(acc.chunk_times) == 5
+    assert len(acc.chunk_times) == 3
     assert acc.finish_reason == "length"
 
 
-def test_llamacpp_usage_without_include_usage_is_read():
-    acc = feed_file("llama-server_completion_stream.sse")
-    assert acc.completion_tokens is not None
-    assert acc.completion_tokens == len(acc.chunk_times)
-
-
 def test_no_usage_stream_counts_chunks():
-    acc = feed_file("llama-cpp-python_completion_stream_include_usage.sse")
+    acc = feed(NO_USAGE)
     assert acc.completion_tokens is None
     assert len(acc.chunk_times) > 0
 
