@@ -7,8 +7,9 @@
 
 Without --host it starts the simulator on a free loopback port and stops it afterwards.
 Options this command does not know (the ladder options: --rungs, --max-tokens, ...; see
-`locust -f "$(llmload locustfile)" --help`) and arguments after `--` go to locust unchanged. The run's files land in reports/sweep-<time>/
-(run_records.jsonl, run_stats.csv, run_failures.csv, run_run.json, locust.log).
+`locust -f "$(llmload locustfile)" --help`) and arguments after `--` go to locust unchanged.
+The run's files land in reports/sweep-<time>/ under the current directory (run_records.jsonl,
+run_stats.csv, run_failures.csv, run_run.json, locust.log).
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if run.returncode != 0:
         print(
-            f"llmload sweep: locust exited with code {run.returncode}; last lines of {run.log}:", file=sys.stderr
+            f"llmload sweep: locust exited with code {run.returncode}; last lines of {run.log}:",
+            file=sys.stderr,
         )
         print("\n".join(run.log.read_text(errors="replace").splitlines()[-15:]), file=sys.stderr)
     try:

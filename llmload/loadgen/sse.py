@@ -1,10 +1,10 @@
 """Parse an OpenAI-compatible streaming response (SSE) into token timings and counts.
 
 `StreamAccumulator.feed(line, t)` takes one raw SSE line and the time it arrived. It knows the
-shapes real servers send (tests/unit/test_sse.py, and live in tests/real): usage in a separate `choices: []` chunk
-(vLLM with include_usage), usage on the last chunk whose `choices` is not empty (llama.cpp),
-usage on every chunk (vLLM continuous_usage_stats), empty-text token chunks (vLLM), a role-only
-first delta (chat), and error objects sent inside a 200 stream.
+shapes real servers send (tests/unit/test_sse.py, and live in tests/real): usage in a separate
+`choices: []` chunk (vLLM with include_usage), usage on the last chunk whose `choices` is not empty
+(llama.cpp), usage on every chunk (vLLM continuous_usage_stats), empty-text token chunks (vLLM), a
+role-only first delta (chat), and error objects sent inside a 200 stream.
 
 Definitions (as vLLM `bench serve`, see docs/metrics.md):
 - t_first: the first message with non-empty `choices` (vLLM's TTFT point);

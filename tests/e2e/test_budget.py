@@ -1,4 +1,5 @@
-"""The Amdahl budget: the seed's hand arithmetic (the motivating sweep: 8 GPUs, speculative decoding, conc 1-10) reproduced from its table,
+"""The Amdahl budget: the seed's hand arithmetic (the motivating sweep: 8 GPUs, speculative
+decoding, conc 1-10) reproduced from its table,
 the table formats a user types in, the three cost models and the budget file's errors."""
 
 from __future__ import annotations
