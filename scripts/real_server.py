@@ -3,7 +3,7 @@
 
 import sys
 
-from llmload.cli.llama_server import main
+from llmload.cli import run_command
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("llama-server"))

@@ -7,10 +7,13 @@ package only dispatches, so `scripts/*.py` and `python -m llmload` run exactly t
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from llmload import __version__
+
+SIGPIPE_EXIT = 141  # what a shell reports for a command ended by a closed pipe (128 + SIGPIPE)
 
 # subcommand -> (module, one-line summary); the module's `main(argv)` runs it
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -45,9 +48,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[0] == "--version":
         print(f"llmload {__version__}")
         return 0
-    command = COMMANDS.get(args[0])
-    if command is None:
+    if args[0] not in COMMANDS:
         print(f"llmload: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(command[0])
-    return int(module.main(args[1:]) or 0)
+    return run_command(args[0], args[1:])
+
+
+def run_command(name: str, argv: Sequence[str] | None = None) -> int:
+    """Run subcommand `name` with argv (default: the process's arguments). Output piped into a
+    reader that stops early (`| head`) ends the command quietly, as a closed pipe ends `cat`."""
+    module = importlib.import_module(COMMANDS[name][0])
+    try:
+        code = int(module.main(list(sys.argv[1:] if argv is None else argv)) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the unflushed output at exit: point stdout at /dev/null first
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return SIGPIPE_EXIT
+    return code

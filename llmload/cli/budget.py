@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = _config(args)
         rows = budget_rows(load_points(args.sweep), cfg.cost, cfg.accept_len, cfg.speedup)
     except (ConfigError, RecordFileError, OSError) as exc:
-        print(f"budget: error: {exc}", file=sys.stderr)
+        print(f"llmload budget: error: {exc}", file=sys.stderr)
         return 2
     print(render_budget(rows, cfg.cost, cfg.speedup, args.format))
     return 0

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         base, cand = (load_run(find_prefix(run)) for run in (args.base, args.cand))
     except RecordFileError as exc:
-        print(f"compare: error: {exc}", file=sys.stderr)
+        print(f"llmload compare: error: {exc}", file=sys.stderr)
         return 2
     result = compare_runs(
         base,

