@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fixtures.paths import REPO
 
 from llmload.servers.simulator import SimulatorProcess
 
@@ -29,3 +32,21 @@ def sim_start(tmp_path: Path) -> Iterator[Callable[..., SimulatorProcess]]:
     yield start
     for sim in started:
         sim.stop()
+
+
+@pytest.fixture(scope="session")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv outside the repository with llmload installed from a wheel built from
+    this checkout (its dependencies from the package index): what `pip install llmload` gives a
+    user. Returns the venv's bin/ folder."""
+    root = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(root / "dist"), str(REPO)],
+        check=True,
+        timeout=600,
+    )
+    (wheel,) = (root / "dist").glob("llmload-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=300)
+    bin_dir = root / "venv" / "bin"
+    subprocess.run([str(bin_dir / "pip"), "install", "--quiet", str(wheel)], check=True, timeout=900)
+    return bin_dir

@@ -7,7 +7,7 @@
 
 Without --host it starts the simulator on a free loopback port and stops it afterwards.
 Options this command does not know (the ladder options: --rungs, --max-tokens, ...; see
-`locust -f "$(llmload locustfile)" --help`) and arguments after `--` go to locust unchanged.
+below) and arguments after `--` go to locust unchanged.
 The run's files land in reports/sweep-<time>/ under the current directory (run_records.jsonl,
 run_stats.csv, run_failures.csv, run_run.json, locust.log).
 """
@@ -21,6 +21,7 @@ from pathlib import Path
 from llmload.analysis.postprocess import load_run, render_run
 from llmload.cli.sweep_run import default_run_dir, run_sweep
 from llmload.core.records import RecordFileError
+from llmload.loadgen.options import options_help
 
 
 def _sim_flag(text: str) -> tuple[str, str]:
@@ -37,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="llmload sweep",
         description=__doc__.split("\n\n")[0],
-        epilog="Other options (--rungs, --max-tokens, --requests-per-user, ...) go to locust.",
+        epilog=options_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--host", default="", help="server URL, e.g. http://127.0.0.1:8000 (default: the simulator)"

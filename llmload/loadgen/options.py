@@ -6,6 +6,7 @@ value. `run_config(parsed_options)` returns the validated configuration of the r
 
 from __future__ import annotations
 
+import argparse
 import os
 from argparse import Namespace
 from typing import Any
@@ -121,6 +122,33 @@ def add_arguments(parser: Any) -> None:
         include_in_web_ui=False,
         help="seconds between /metrics scrapes, besides one at every rung boundary; 0: off (default: 1)",
     )
+
+
+class _PlainArguments:
+    """Takes `add_argument` calls meant for Locust's parser into a plain argparse group, dropping
+    the Locust-only keywords (env_var, include_in_web_ui, is_secret)."""
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+
+    def add_argument(self, *flags: str, **kwargs: Any) -> None:
+        env_var = kwargs.pop("env_var", None)
+        kwargs.pop("include_in_web_ui", None)
+        kwargs.pop("is_secret", None)
+        if env_var:
+            kwargs["help"] = f"{kwargs.get('help', '')} [env {env_var}]"
+        self.group.add_argument(*flags, **kwargs)
+
+
+def options_help(width: int = 100) -> str:
+    """The llmload options as a help section (Locust prints --help before it loads a locustfile,
+    so `locust -f ... --help` cannot list them; `llmload sweep --help` shows this)."""
+    parser = argparse.ArgumentParser(
+        prog="locust", add_help=False, formatter_class=lambda prog: argparse.HelpFormatter(prog, width=width)
+    )
+    group = parser.add_argument_group("llmload options (locust -f <llmload locustfile>, and the web UI form)")
+    add_arguments(_PlainArguments(group))
+    return parser.format_help().split("\n\n", 1)[1]
 
 
 def _rungs_option(text: str) -> list[int | float] | None:
