@@ -40,7 +40,7 @@ from typing import Any
 import psutil
 
 from llmload.analysis.health import timing_errors
-from llmload.cli.sweep_run import LOCUSTFILES, REPO, locust_command
+from llmload.cli.sweep_run import LOCUSTFILES, locust_command
 from llmload.core.records import read_records
 from llmload.core.stats import percentile
 from llmload.servers.simulator import SimulatorProcess
@@ -127,7 +127,7 @@ def figures(
 
 def run_tracked(cmd: list[str], log: Path, timeout: float) -> CpuTrack:
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         track = CpuTrack(proc.pid)
         try:
             proc.wait(timeout=timeout)
