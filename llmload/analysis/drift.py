@@ -2,10 +2,20 @@
 
 `fit_trend(xs, ys)` is ordinary least squares: slope b = Sxy / Sxx, standard error
 se = sqrt(SSR / (n - 2) / Sxx) (SSR: sum of squared residuals), and the two-sided interval
-b +/- t(1 - (1 - confidence) / 2, n - 2) * se, with Student's t quantile computed here from the
-regularized incomplete beta function (continued fraction, Numerical Recipes 3rd ed. section 6.4)
-and inverted by bisection. `Trend.relative(scale)` expresses the slope and its interval as per cent
-of the series mean per `scale` units of x (for example per hour).
+b +/- t(1 - (1 - confidence) / 2, n - 2) * se. `Trend.relative(scale)` expresses the slope and
+its interval as per cent of the series mean per `scale` units of x (for example per hour).
+
+Student's t with an integer number of degrees of freedom k (a regression on n points has
+k = n - 2) has a closed-form distribution. With theta = atan(t / sqrt(k)), the probability
+A = P(|T| <= t) of a central interval is a finite sum of powers of c = cos(theta):
+
+- k even: A = sin(theta) * sum_{j=0}^{k/2-1} u_j,  u_0 = 1,  u_j = u_{j-1} * (2j - 1) / (2j) * c^2;
+- k odd:  A = (2 / pi) * (theta + sin(theta) * c * sum_{j=0}^{(k-3)/2} v_j),
+          v_0 = 1,  v_j = v_{j-1} * (2j) / (2j + 1) * c^2  (the sum is empty for k = 1).
+
+Both follow from integrating the t density (1 + x^2/k)^(-(k+1)/2) after substituting
+x = sqrt(k) tan(phi), which turns it into a power of cos(phi), and integrating that power by
+parts down to cos^0 or cos^1. The quantile inverts the CDF by bisection.
 """
 
 from __future__ import annotations
@@ -14,57 +24,39 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-_EPS = 1e-15
-_TINY = 1e-300
+
+def _central_probability(t: float, df: int) -> float:
+    """P(-|t| <= T <= |t|) for Student's t with `df` (integer >= 1) degrees of freedom."""
+    theta = math.atan(abs(t) / math.sqrt(df))
+    sin, cos2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2 == 0:
+        term, total = 1.0, 1.0
+        for j in range(1, df // 2):
+            term *= (2 * j - 1) / (2 * j) * cos2
+            total += term
+        return sin * total
+    term, total = 1.0, 0.0
+    for j in range((df - 1) // 2):
+        if j:
+            term *= (2 * j) / (2 * j + 1) * cos2
+        total += term
+    return 2.0 / math.pi * (theta + sin * math.cos(theta) * total)
 
 
-def _beta_continued_fraction(a: float, b: float, x: float) -> float:
-    """Lentz's evaluation of the continued fraction of I_x(a, b) (Numerical Recipes `betacf`)."""
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > _TINY else _TINY)
-    h = d
-    for m in range(1, 1000):
-        m2 = 2 * m
-        for aa in (
-            m * (b - m) * x / ((qam + m2) * (a + m2)),
-            -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)),
-        ):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > _TINY else _TINY)
-            c = 1.0 + aa / c
-            c = c if abs(c) > _TINY else _TINY
-            h *= d * c
-        if abs(d * c - 1.0) < _EPS:
-            break
-    return h
+def t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for Student's t with `df` (integer >= 1) degrees of freedom."""
+    if df < 1 or int(df) != df:
+        raise ValueError(f"df must be an integer >= 1, got {df}")
+    half = _central_probability(t, int(df)) / 2.0
+    return 0.5 + half if t >= 0 else 0.5 - half
 
 
-def incomplete_beta(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
-    if not 0.0 <= x <= 1.0:
-        raise ValueError(f"x must be in [0, 1], got {x}")
-    if x in (0.0, 1.0):
-        return x
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    front = math.exp(log_front)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _beta_continued_fraction(a, b, x) / a
-    return 1.0 - front * _beta_continued_fraction(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with df degrees of freedom."""
-    tail = 0.5 * incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
-
-
-def t_quantile(p: float, df: float) -> float:
+def t_quantile(p: float, df: int) -> float:
     """The t with P(T <= t) = p (0 < p < 1), by bisection on `t_cdf`."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"p must be in (0, 1), got {p}")
-    if df <= 0:
-        raise ValueError(f"df must be > 0, got {df}")
+    if df < 1 or int(df) != df:
+        raise ValueError(f"df must be an integer >= 1, got {df}")
     if p < 0.5:
         return -t_quantile(1.0 - p, df)
     lo, hi = 0.0, 1.0

@@ -2,7 +2,7 @@
 codes, JUnit/CSV/PNG outputs, and the Locust-stats trimming that keeps a long run's memory flat.
 
 The records here are synthetic with values fixed by construction (tokens per window, latencies),
-and the statistics are checked against published t-table values and a regression worked by hand.
+and the statistics are checked in tests/unit/test_drift.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import pytest
 from fixtures.paths import REPO
 from locust.stats import RequestStats
 
-from llmload.analysis.drift import fit_trend, t_quantile
 from llmload.analysis.soak import soak_report
 from llmload.core.config import ConfigError, load_config, parse_config
 from llmload.core.records import RequestRecord, write_records
@@ -82,38 +81,6 @@ def per_window(counts: list[int], tokens: int = 100, **kw) -> list[RequestRecord
     for i, n in enumerate(counts):
         out += [rec(T0 + i * W + (j + 0.5) * W / n, tokens, **kw) for j in range(n)]
     return out
-
-
-# --- statistics ---------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("p", "df", "table"),
-    [
-        (0.975, 1, 12.706),
-        (0.975, 2, 4.303),
-        (0.975, 5, 2.571),
-        (0.975, 10, 2.228),
-        (0.975, 30, 2.042),
-        (0.95, 10, 1.812),
-        (0.995, 20, 2.845),
-        (0.025, 4, -2.776),
-    ],
-)
-def test_t_quantile_matches_the_t_table(p, df, table):
-    assert t_quantile(p, df) == pytest.approx(table, abs=6e-4)
-
-
-def test_fit_trend_matches_a_regression_worked_by_hand():
-    # Sxx = 10, Sxy = 19.9 -> slope 1.99, intercept 0.05; residuals .06 -.13 .18 -.21 .10 -> SSR .107;
-    # se = sqrt(.107 / 3 / 10) = .05972; 95 % CI = 1.99 +/- 3.1824 * .05972
-    trend = fit_trend([1, 2, 3, 4, 5], [2.1, 3.9, 6.2, 7.8, 10.1], 0.95)
-    assert trend.slope == pytest.approx(1.99)
-    assert trend.intercept == pytest.approx(0.05)
-    assert trend.stderr == pytest.approx(0.059722, rel=1e-4)
-    assert (trend.low, trend.high) == pytest.approx((1.99 - 0.19006, 1.99 + 0.19006), rel=1e-4)
-    slope, low, high = trend.relative(scale=1.0)
-    assert slope == pytest.approx(100 * 1.99 / 6.02)
-    with pytest.raises(ValueError):
-        fit_trend([1, 2], [1, 2])
 
 
 # --- windows and levels -------------------------------------------------------------------------
