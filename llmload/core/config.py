@@ -1,18 +1,39 @@
-"""The run configuration: the YAML ladder file, its schema, validation and command-line overrides.
+"""The run configuration: the YAML ladder file and its schema, each key declared once.
 
 `load_config(path)` returns a validated `SweepConfig` or raises `ConfigError` whose message is
 one line naming the file, the key and what was expected. Nothing is started before the whole
-file has been validated.
+file has been validated. Each key is a `setting(...)` (llmload.core.schema): its check, help,
+command-line flag (with its environment variable and web UI field) and row in the docs'
+configuration reference all come from that one declaration.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from llmload.core.checks import (
+    ConfigError,
+    any_integer,
+    boolean,
+    expect,
+    integer,
+    non_empty,
+    non_negative_number,
+    number_list,
+    one_of,
+    open_unit_interval,
+    optional,
+    positive_number,
+    ratio,
+    section,
+    string,
+)
+from llmload.core.schema import parse_section, setting, settings
 
 DEFAULT_PROMPT = (
     "Write a detailed technical explanation of how continuous batching and speculative decoding "
@@ -24,35 +45,71 @@ ARRIVALS = ("poisson", "gamma")
 PROMPT_FORMATS = ("auto", "lines", "jsonl", "sharegpt")
 
 
-class ConfigError(ValueError):
-    """A configuration mistake; the message is one line naming the file and the key."""
+def _rungs_flag(text: str) -> list[int | float]:
+    """--rungs: user counts (1,4,8) or, in rate mode, request rates (0.5,2,5)."""
+    try:
+        return [float(p) if "." in p else int(p) for p in text.replace(" ", "").split(",") if p]
+    except ValueError:
+        raise ConfigError(f"--rungs: expected comma-separated numbers like 1,4,8,10, got {text!r}") from None
+
+
+def _rungs(source: str, key: str, value: Any) -> tuple[float, ...]:
+    """User counts or request rates (> 0); `_check_mode` requires integers in concurrency mode."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = [value]
+    expect(source, key, value, (list, tuple), "a list of user counts, e.g. [1, 4, 8, 10]")
+    if not value:
+        raise ConfigError(f"{source}: '{key}' is empty; give at least one user count, e.g. [1, 4, 8, 10]")
+    whole = integer()
+    return tuple(
+        positive_number(source, f"{key}[{i}]", v) if isinstance(v, float) else whole(source, f"{key}[{i}]", v)
+        for i, v in enumerate(value)
+    )
+
+
+def _status_codes(source: str, key: str, value: Any) -> tuple[int, ...]:
+    what = "a list of HTTP status codes, e.g. [429, 503]"
+    expect(source, key, value, (list, tuple), what)
+    if not all(isinstance(s, int) and not isinstance(s, bool) and 400 <= s <= 599 for s in value):
+        raise ConfigError(f"{source}: '{key}' must be {what} (400-599), got {value!r}")
+    return tuple(value)
 
 
 @dataclass(frozen=True, slots=True)
 class SloConfig:
     """Service-level objectives for goodput; a None bound is not checked."""
 
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2el_ms: float | None = None
+    ttft_ms: float | None = setting(None, help="TTFT bound, ms", check=optional(positive_number))
+    tpot_ms: float | None = setting(None, help="TPOT bound, ms", check=optional(positive_number))
+    e2el_ms: float | None = setting(
+        None, help="end-to-end latency bound, ms", check=optional(positive_number)
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class TimeoutConfig:
     """Client timeouts in seconds."""
 
-    connect: float = 10.0  # TCP connect
-    first_token: float = 120.0  # headers and each later read: the longest silence tolerated
-    total: float = 900.0  # a whole request, first byte to last
+    connect: float = setting(10.0, help="TCP (and TLS) connect, s", check=positive_number)
+    first_token: float = setting(
+        120.0, help="the longest silence tolerated: headers, then between chunks, s", check=positive_number
+    )
+    total: float = setting(900.0, help="a whole request, first byte to last, s", check=positive_number)
 
 
 @dataclass(frozen=True, slots=True)
 class RetryConfig:
     """Retries of failed requests: none unless `max` > 0. Each attempt is its own record."""
 
-    max: int = 0  # retries after the first attempt
-    on_status: tuple[int, ...] = (429, 503)  # HTTP statuses that are retried
-    backoff_s: float = 1.0  # wait before retry n when the server sends no Retry-After: backoff_s * 2**(n-1)
+    max: int = setting(0, help="retries after the first attempt (0: none)", check=integer(0))
+    on_status: tuple[int, ...] = setting(
+        (429, 503), help="HTTP statuses that are retried", check=_status_codes
+    )
+    backoff_s: float = setting(
+        1.0,
+        help="wait before retry n when the server sends no Retry-After: `backoff_s * 2**(n-1)`",
+        check=positive_number,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,59 +117,183 @@ class SoakConfig:
     """A soak run's windows and pass/fail thresholds (see llmload.analysis.soak); a None threshold
     is not checked."""
 
-    window_s: float = 300.0  # windows by request end time
-    settle_windows: int = 1  # first windows left out of the drift fit (ramp-up)
-    confidence: float = 0.95  # two-sided level of the drift confidence intervals
-    min_agg_tok_s: float | None = None
-    max_ttft_p99_ms: float | None = None
-    max_tpot_p99_ms: float | None = None
-    max_failure_ratio: float | None = None
-    max_tok_s_drift_pct_per_h: float | None = None  # alarm when tok/s falls faster than this
-    max_ttft_drift_pct_per_h: float | None = None  # alarm when TTFT grows faster than this
+    window_s: float = setting(300.0, help="windows by request end time, s", check=positive_number)
+    settle_windows: int = setting(
+        1, help="first windows left out of the drift fit (ramp-up)", check=integer(0)
+    )
+    confidence: float = setting(0.95, help="two-sided level of the drift intervals", check=open_unit_interval)
+    min_agg_tok_s: float | None = setting(
+        None, help="alarm below this aggregate tok/s", check=optional(non_negative_number)
+    )
+    max_ttft_p99_ms: float | None = setting(
+        None, help="alarm above this TTFT p99, ms", check=optional(non_negative_number)
+    )
+    max_tpot_p99_ms: float | None = setting(
+        None, help="alarm above this TPOT p99, ms", check=optional(non_negative_number)
+    )
+    max_failure_ratio: float | None = setting(
+        None, help="alarm above this share of failed requests", check=optional(ratio())
+    )
+    max_tok_s_drift_pct_per_h: float | None = setting(
+        None, help="alarm when tok/s falls faster than this, %/h", check=optional(non_negative_number)
+    )
+    max_ttft_drift_pct_per_h: float | None = setting(
+        None, help="alarm when TTFT grows faster than this, %/h", check=optional(non_negative_number)
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class ReconcileConfig:
     """Token reconciliation limits (llmload.analysis.reconcile): a rung beyond one fails the run."""
 
-    max_stopped_early_ratio: float = 0.0  # of completed requests; checked only with ignore_eos
-    max_disagree_ratio: float = 0.0  # usage vs chunks vs max_tokens vs finish_reason
+    max_stopped_early_ratio: float = setting(
+        0.0, help="of completed requests stopped before max_tokens (checked with ignore_eos)", check=ratio()
+    )
+    max_disagree_ratio: float = setting(
+        0.0, help="of requests whose usage, chunks, max_tokens and finish_reason disagree", check=ratio()
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class SweepConfig:
-    """One run: the ladder and the request every user sends."""
+    """One run: the ladder and the request every user sends. Every key is declared once here
+    (`llmload.core.schema`): its check, help, command-line flag and docs row follow."""
 
-    rungs: tuple[float, ...] = (1, 4, 8, 10)  # users (integers), or requests/s in rate mode
-    mode: str = "concurrency"
-    max_concurrency: int = 64  # rate mode: client slots (users) per rung; a due request waits for one
-    arrival: str = "poisson"  # rate mode: poisson, or gamma with `burstiness` as its shape
-    burstiness: float = 1.0
-    requests_per_rung: int | None = None  # rate mode: requests per rung (else `duration`)
-    seed: int = 0  # arrival schedules and workload sampling
-    requests_per_user: int = 1
-    duration: float | None = None  # seconds per rung; None = count-based rungs
-    warmup_requests: int = 1  # per user, at the first rung's concurrency, excluded from results
-    spawn_rate: float = 100.0  # the highest rate Locust does not warn about; users start together anyway
-    endpoint: str = "completions"
-    model: str | None = None  # None: the first model listed by GET /v1/models
-    max_tokens: int = 256
-    ignore_eos: bool = True
-    stream: bool = True
-    temperature: float = 0.0
-    prompt: str = DEFAULT_PROMPT
-    unique_prompts: bool = False  # prefix each prompt with a per-request tag to defeat prefix caching
-    prompt_tokens: int | None = None  # synthetic prompts of this many tokens (llmload.loadgen.workload)
-    shared_prefix_ratio: float = 0.0  # share of each synthetic prompt common to all requests
-    prompt_file: str | None = None  # text lines, JSONL with "prompt", or ShareGPT JSON
-    prompt_format: str = "auto"
-    continuous_usage: bool = False  # ask for usage on every chunk (vLLM continuous_usage_stats)
-    percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)
-    slo: SloConfig = field(default_factory=SloConfig)
-    timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
-    retries: RetryConfig = field(default_factory=RetryConfig)
-    soak: SoakConfig | None = None  # a soak run: one time-based rung judged by windows and thresholds
-    reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
+    rungs: tuple[float, ...] = setting(
+        (1, 4, 8, 10),
+        help="the ladder: users per rung (concurrency), or requests/s with `mode: rate`; a rung may repeat",
+        check=_rungs,
+        flag="--rungs",
+        parse=_rungs_flag,
+    )
+    mode: str = setting(
+        "concurrency",
+        help="`concurrency` (rungs are users) or `rate` (rungs are requests/s)",
+        check=one_of(MODES),
+    )
+    max_concurrency: int = setting(
+        64, help="rate mode: client slots (users) per rung; a due request waits for one", check=integer()
+    )
+    arrival: str = setting(
+        "poisson",
+        help="rate mode: `poisson`, or `gamma` with `burstiness` as its shape",
+        check=one_of(ARRIVALS),
+    )
+    burstiness: float = setting(1.0, help="rate mode, gamma arrivals: the shape", check=positive_number)
+    requests_per_rung: int | None = setting(
+        None, help="rate mode: requests per rung (else `duration`)", check=optional(integer())
+    )
+    seed: int = setting(0, help="arrival schedules and prompt sampling", check=any_integer)
+    requests_per_user: int = setting(
+        1,
+        help="requests each user sends per rung (count-based rungs)",
+        check=integer(),
+        flag="--requests-per-user",
+        parse=int,
+    )
+    duration: float | None = setting(
+        None,
+        help="seconds per rung: users send requests until it is over, then finish what is in flight",
+        check=optional(positive_number),
+        flag="--rung-duration",
+        parse=float,
+    )
+    warmup_requests: int = setting(
+        1,
+        help="requests per user at the first rung's concurrency before the ladder, left out of every figure",
+        check=integer(0),
+        flag="--warmup-requests",
+        parse=int,
+    )
+    spawn_rate: float = setting(
+        100.0,
+        help="Locust's spawn rate (users of a rung start together anyway); Locust warns above 100",
+        check=positive_number,
+    )
+    endpoint: str = setting(
+        "completions",
+        help="`completions` (/v1/completions) or `chat` (/v1/chat/completions)",
+        check=one_of(ENDPOINTS),
+        flag="--endpoint",
+        choices=ENDPOINTS,
+    )
+    model: str | None = setting(
+        None,
+        help="model name; null: the first listed by GET /v1/models",
+        check=optional(string),
+        flag="--model",
+    )
+    max_tokens: int = setting(
+        256,
+        help="output tokens per request (chat also sends max_completion_tokens)",
+        check=integer(),
+        flag="--max-tokens",
+        parse=int,
+    )
+    ignore_eos: bool = setting(
+        True, help="ask the server to decode exactly max_tokens (vLLM, SGLang, llama.cpp)", check=boolean
+    )
+    stream: bool = setting(
+        True,
+        help="SSE streaming with include_usage; false: one JSON body (no TTFT)",
+        check=boolean,
+        flag="--stream",
+        parse=lambda text: text == "true",
+        choices=("true", "false"),
+    )
+    temperature: float = setting(0.0, help="0: greedy", check=non_negative_number)
+    prompt: str = setting(
+        DEFAULT_PROMPT,
+        help="the prompt of every request (without prompt_tokens / prompt_file)",
+        check=non_empty("a non-empty string"),
+        shown_default="a fixed technical question",
+    )
+    unique_prompts: bool = setting(False, help="a per-request tag defeats prefix caching", check=boolean)
+    prompt_tokens: int | None = setting(
+        None, help="synthetic prompts of this many input tokens", check=optional(integer())
+    )
+    shared_prefix_ratio: float = setting(
+        0.0, help="share of each synthetic prompt common to all requests", check=ratio(below_one=True)
+    )
+    prompt_file: str | None = setting(
+        None,
+        help="prompts from a text, JSONL or ShareGPT file (relative to the config file)",
+        check=optional(non_empty("a file path")),
+    )
+    prompt_format: str = setting(
+        "auto", help="`auto`, `lines`, `jsonl` or `sharegpt`", check=one_of(PROMPT_FORMATS)
+    )
+    continuous_usage: bool = setting(
+        False, help="ask for usage on every chunk (vLLM continuous_usage_stats)", check=boolean
+    )
+    percentiles: tuple[float, ...] = setting(
+        (50.0, 90.0, 99.0),
+        help="percentiles of the latency tables",
+        check=number_list("a list of numbers in (0, 100]", lambda p: 0 < p <= 100, "(0, 100]"),
+    )
+    slo: SloConfig = setting(
+        default_factory=SloConfig,
+        help="goodput SLOs (a request is good when it meets all)",
+        check=section(SloConfig),
+    )
+    timeouts: TimeoutConfig = setting(
+        default_factory=TimeoutConfig, help="client timeouts", check=section(TimeoutConfig)
+    )
+    retries: RetryConfig = setting(
+        default_factory=RetryConfig,
+        help="retries of failed requests",
+        check=section(RetryConfig, "a mapping with max, on_status, backoff_s"),
+    )
+    soak: SoakConfig | None = setting(
+        None,
+        help="a soak run: one time-based rung judged by windows and thresholds",
+        check=optional(section(SoakConfig)),
+    )
+    reconcile: ReconcileConfig = setting(
+        default_factory=ReconcileConfig,
+        help="token reconciliation thresholds (exit code 3 beyond them)",
+        check=section(ReconcileConfig),
+    )
     source: str = "<defaults>"
 
     @property
@@ -125,141 +306,18 @@ class SweepConfig:
         changed = {k: v for k, v in overrides.items() if v is not None}
         if not changed:
             return self
-        raw = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source"}
-        raw["slo"] = dataclasses.asdict(self.slo)
-        raw["timeouts"] = dataclasses.asdict(self.timeouts)
-        raw["reconcile"] = dataclasses.asdict(self.reconcile)
-        raw["retries"] = dataclasses.asdict(self.retries)
-        raw["soak"] = dataclasses.asdict(self.soak) if self.soak else None
+        raw = {f.name: getattr(self, f.name) for f, _ in settings(SweepConfig)}
+        for name in ("slo", "timeouts", "reconcile", "retries", "soak"):
+            raw[name] = dataclasses.asdict(raw[name]) if raw[name] is not None else None
         raw.update(changed)
         return parse_config(raw, source=source or f"{self.source} (with command-line overrides)")
 
 
-def _expect(source: str, key: str, value: Any, types: tuple[type, ...], what: str) -> Any:
-    # bool is an int subclass: never accept it where a number is expected
-    if isinstance(value, bool) and bool not in types:
-        raise ConfigError(f"{source}: '{key}' must be {what}, got {value!r}")
-    if not isinstance(value, types):
-        raise ConfigError(f"{source}: '{key}' must be {what}, got {value!r}")
-    return value
-
-
-def _positive_int(source: str, key: str, value: Any, *, allow_zero: bool = False) -> int:
-    _expect(source, key, value, (int,), "an integer")
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else ">= 1"
-        raise ConfigError(f"{source}: '{key}' must be an integer {bound}, got {value!r}")
-    return int(value)
-
-
-def _positive_float(source: str, key: str, value: Any) -> float:
-    _expect(source, key, value, (int, float), "a number")
-    if value <= 0:
-        raise ConfigError(f"{source}: '{key}' must be a number > 0, got {value!r}")
-    return float(value)
-
-
-def _entries(
-    source: str, section: str, value: Any, cls: type, what: str = "a mapping"
-) -> list[tuple[str, Any]]:
-    """The (key, value) pairs of a nested section, once every key is a field of `cls`."""
-    _expect(source, section, value, (dict,), what)
-    known = [f.name for f in dataclasses.fields(cls)]
-    for sub in value:
-        if sub not in known:
-            raise ConfigError(f"{source}: unknown key '{section}.{sub}' (known: {', '.join(known)})")
-    return list(value.items())
-
-
-def _section(source: str, key: str, value: Any, cls: type) -> Any:
-    if value is None:
-        return cls()
-    kwargs: dict[str, Any] = {}
-    for sub, sub_value in _entries(source, key, value, cls):
-        if sub_value is not None:
-            kwargs[sub] = _positive_float(source, f"{key}.{sub}", sub_value)
-    return cls(**kwargs)
-
-
-def _retries(source: str, value: Any) -> RetryConfig:
-    kwargs: dict[str, Any] = {}
-    for sub, v in _entries(source, "retries", value, RetryConfig, "a mapping with max, on_status, backoff_s"):
-        key = f"retries.{sub}"
-        if sub == "max":
-            kwargs[sub] = _positive_int(source, key, v, allow_zero=True)
-        elif sub == "backoff_s":
-            kwargs[sub] = _positive_float(source, key, v)
-        else:
-            what = "a list of HTTP status codes, e.g. [429, 503]"
-            _expect(source, key, v, (list, tuple), what)
-            if not all(isinstance(s, int) and not isinstance(s, bool) and 400 <= s <= 599 for s in v):
-                raise ConfigError(f"{source}: '{key}' must be {what} (400-599), got {v!r}")
-            kwargs[sub] = tuple(v)
-    return RetryConfig(**kwargs)
-
-
-def _soak(source: str, value: Any) -> SoakConfig:
-    kwargs: dict[str, Any] = {}
-    for sub, v in _entries(source, "soak", value, SoakConfig):
-        key = f"soak.{sub}"
-        if v is None:
-            continue
-        if sub == "settle_windows":
-            kwargs[sub] = _positive_int(source, key, v, allow_zero=True)
-        elif sub == "window_s":
-            kwargs[sub] = _positive_float(source, key, v)
-        else:
-            _expect(source, key, v, (int, float), "a number")
-            ok, what = {
-                "confidence": (0 < v < 1, "in (0, 1)"),
-                "max_failure_ratio": (0 <= v <= 1, "in [0, 1]"),
-            }.get(sub, (v >= 0, ">= 0"))
-            if not ok:
-                raise ConfigError(f"{source}: '{key}' must be a number {what}, got {v!r}")
-            kwargs[sub] = float(v)
-    return SoakConfig(**kwargs)
-
-
-def _rungs(source: str, value: Any) -> tuple[float, ...]:
-    """User counts or request rates (> 0); `_check_mode` requires integers in concurrency mode."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        value = [value]
-    _expect(source, "rungs", value, (list, tuple), "a list of user counts, e.g. [1, 4, 8, 10]")
-    if not value:
-        raise ConfigError(f"{source}: 'rungs' is empty; give at least one user count, e.g. [1, 4, 8, 10]")
-    out: list[float] = []
-    for i, v in enumerate(value):
-        key = f"rungs[{i}]"
-        out.append(_positive_float(source, key, v) if isinstance(v, float) else _positive_int(source, key, v))
-    return tuple(out)
-
-
-def _choice(key: str, choices: tuple[str, ...]):
-    def check(source: str, value: Any) -> str:
-        if value not in choices:
-            raise ConfigError(f"{source}: '{key}' must be one of {', '.join(choices)}, got {value!r}")
-        return str(value)
-
-    return check
-
-
-def _ratio(source: str, key: str, value: Any, *, below_one: bool = False) -> float:
-    _expect(source, key, value, (int, float), "a number")
-    if not (0 <= value < 1 if below_one else 0 <= value <= 1):
-        raise ConfigError(
-            f"{source}: '{key}' must be a number in {'[0, 1)' if below_one else '[0, 1]'}, got {value!r}"
-        )
-    return float(value)
-
-
-def _reconcile(source: str, value: Any) -> ReconcileConfig:
-    entries = _entries(source, "reconcile", value, ReconcileConfig)
-    return ReconcileConfig(**{k: _ratio(source, f"reconcile.{k}", v) for k, v in entries})
-
-
 def _check_mode(config: SweepConfig) -> None:
-    """Rules that tie several keys together (rate mode, workloads)."""
+    """Rules that tie several keys together (rate mode, workloads, soak)."""
     source = config.source
+    if config.soak is not None and (config.duration is None or len(config.rungs) != 1):
+        raise ConfigError(f"{source}: 'soak' needs one time-based rung: set 'rungs: [N]' and 'duration'")
     if not config.rate_mode:
         for i, v in enumerate(config.rungs):
             if not isinstance(v, int):
@@ -281,100 +339,13 @@ def _check_mode(config: SweepConfig) -> None:
         )
 
 
-def _percentiles(source: str, value: Any) -> tuple[float, ...]:
-    _expect(source, "percentiles", value, (list, tuple), "a list of numbers in (0, 100]")
-    out = []
-    for i, p in enumerate(value):
-        _expect(source, f"percentiles[{i}]", p, (int, float), "a number in (0, 100]")
-        if not 0 < p <= 100:
-            raise ConfigError(f"{source}: 'percentiles[{i}]' must be in (0, 100], got {p!r}")
-        out.append(float(p))
-    return tuple(out)
-
-
-def _prompt(source: str, value: Any) -> str:
-    _expect(source, "prompt", value, (str,), "a non-empty string")
-    if not value.strip():
-        raise ConfigError(f"{source}: 'prompt' must be a non-empty string")
-    return value
-
-
-def _prompt_file(source: str, value: Any) -> str:
-    _expect(source, "prompt_file", value, (str,), "a file path")
-    if not value.strip():
-        raise ConfigError(f"{source}: 'prompt_file' must be a file path")
-    return value
-
-
-def _endpoint(source: str, value: Any) -> str:
-    if value not in ENDPOINTS:
-        raise ConfigError(f"{source}: 'endpoint' must be one of {', '.join(ENDPOINTS)}, got {value!r}")
-    return str(value)
-
-
-def _temperature(source: str, value: Any) -> float:
-    _expect(source, "temperature", value, (int, float), "a number >= 0")
-    if value < 0:
-        raise ConfigError(f"{source}: 'temperature' must be a number >= 0, got {value!r}")
-    return float(value)
-
-
-def _bool(key: str):
-    return lambda source, value: _expect(source, key, value, (bool,), "true or false")
-
-
-def _optional(check):
-    return lambda source, value: None if value is None else check(source, value)
-
-
-_VALIDATORS: dict[str, Any] = {
-    "rungs": _rungs,
-    "requests_per_user": lambda s, v: _positive_int(s, "requests_per_user", v),
-    "duration": _optional(lambda s, v: _positive_float(s, "duration", v)),
-    "warmup_requests": lambda s, v: _positive_int(s, "warmup_requests", v, allow_zero=True),
-    "spawn_rate": lambda s, v: _positive_float(s, "spawn_rate", v),
-    "endpoint": _endpoint,
-    "model": _optional(lambda s, v: _expect(s, "model", v, (str,), "a string")),
-    "max_tokens": lambda s, v: _positive_int(s, "max_tokens", v),
-    "ignore_eos": _bool("ignore_eos"),
-    "stream": _bool("stream"),
-    "temperature": _temperature,
-    "prompt": _prompt,
-    "unique_prompts": _bool("unique_prompts"),
-    "percentiles": _percentiles,
-    "slo": lambda s, v: _section(s, "slo", v, SloConfig),
-    "timeouts": lambda s, v: _section(s, "timeouts", v, TimeoutConfig),
-    "retries": _optional(_retries),
-    "soak": _optional(_soak),
-    "mode": _choice("mode", MODES),
-    "max_concurrency": lambda s, v: _positive_int(s, "max_concurrency", v),
-    "arrival": _choice("arrival", ARRIVALS),
-    "burstiness": lambda s, v: _positive_float(s, "burstiness", v),
-    "requests_per_rung": _optional(lambda s, v: _positive_int(s, "requests_per_rung", v)),
-    "seed": lambda s, v: _expect(s, "seed", v, (int,), "an integer"),
-    "prompt_tokens": _optional(lambda s, v: _positive_int(s, "prompt_tokens", v)),
-    "shared_prefix_ratio": lambda s, v: _ratio(s, "shared_prefix_ratio", v, below_one=True),
-    "prompt_file": _optional(lambda s, v: _prompt_file(s, v)),
-    "prompt_format": _choice("prompt_format", PROMPT_FORMATS),
-    "continuous_usage": _bool("continuous_usage"),
-    "reconcile": _reconcile,
-}
-
-
 def parse_config(raw: Any, source: str) -> SweepConfig:
     """Validate a mapping (as read from YAML) into a SweepConfig."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in _VALIDATORS:
-            raise ConfigError(f"{source}: unknown key '{key}' (known: {', '.join(_VALIDATORS)})")
-        values[key] = _VALIDATORS[key](source, value)
-    config = SweepConfig(**values, source=source)
-    if config.soak is not None and (config.duration is None or len(config.rungs) != 1):
-        raise ConfigError(f"{source}: 'soak' needs one time-based rung: set 'rungs: [N]' and 'duration'")
+    config = SweepConfig(**parse_section(SweepConfig, raw, source, error=ConfigError), source=source)
     _check_mode(config)
     return config
 

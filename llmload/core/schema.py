@@ -86,8 +86,7 @@ def parse_section(
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in known:
-            names = ", ".join(prefix + name for name in known) if prefix else ", ".join(known)
-            raise error(f"{source}: unknown key '{prefix}{key}' (known: {names})")
+            raise error(f"{source}: unknown key '{prefix}{key}' (known: {', '.join(known)})")
         values[key] = known[key].check(source, prefix + str(key), value)
     return values
 
@@ -115,9 +114,15 @@ def flag_dest(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-def flag_overrides(options: Any, cls: type) -> dict[str, tuple[Any, str]]:
+PARSED_AS = {int: "an integer", float: "a number"}  # what a flag's parse expects, for its error
+
+
+def flag_overrides(
+    options: Any, cls: type, error: type[Exception] = ValueError
+) -> dict[str, tuple[Any, str]]:
     """{key: (raw value, flag)} for every flag of `cls` given a value (text, or a typed value
-    from a caller that built the namespace itself); a flag left empty is not an override."""
+    from a caller that built the namespace itself); a flag left empty is not an override. Text
+    the flag's `parse` rejects raises `error` "<flag>: expected <what>, got <text>"."""
     out: dict[str, tuple[Any, str]] = {}
     for f, s in settings(cls):
         if s.flag is None:
@@ -126,7 +131,13 @@ def flag_overrides(options: Any, cls: type) -> dict[str, tuple[Any, str]]:
         if value is None or (isinstance(value, str) and not value.strip()):
             continue
         if isinstance(value, str) and s.parse is not None:
-            value = s.parse(value.strip())
+            try:
+                value = s.parse(value.strip())
+            except ValueError as exc:
+                if type(exc) is not ValueError:  # the parse's own one-line error (a ConfigError)
+                    raise
+                what = PARSED_AS.get(s.parse, "a valid value")  # type: ignore[call-overload]
+                raise error(f"{s.flag}: expected {what}, got {value!r}") from None
         out[f.name] = (value, s.flag)
     return out
 

@@ -1,7 +1,8 @@
 """llmload's Locust command-line options (also environment variables and web-UI form fields).
 
-Each option overrides the matching key of the ladder file; an option left unset keeps the file's
-value. `run_config(parsed_options)` returns the validated configuration of the run.
+The options that override a key of the ladder file come from the key's declaration in
+llmload.core.config; an option left unset keeps the file's value. `run_config(parsed_options)`
+returns the validated configuration of the run.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ import os
 from argparse import Namespace
 from typing import Any
 
-from llmload.core.config import ENDPOINTS, ConfigError, SweepConfig, load_config
+from llmload.core.config import ConfigError, SweepConfig, load_config
+from llmload.core.schema import add_flags, flag_overrides
 
 
 def add_arguments(parser: Any) -> None:
-    """Register the options on Locust's parser (call from `init_command_line_parser`)."""
+    """Register the options on Locust's parser (call from `init_command_line_parser`): --ladder,
+    one flag per overridable config key (declared in llmload.core.config), then the run options
+    that are not config keys (key, TLS, files, metrics scraping)."""
     # Locust's own parser (not an argument group) understands include_in_web_ui / is_secret
     group = parser
     group.add_argument(
@@ -24,60 +28,7 @@ def add_arguments(parser: Any) -> None:
         env_var="LOCUST_LADDER",
         help="YAML ladder/config file (default: the built-in ladder, as in config/sweep.yaml)",
     )
-    group.add_argument(
-        "--rungs",
-        default="",
-        env_var="LOCUST_RUNGS",
-        help="comma-separated concurrency ladder, e.g. 1,4,8,10 (overrides the file)",
-    )
-    group.add_argument(
-        "--requests-per-user",
-        type=int,
-        default=None,
-        env_var="LOCUST_REQUESTS_PER_USER",
-        help="requests each user sends per rung",
-    )
-    group.add_argument(
-        "--rung-duration",
-        type=float,
-        default=None,
-        env_var="LOCUST_RUNG_DURATION",
-        help="seconds per rung (time-based rungs instead of request counts)",
-    )
-    group.add_argument(
-        "--warmup-requests",
-        type=int,
-        default=None,
-        env_var="LOCUST_WARMUP_REQUESTS",
-        help="warm-up requests per user before the first rung (not measured)",
-    )
-    group.add_argument(
-        "--max-tokens",
-        type=int,
-        default=None,
-        env_var="LOCUST_MAX_TOKENS",
-        help="output tokens per request (max_tokens, with ignore_eos)",
-    )
-    group.add_argument(
-        "--model",
-        default="",
-        env_var="LOCUST_MODEL",
-        help="model name (default: the first one listed by GET /v1/models)",
-    )
-    group.add_argument(
-        "--endpoint",
-        default="",
-        choices=["", *ENDPOINTS],
-        env_var="LOCUST_ENDPOINT",
-        help="completions or chat (default: from the ladder file)",
-    )
-    group.add_argument(
-        "--stream",
-        default="",
-        choices=["", "true", "false"],
-        env_var="LOCUST_STREAM",
-        help="stream responses over SSE (default: from the ladder file, true)",
-    )
+    add_flags(group, SweepConfig)
     group.add_argument(
         "--api-key",
         default="",
@@ -151,48 +102,13 @@ def options_help(width: int = 100) -> str:
     return parser.format_help().split("\n\n", 1)[1]
 
 
-def _rungs_option(text: str) -> list[int | float] | None:
-    """User counts (1,4,8) or, in rate mode, request rates (0.5,2,5); the config validates which."""
-    if not text.strip():
-        return None
-    try:
-        return [float(p) if "." in p else int(p) for p in text.replace(" ", "").split(",") if p]
-    except ValueError:
-        raise ConfigError(f"--rungs: expected comma-separated numbers like 1,4,8,10, got {text!r}") from None
-
-
-def _number_option(options: Namespace, name: str, kind: type[int] | type[float]) -> int | float | None:
-    """A numeric option; the web UI's start form passes text ('' for a field left empty)."""
-    value = getattr(options, name, None)
-    if not isinstance(value, str):
-        return value
-    if not value.strip():
-        return None
-    try:
-        return kind(value)
-    except ValueError:
-        flag = "--" + name.replace("_", "-")
-        what = "an integer" if kind is int else "a number"
-        raise ConfigError(f"{flag}: expected {what}, got {value!r}") from None
-
-
 def run_config(options: Namespace) -> SweepConfig:
     """The ladder file given with --ladder (else the built-in ladder, never a file looked up in the
     current directory) plus the options. Each option is validated on its own first, so a bad
     value's error names its flag."""
     ladder = getattr(options, "ladder", "")
     base = load_config(ladder) if ladder else SweepConfig()
-    stream = getattr(options, "stream", "")
-    overrides = {  # config key -> (value or None, the option that gave it)
-        "rungs": (_rungs_option(getattr(options, "rungs", "") or ""), "--rungs"),
-        "requests_per_user": (_number_option(options, "requests_per_user", int), "--requests-per-user"),
-        "duration": (_number_option(options, "rung_duration", float), "--rung-duration"),
-        "warmup_requests": (_number_option(options, "warmup_requests", int), "--warmup-requests"),
-        "max_tokens": (_number_option(options, "max_tokens", int), "--max-tokens"),
-        "model": (getattr(options, "model", "") or None, "--model"),
-        "endpoint": (getattr(options, "endpoint", "") or None, "--endpoint"),
-        "stream": (None if not stream else stream == "true", "--stream"),
-    }
+    overrides = flag_overrides(options, SweepConfig, error=ConfigError)
     for key, (value, flag) in overrides.items():
         base.with_overrides(source=flag, **{key: value})
     return base.with_overrides(**{key: value for key, (value, _) in overrides.items()})

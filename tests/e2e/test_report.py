@@ -8,7 +8,6 @@ import io
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from fixtures.paths import REPO
@@ -18,7 +17,7 @@ from llmload.analysis.sweep_rows import SweepRow
 from llmload.output.html_report import find_prefix, write_report
 from llmload.output.plots import pareto_front
 
-FIXTURE = Path(__file__).parent / "fixtures" / "report_run"
+FIXTURE = REPO / "tests" / "fixtures" / "report_run"
 SCRIPT = REPO / "scripts" / "report.py"
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fixtures.paths import REPO
 
 from llmload.analysis.budget import CostModel, budget_rows, run_points
 from llmload.analysis.postprocess import load_run
@@ -28,7 +29,7 @@ from llmload.core.run_environment import read_environment
 from llmload.servers.process import free_port
 from llmload.sim.truth import load_truth
 
-FIXTURE = Path(__file__).parent / "fixtures" / "report_run" / "run"
+FIXTURE = REPO / "tests" / "fixtures" / "report_run" / "run"
 
 # excerpts of real /metrics pages (llama.cpp: captured from llama-server with --metrics)
 PAGES = {

@@ -1,13 +1,16 @@
 """The ladder file: defaults, overrides, and one-line errors that name the file and the key."""
 
+import dataclasses
+import importlib.util
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
 from fixtures.paths import REPO
+from locust.argument_parser import LocustArgumentParser
 
 from llmload.core.config import ConfigError, SweepConfig, load_config
-from llmload.loadgen.options import run_config
+from llmload.loadgen.options import add_arguments, run_config
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -87,3 +90,54 @@ def test_bad_rungs_option():
 def test_override_revalidates():
     with pytest.raises(ConfigError, match="'max_tokens' must be an integer >= 1"):
         SweepConfig().with_overrides(max_tokens=0)
+
+
+def test_the_shipped_ladder_is_the_built_in_one():
+    """`llmload sweep` without --ladder runs the built-in ladder; a checkout's config/sweep.yaml
+    says the same, so `make sweep` (which names it) and the installed command agree."""
+    shipped = load_config(REPO / "config" / "sweep.yaml")
+    assert dataclasses.replace(shipped, source="<defaults>") == SweepConfig()
+
+
+def test_the_docs_reference_is_generated_from_the_schema():
+    spec = importlib.util.spec_from_file_location(
+        "config_reference", REPO / "scripts" / "config_reference.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = module.PAGE.read_text()
+    assert module.render(page) == page, "docs/configuration.md is stale: run scripts/config_reference.py"
+
+
+def test_every_flag_of_the_schema_reaches_locust_and_back():
+    parser = LocustArgumentParser()
+    add_arguments(parser)
+    options = parser.parse_args(
+        ["--rungs", "2,3", "--max-tokens", "7", "--rung-duration", "1.5", "--stream", "false"],
+        env_vars={"LOCUST_MODEL": "m", "LOCUST_WARMUP_REQUESTS": "0"},
+    )
+    cfg = run_config(options)
+    assert (cfg.rungs, cfg.max_tokens, cfg.duration, cfg.stream) == ((2, 3), 7, 1.5, False)
+    assert (cfg.model, cfg.warmup_requests) == ("m", 0)
+    assert set(parser.args_included_in_web_ui) >= {"rungs", "max_tokens", "rung_duration", "model"}
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("max_tokens", "abc", "--max-tokens: expected an integer, got 'abc'"),
+        ("max_tokens", "0", "--max-tokens: 'max_tokens' must be an integer >= 1, got 0"),
+        ("rung_duration", "soon", "--rung-duration: expected a number, got 'soon'"),
+        ("rungs", "1,x", "--rungs: expected comma-separated numbers like 1,4,8,10, got '1,x'"),
+    ],
+)
+def test_a_bad_flag_value_names_the_flag(flag, value, message):
+    with pytest.raises(ConfigError) as err:
+        run_config(Namespace(**{flag: value}))
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_numbers_are_rejected(tmp_path, value):
+    with pytest.raises(ConfigError, match="'timeouts.total' must be a number"):
+        load_config(write(tmp_path, f"timeouts: {{total: .{value}}}\n"))

@@ -1,0 +1,152 @@
+"""Value checks for configuration keys: each is `check(source, key, value) -> value` and raises
+`ConfigError` with one line naming the source (file or flag), the key and what was expected.
+
+Used by the `setting(...)` declarations of `llmload.core.config` (`llmload.core.schema`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from llmload.core.schema import Check, parse_section
+
+
+class ConfigError(ValueError):
+    """A configuration mistake; the message is one line naming the file (or flag) and the key."""
+
+
+def expect(source: str, key: str, value: Any, types: tuple[type, ...], what: str) -> Any:
+    """`value` if it is one of `types` (a bool never passes for a number; NaN and infinities never
+    pass for a float), else ConfigError "'key' must be <what>, got <value>"."""
+    wrong = isinstance(value, bool) and bool not in types
+    wrong = wrong or not isinstance(value, types)
+    wrong = wrong or (isinstance(value, float) and not math.isfinite(value))
+    if wrong:
+        raise ConfigError(f"{source}: '{key}' must be {what}, got {value!r}")
+    return value
+
+
+def integer(minimum: int = 1) -> Check:
+    """An integer >= minimum."""
+
+    def check(source: str, key: str, value: Any) -> int:
+        expect(source, key, value, (int,), "an integer")
+        if value < minimum:
+            raise ConfigError(f"{source}: '{key}' must be an integer >= {minimum}, got {value!r}")
+        return int(value)
+
+    return check
+
+
+def any_integer(source: str, key: str, value: Any) -> int:
+    return int(expect(source, key, value, (int,), "an integer"))
+
+
+def positive_number(source: str, key: str, value: Any) -> float:
+    """A finite number > 0."""
+    expect(source, key, value, (int, float), "a number")
+    if value <= 0:
+        raise ConfigError(f"{source}: '{key}' must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def non_negative_number(source: str, key: str, value: Any) -> float:
+    """A finite number >= 0."""
+    expect(source, key, value, (int, float), "a number")
+    if value < 0:
+        raise ConfigError(f"{source}: '{key}' must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def ratio(below_one: bool = False) -> Check:
+    """A number in [0, 1] (or [0, 1))."""
+    interval = "[0, 1)" if below_one else "[0, 1]"
+
+    def check(source: str, key: str, value: Any) -> float:
+        expect(source, key, value, (int, float), "a number")
+        if not (0 <= value < 1 if below_one else 0 <= value <= 1):
+            raise ConfigError(f"{source}: '{key}' must be a number in {interval}, got {value!r}")
+        return float(value)
+
+    return check
+
+
+def open_unit_interval(source: str, key: str, value: Any) -> float:
+    """A number in (0, 1), e.g. a confidence level."""
+    expect(source, key, value, (int, float), "a number")
+    if not 0 < value < 1:
+        raise ConfigError(f"{source}: '{key}' must be a number in (0, 1), got {value!r}")
+    return float(value)
+
+
+def boolean(source: str, key: str, value: Any) -> bool:
+    return bool(expect(source, key, value, (bool,), "true or false"))
+
+
+def one_of(choices: tuple[str, ...]) -> Check:
+    def check(source: str, key: str, value: Any) -> str:
+        if value not in choices:
+            raise ConfigError(f"{source}: '{key}' must be one of {', '.join(choices)}, got {value!r}")
+        return str(value)
+
+    return check
+
+
+def string(source: str, key: str, value: Any) -> str:
+    return str(expect(source, key, value, (str,), "a string"))
+
+
+def non_empty(what: str) -> Check:
+    """A string with something besides white space; `what` says what it is ("a file path")."""
+
+    def check(source: str, key: str, value: Any) -> str:
+        expect(source, key, value, (str,), what)
+        if not value.strip():
+            raise ConfigError(f"{source}: '{key}' must be {what}")
+        return str(value)
+
+    return check
+
+
+def optional(check: Check) -> Check:
+    """`check`, or None (null in YAML) for "not set"."""
+
+    def optional_check(source: str, key: str, value: Any) -> Any:
+        return None if value is None else check(source, key, value)
+
+    if hasattr(check, "section"):  # an optional section still lists its keys in the docs
+        optional_check.section = check.section  # type: ignore[attr-defined]
+    return optional_check
+
+
+def number_list(what: str, item: Callable[[float], bool], bound: str) -> Check:
+    """A list of numbers each satisfying `item` (e.g. percentiles in (0, 100])."""
+
+    def check(source: str, key: str, value: Any) -> tuple[float, ...]:
+        expect(source, key, value, (list, tuple), what)
+        out = []
+        for i, v in enumerate(value):
+            expect(source, f"{key}[{i}]", v, (int, float), f"a number in {bound}")
+            if not item(v):
+                raise ConfigError(f"{source}: '{key}[{i}]' must be in {bound}, got {v!r}")
+            out.append(float(v))
+        return tuple(out)
+
+    return check
+
+
+def section(cls: type, what: str = "a mapping") -> Check:
+    """A nested mapping validated key by key into `cls` (null or a missing key: the defaults;
+    a key set to null keeps its default)."""
+
+    def check(source: str, key: str, value: Any) -> Any:
+        if value is None:
+            return cls()
+        expect(source, key, value, (dict,), what)
+        given = {k: v for k, v in value.items() if v is not None}
+        return cls(**parse_section(cls, given, source, prefix=f"{key}.", error=ConfigError))
+
+    check.section = cls  # type: ignore[attr-defined]  (the docs reference lists its keys)
+    return check
