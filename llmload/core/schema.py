@@ -34,13 +34,14 @@ class Setting:
     """What `setting()` records about one configuration key."""
 
     help: str
-    check: Check
+    check: Check | None = None  # None: a command-line-only setting (argparse's `parse` converts it)
     flag: str | None = None  # command-line override, e.g. "--max-tokens"; None: the file only
     parse: Callable[[str], Any] | None = None  # flag text -> raw value (default: the text itself)
     web_ui: bool = True  # a field on Locust's start form
     secret: bool = False  # masked on the form, never echoed
     choices: tuple[str, ...] | None = None  # the flag's choices (shown by --help and the form)
     shown_default: str | None = None  # how the docs show the default (default: repr of the value)
+    group: str = ""  # the --help section it is listed under (plain argparse commands)
 
     @property
     def env_var(self) -> str | None:
@@ -52,16 +53,17 @@ def setting(
     *,
     default_factory: Callable[[], Any] | Any = MISSING,
     help: str,  # noqa: A002  (the argparse word)
-    check: Check,
+    check: Check | None = None,
     flag: str | None = None,
     parse: Callable[[str], Any] | None = None,
     web_ui: bool = True,
     secret: bool = False,
     choices: tuple[str, ...] | None = None,
     shown_default: str | None = None,
+    group: str = "",
 ) -> Any:
     """A dataclass field declaring one configuration key (see the module docstring)."""
-    meta = {METADATA_KEY: Setting(help, check, flag, parse, web_ui, secret, choices, shown_default)}
+    meta = {METADATA_KEY: Setting(help, check, flag, parse, web_ui, secret, choices, shown_default, group)}
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -87,7 +89,8 @@ def parse_section(
     for key, value in raw.items():
         if key not in known:
             raise error(f"{source}: unknown key '{prefix}{key}' (known: {', '.join(known)})")
-        values[key] = known[key].check(source, prefix + str(key), value)
+        check = known[key].check
+        values[key] = value if check is None else check(source, prefix + str(key), value)
     return values
 
 
@@ -108,6 +111,50 @@ def add_flags(parser: Any, cls: type) -> None:
         if s.choices is not None:
             kwargs["choices"] = ["", *s.choices]
         parser.add_argument(s.flag, **kwargs)
+
+
+def add_plain_flags(parser: Any, cls: type, groups: dict[str, Any] | None = None) -> None:
+    """Plain argparse flags for every key of `cls`, nested sections flattened: `--<key>` unless the
+    key names its own flag; a boolean key is a switch; `parse` converts the text; each goes into
+    `groups[setting.group]` when given (for commands that are not Locust, e.g. the simulator)."""
+    for f, s in settings(cls):
+        nested = _section_class(f)
+        if nested is not None:
+            add_plain_flags(parser, nested, groups)
+            continue
+        target = (groups or {}).get(s.group, parser)
+        flag = s.flag or "--" + f.name.replace("_", "-")
+        default = _default(f)
+        if isinstance(default, bool):
+            target.add_argument(flag, action="store_true", help=s.help)
+            continue
+        kwargs: dict[str, Any] = {"default": default, "help": s.help}
+        if s.parse is not None:
+            kwargs["type"] = s.parse
+        if s.choices is not None:
+            kwargs["choices"] = s.choices
+        target.add_argument(flag, **kwargs)
+
+
+def from_plain_flags(args: Any, cls: type, **fixed: Any) -> Any:
+    """An instance of `cls` from the namespace `add_plain_flags` filled (nested sections built the
+    same way); `fixed` gives the fields that are not flags."""
+    values: dict[str, Any] = {}
+    for f, s in settings(cls):
+        nested = _section_class(f)
+        if nested is not None:
+            values[f.name] = from_plain_flags(args, nested)
+        else:
+            values[f.name] = getattr(args, flag_dest(s.flag or f.name))
+    return cls(**values, **fixed)
+
+
+def _default(f: Field[Any]) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return None
 
 
 def flag_dest(flag: str) -> str:
@@ -146,12 +193,7 @@ def default_text(f: Field[Any], s: Setting) -> str:
     """The default as the docs show it."""
     if s.shown_default is not None:
         return s.shown_default
-    if f.default is not MISSING:
-        value = f.default
-    elif f.default_factory is not MISSING:
-        value = f.default_factory()
-    else:
-        return "(required)"
+    value = _default(f)
     if dataclasses.is_dataclass(value):
         return "(section)"
     if value is None:

@@ -1,37 +1,69 @@
-"""`SimConfig`: everything the simulator server is configured with (one field per CLI flag)."""
+"""`SimConfig`: everything the simulator server is configured with, each field declared once with
+its flag and help (llmload.core.schema): `llmload sim --help` and the parser come from here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmload.sim.engine import StepModel
+from llmload.core.schema import setting
+from llmload.sim.engine import ENGINE, StepModel
 
 USAGE_STYLES = ("vllm", "llamacpp")
+SERVER, FAULTS = "server", "faults"  # --help sections (the step model's flags are "engine")
 
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
-    host: str = "127.0.0.1"
-    port: int = 0  # 0: the OS picks a free port
-    port_file: Path | None = None
-    truth_log: Path | None = None
-    model: str = "sim-model"
-    step: StepModel = field(default_factory=StepModel)
-    max_num_seqs: int = 256
-    max_model_len: int = 32768
-    seed: int = 0
-    usage_style: str = "vllm"
-    ignore_eos_unsupported: bool = False
-    close_after_stream: bool = False  # close the connection after each streamed reply (llama-server)
-    faults: dict[str, float] = field(default_factory=dict)
-    fault_seed: int = 0
-    stall_s: float = 30.0
-    slow_headers_s: float = 2.0
-    drop_after: int = 8
-    api_key: str = ""  # when set, /v1/* answers 401 unless `Authorization: Bearer <api_key>`
-    ssl_certfile: Path | None = None  # serve HTTPS with this certificate chain (PEM) ...
-    ssl_keyfile: Path | None = None  # ... and this private key (PEM)
+    host: str = setting("127.0.0.1", help="address to bind", group=SERVER)
+    port: int = setting(0, help="port to bind; 0 lets the OS pick a free one", parse=int, group=SERVER)
+    port_file: Path | None = setting(
+        None, help="write the bound port here once listening", parse=Path, group=SERVER
+    )
+    truth_log: Path | None = setting(
+        None, help="ground-truth JSONL file (appended)", parse=Path, group=SERVER
+    )
+    model: str = setting("sim-model", help="served model name; other names get 404", group=SERVER)
+    api_key: str = setting(
+        "",
+        help="require `Authorization: Bearer KEY` on /v1/* (401 otherwise), as vLLM's --api-key",
+        group=SERVER,
+    )
+    ssl_certfile: Path | None = setting(
+        None, help="serve HTTPS with this PEM certificate", parse=Path, group=SERVER
+    )
+    ssl_keyfile: Path | None = setting(
+        None, help="the PEM private key of --ssl-certfile", parse=Path, group=SERVER
+    )
+    max_model_len: int = setting(32768, help="context window in tokens", parse=int, group=SERVER)
+    usage_style: str = setting(
+        "vllm",
+        help="vllm: usage only with stream_options.include_usage, in a separate choices=[] chunk; "
+        "llamacpp: usage+timings always, on the final chunk whose choices is not empty",
+        choices=USAGE_STYLES,
+        group=SERVER,
+    )
+    close_after_stream: bool = setting(
+        False,
+        help="close the connection after every streamed reply although HTTP/1.1 keeps it alive "
+        "(llama-server does this): a pooling client must reconnect, not fail",
+        group=SERVER,
+    )
+    ignore_eos_unsupported: bool = setting(
+        False,
+        help="ignore the ignore_eos request field (requests stop at their natural length)",
+        group=SERVER,
+    )
+    step: StepModel = setting(default_factory=StepModel, help="the step model")
+    max_num_seqs: int = setting(
+        256, help="running batch limit; the rest wait (FIFO)", parse=int, group="engine"
+    )
+    seed: int = setting(0, help="seed of the per-prompt acceptance pattern", parse=int, group=ENGINE)
+    faults: dict[str, float] = field(default_factory=dict)  # from the repeatable --fault KIND=RATE
+    fault_seed: int = setting(0, help="seed of the per-request fault draw", parse=int, group=FAULTS)
+    stall_s: float = setting(30.0, help="pause of the stall fault, s", parse=float, group=FAULTS)
+    slow_headers_s: float = setting(2.0, help="delay of slow_headers, s", parse=float, group=FAULTS)
+    drop_after: int = setting(8, help="tokens sent before drop cuts a stream", parse=int, group=FAULTS)
 
     def __post_init__(self) -> None:
         if self.usage_style not in USAGE_STYLES:

@@ -20,6 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from llmload.core.schema import setting
 from llmload.sim.truth import TruthLog
 
 ADMITTED = 0  # event: the sequence joined the running batch (its first step started)
@@ -29,16 +30,28 @@ STOPPED = -1  # event: the engine shut down before the sequence finished
 MAX_LAG_S = 0.05
 
 
+ENGINE = "engine"  # the --help section of the step-model flags
+
+
 @dataclass(frozen=True, slots=True)
 class StepModel:
-    """Step duration model and speculative-decoding acceptance parameters."""
+    """Step duration model and speculative-decoding acceptance parameters (one flag each)."""
 
-    base_ms: float = 27.2
-    per_seq_ms: float = 6.0
-    prefill_ms_per_token: float = 0.0
-    accept_len: float = 4.5
-    max_draft: int = 7
-    degrade_pct_per_min: float = 0.0
+    base_ms: float = setting(27.2, help="fixed cost of one decode step, ms", parse=float, group=ENGINE)
+    per_seq_ms: float = setting(6.0, help="step cost per running sequence, ms", parse=float, group=ENGINE)
+    prefill_ms_per_token: float = setting(
+        0.0, help="added to the step that admits a prompt, per prompt token, ms", parse=float, group=ENGINE
+    )
+    accept_len: float = setting(
+        4.5, help="mean tokens per sequence per step (speculative)", parse=float, group=ENGINE
+    )
+    max_draft: int = setting(7, help="draft tokens proposed per step", parse=int, group=ENGINE)
+    degrade_pct_per_min: float = setting(
+        0.0,
+        help="step time grows linearly by this percent per minute since start (soak drift)",
+        parse=float,
+        group=ENGINE,
+    )
 
     def __post_init__(self) -> None:
         if self.max_draft < 0:
