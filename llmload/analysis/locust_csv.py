@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from llmload.analysis.sweep_rows import Rung
 from llmload.core.names import REQUEST_TYPE, parse_rung_name, rung_name
@@ -134,7 +134,7 @@ def failure_kind(error: str, kinds: Iterable[str]) -> str:
     return max(found, key=len) if found else UNMATCHED_KIND
 
 
-def _skipped_note(table: CsvRows) -> list[str]:
+def _skipped_note(table: CsvRows[Any]) -> list[str]:
     if not table.skipped_lines:
         return []
     lines = ", ".join(map(str, table.skipped_lines))
@@ -199,16 +199,15 @@ def cross_check(prefix: str | Path, rungs: Sequence[Rung]) -> list[str]:
     """Warnings from `<prefix>_stats.csv` and `<prefix>_failures.csv` (each when it exists).
     A file that cannot be used (empty, missing a column) becomes a warning too."""
     warnings: list[str] = []
-    checks = (
-        ("_stats.csv", read_stats_csv, check_stats),
-        ("_failures.csv", read_failures_csv, check_failures),
-    )
-    for suffix, read, check in checks:
-        path = Path(f"{prefix}{suffix}")
-        if not path.exists():
-            continue
-        try:
-            warnings += check(rungs, read(path))
-        except LocustCsvError as exc:
-            warnings.append(f"cross-check skipped: {exc}")
+    stats, failures = Path(f"{prefix}_stats.csv"), Path(f"{prefix}_failures.csv")
+    try:
+        if stats.exists():
+            warnings += check_stats(rungs, read_stats_csv(stats))
+    except LocustCsvError as exc:
+        warnings.append(f"cross-check skipped: {exc}")
+    try:
+        if failures.exists():
+            warnings += check_failures(rungs, read_failures_csv(failures))
+    except LocustCsvError as exc:
+        warnings.append(f"cross-check skipped: {exc}")
     return warnings

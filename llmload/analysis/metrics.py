@@ -113,7 +113,7 @@ def meets_slo(rec: RequestRecord, slo: Mapping[str, float]) -> bool:
         "tpot_ms": tpot_ms(rec) if rec.output_tokens > 1 else 0.0,
         "e2el_ms": e2el_ms(rec),
     }
-    return all(observed[k] is not None and observed[k] <= limit for k, limit in slo.items())
+    return all((value := observed[k]) is not None and value <= limit for k, limit in slo.items())
 
 
 @dataclass(slots=True)

@@ -40,9 +40,10 @@ def read_run_info(prefix: str | Path) -> dict[str, Any] | None:
     """The ladder's run file, or None if absent or unreadable (a run killed while writing it)."""
     path = Path(f"{prefix}_run.json")
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def unfinished_rungs(run_info: Mapping[str, Any] | None) -> set[int]:

@@ -213,7 +213,9 @@ def stage_windows(run_info: Mapping[str, Any], last_t: float) -> list[Window]:
     return windows
 
 
-def _counter_delta(samples: Sequence[Sample], times: Sequence[float], name: str, w: Window):
+def _counter_delta(
+    samples: Sequence[Sample], times: Sequence[float], name: str, w: Window
+) -> tuple[float | None, tuple[float, float] | None]:
     """(delta, bracket) between the bracketing samples holding the counter, or (None, None)."""
     before = [s for s in samples[: bisect_right(times, w.start)] if name in s.values]
     after = [s for s in samples[bisect_left(times, w.end) :] if name in s.values]
@@ -229,7 +231,9 @@ def _gauge_mean(inside: Sequence[Sample], name: str) -> float | None:
     return mean(values) if values else None
 
 
-def _accept_len(samples: Sequence[Sample], times: Sequence[float], w: Window, inside: Sequence[Sample]):
+def _accept_len(
+    samples: Sequence[Sample], times: Sequence[float], w: Window, inside: Sequence[Sample]
+) -> float | None:
     drafts, _ = _counter_delta(samples, times, "spec_drafts", w)
     accepted, _ = _counter_delta(samples, times, "spec_accepted", w)
     if drafts and accepted is not None:

@@ -63,8 +63,8 @@ class Window:
     requests: int = 0
     failures: int = 0
     tokens: int = 0
-    ttft_ms: array = field(default_factory=lambda: array("d"))
-    tpot_ms: array = field(default_factory=lambda: array("d"))
+    ttft_ms: array[float] = field(default_factory=lambda: array("d"))
+    tpot_ms: array[float] = field(default_factory=lambda: array("d"))
     gen_cpu_pct: float | None = None
     gen_rss_mb: float | None = None
     gen_lag_ms: float | None = None
@@ -298,10 +298,10 @@ def window_drift(windows: list[Window], metric: str, settle: int, confidence: fl
         )
         for w in windows[settle:]
     ]
-    points = [(x, y) for x, y in points if y is not None]
-    if len(points) < MIN_DRIFT_WINDOWS:
-        return Drift(metric, len(points), None, None, None, None)
-    trend = fit_trend([x for x, _ in points], [y for _, y in points], confidence)
+    known = [(x, y) for x, y in points if y is not None]
+    if len(known) < MIN_DRIFT_WINDOWS:
+        return Drift(metric, len(known), None, None, None, None)
+    trend = fit_trend([x for x, _ in known], [y for _, y in known], confidence)
     rel = trend.relative(HOUR_S)
     if rel is None:
         return Drift(metric, len(points), None, None, None, trend)

@@ -117,7 +117,7 @@ def optional(check: Check) -> Check:
         return None if value is None else check(source, key, value)
 
     if hasattr(check, "section"):  # an optional section still lists its keys in the docs
-        optional_check.section = check.section  # type: ignore[attr-defined]
+        setattr(optional_check, "section", check.section)  # noqa: B010
     return optional_check
 
 
@@ -148,5 +148,5 @@ def section(cls: type, what: str = "a mapping") -> Check:
         given = {k: v for k, v in value.items() if v is not None}
         return cls(**parse_section(cls, given, source, prefix=f"{key}.", error=ConfigError))
 
-    check.section = cls  # type: ignore[attr-defined]  (the docs reference lists its keys)
+    setattr(check, "section", cls)  # the docs reference lists its keys  # noqa: B010
     return check

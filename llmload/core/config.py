@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
+from llmload.core.checks import ConfigError as ConfigError  # re-exported: callers catch it here
 from llmload.core.checks import (
-    ConfigError,
     any_integer,
     boolean,
     expect,

@@ -88,6 +88,7 @@ def write_environment(prefix: str | Path, data: dict[str, Any]) -> None:
 
 def read_environment(prefix: str | Path) -> dict[str, Any] | None:
     try:
-        return json.loads(env_path(prefix).read_text())
+        data = json.loads(env_path(prefix).read_text())
+        return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None

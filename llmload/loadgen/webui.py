@@ -23,7 +23,7 @@ from llmload.loadgen.ladder import LadderShape
 from llmload.loadgen.live_sweep import LiveSweep
 
 TAB_KEY = "tokens"
-CSV_PATH = "/llmload/analysis/sweep_rows.csv"
+CSV_PATH = "/llmload/sweep.csv"
 RECORDS_SUFFIX = "_records.jsonl"
 COLUMNS = (
     ("rung", "Rung"),

@@ -222,7 +222,9 @@ def render(
     table/markdown append the latency and rates tables, csv adds columns, json nests them."""
     if metrics is not None and len(metrics) != len(rows):
         raise ValueError("metrics must hold one entry per sweep row")
-    paired = list(zip(rows, metrics or [None] * len(rows), strict=True))
+    paired: list[tuple[SweepRow, RungMetrics | None]] = list(
+        zip(rows, metrics if metrics is not None else [None] * len(rows), strict=True)
+    )
     if fmt == "json":
         data = [asdict(r) | ({} if m is None else {"metrics": m.as_dict()}) for r, m in paired]
         return json.dumps(data, indent=2)

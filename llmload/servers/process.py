@@ -33,7 +33,7 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
     """True if a GET on url answers 2xx within timeout."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback only)
-            return 200 <= resp.status < 300
+            return bool(200 <= resp.status < 300)
     except (urllib.error.URLError, OSError, ValueError):
         return False
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from llmload.servers.process import LOOPBACK, ManagedProcess, StartStop, free_port
 
@@ -41,7 +42,7 @@ class SimulatorProcess(StartStop):
         log_path: Path,
         start_timeout: float = 30.0,
         extra_args: Sequence[str] = (),
-        **sim: object,
+        **sim: Any,
     ) -> None:
         for reserved in ("host", "port", "port_file"):
             if reserved in sim:

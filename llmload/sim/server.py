@@ -93,7 +93,8 @@ class SimServer:
             given = request.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
                 return error_response(ApiError(401, "Invalid API key", "AuthenticationError"))
-        return await handler(request)
+        response: web.StreamResponse = await handler(request)
+        return response
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.check_api_key] if self.config.api_key else [])

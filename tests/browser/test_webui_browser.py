@@ -130,7 +130,7 @@ def test_tokens_tab_in_chromium(tmp_path, sim_start, browser):
         # the sweep table's CSV sits beside Locust's own downloads
         browser.find_element(By.XPATH, "//button[@role='tab'][normalize-space()='Download Data']").click()
         link = wait_for(browser, By.PARTIAL_LINK_TEXT, "sweep table CSV", displayed=True)
-        assert link.get_attribute("href") == ui.url + "/llmload/analysis/sweep_rows.csv"
+        assert link.get_attribute("href") == ui.url + "/llmload/sweep.csv"
 
     expected = post_processed(ui.prefix)
     assert [r[title["rung"]] for r in shown] == ["rung01 c1", "rung02 c2"]

@@ -49,7 +49,7 @@ def check_tab_against_truth_and_post_processor(ui: LocustWebUI, rows: list[dict[
     shown = [{k: v for k, v in r.items() if k not in ("state", "now_tok_s")} for r in rows]
     assert shown == [tab_as_post_processed(r) for r in post_processed(ui.prefix)]
     # the CSV download is the post-processor's CSV
-    csv_lines = ui.get("/llmload/analysis/sweep_rows.csv").decode().splitlines()
+    csv_lines = ui.get("/llmload/sweep.csv").decode().splitlines()
     assert csv_lines == sweep_table(ui.prefix, "--format", "csv").splitlines()
     # the outputs of a headless run: run file, and Locust's CSVs agreeing with the records
     assert cross_check(ui.prefix, group_rungs(records)) == []
@@ -66,7 +66,7 @@ def test_form_run_fills_the_tokens_tab(tmp_path, sim_start):
             assert name in fields, name
         assert fields["api_key"]["is_secret"] and not fields["model"]["is_secret"]
         assert {"key": "tokens", "title": "Tokens"} in args["extended_tabs"]
-        assert args["extended_csv_files"][0]["href"] == "./llmload/analysis/sweep_rows.csv"
+        assert args["extended_csv_files"][0]["href"] == "./llmload/sweep.csv"
         started = ui.start(
             host=sim.url,
             ladder="config/sweep.yaml",
