@@ -7,6 +7,9 @@ same numbers, same rounding)."""
 
 from __future__ import annotations
 
+import io
+import json
+import urllib.error
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,7 +27,9 @@ from fixtures.webui import (
 from llmload.analysis.locust_csv import cross_check
 from llmload.analysis.metrics import rung_metrics
 from llmload.analysis.sweep_rows import group_rungs, sweep_row
-from llmload.core.records import read_records
+from llmload.cli.progress import Progress
+from llmload.core.names import REQUEST_TYPE, rung_name
+from llmload.core.records import RequestRecord, read_records
 from llmload.loadgen.live_sweep import LiveSweep
 from llmload.output.table import fmt_num
 from llmload.sim.truth import load_truth
@@ -53,6 +58,54 @@ def check_tab_against_truth_and_post_processor(ui: LocustWebUI, rows: list[dict[
     assert csv_lines == sweep_table(ui.prefix, "--format", "csv").splitlines()
     # the outputs of a headless run: run file, and Locust's CSVs agreeing with the records
     assert cross_check(ui.prefix, group_rungs(records)) == []
+    check_charts(ui, rows, records)
+    # Locust's own table counts real requests only (no latency pseudo-entries in its Aggregated row)
+    entries = ui.stats()["stats"]
+    assert {e["method"] for e in entries if e["name"] != "Aggregated"} == {REQUEST_TYPE}
+    assert [e["num_requests"] for e in entries if e["name"] == "Aggregated"] == [len(records)]
+    # the terminal progress line, read from the same files, ends on the last rung's figures
+    last = rows[-1]
+    line = Progress(ui.prefix, io.StringIO()).poll()
+    assert line is not None and line.startswith(f"llmload: {last['rung']} ({len(rows)}/{len(rows)}): ")
+    assert line.endswith(f"agg {last['agg_tok_s']} tok/s, per-request {last['per_req_tok_s']} tok/s, done")
+
+
+def check_charts(ui: LocustWebUI, rows: list[dict[str, str]], records: list[RequestRecord]) -> None:
+    """/llmload/charts.json: the sweep curve is the tab's figures as numbers, and each point of the
+    time series is the post-processor's row on the rung's records received until then (the
+    records file is written in the order the master received them)."""
+    data = json.loads(ui.get("/llmload/charts.json"))
+    curve = [
+        (p["rung"], str(p["users"]), fmt_num(p["agg_tok_s"]), fmt_num(p["per_req_tok_s"]), str(p["tokens"]))
+        for p in data["sweep"]
+    ]
+    assert curve == [(r["rung"], r["users"], r["agg_tok_s"], r["per_req_tok_s"], r["tokens"]) for r in rows]
+    assert [p["state"] for p in data["sweep"]] == [r["state"] for r in rows]
+    measured = [r for r in records if r.phase == "measure"]
+    for point in data["history"]:
+        received = [r for r in measured if rung_name(r.rung, r.users) == point["rung"]][: point["requests"]]
+        (rung,) = group_rungs(received)
+        row = sweep_row(rung)
+        assert point["t"] == max(r.t_end for r in received)
+        assert (point["agg_tok_s"], point["per_req_tok_s"], point["tokens"]) == (
+            row.agg_tok_s,
+            row.per_req_tok_s,
+            row.tokens,
+        )
+    # every rung has points, the last of each is its final figures, and time runs forward
+    last = {p["rung"]: p for p in data["history"]}
+    assert [last[p["rung"]]["requests"] for p in data["sweep"]] == [p["requests"] for p in data["sweep"]]
+    times = [p["t"] for p in data["history"]]
+    assert times == sorted(times)
+    # the page asks for the points it does not have yet; a bad `since` is one line, 400
+    assert data["history_length"] == len(data["history"])
+    assert json.loads(ui.get(f"/llmload/charts.json?since={len(times)}"))["history"] == []
+    try:
+        ui.get("/llmload/charts.json?since=-1")
+        raise AssertionError("since=-1 was accepted")
+    except urllib.error.HTTPError as e:
+        assert e.code == 400 and e.read().decode().count("\n") == 1
+    assert b"<svg" in ui.get("/llmload/charts")
 
 
 def test_form_run_fills_the_tokens_tab(tmp_path, sim_start):
@@ -65,8 +118,13 @@ def test_form_run_fills_the_tokens_tab(tmp_path, sim_start):
         for name in ("ladder", "rungs", "max_tokens", "model", "endpoint", "stream", "api_key"):
             assert name in fields, name
         assert fields["api_key"]["is_secret"] and not fields["model"]["is_secret"]
+        # the form shows every option's help as written (no unexpanded argparse "%(default)s")
+        assert all("%(" not in (f["help_text"] or "") for f in fields.values())
         assert {"key": "tokens", "title": "Tokens"} in args["extended_tabs"]
-        assert args["extended_csv_files"][0]["href"] == "./llmload/analysis/sweep_rows.csv"
+        assert [f["href"] for f in args["extended_csv_files"]] == [
+            "./llmload/analysis/sweep_rows.csv",
+            "./llmload/charts",
+        ]
         started = ui.start(
             host=sim.url,
             ladder="config/sweep.yaml",
