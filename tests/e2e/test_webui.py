@@ -30,6 +30,7 @@ from llmload.analysis.sweep_rows import group_rungs, sweep_row
 from llmload.cli.progress import Progress
 from llmload.core.names import REQUEST_TYPE, rung_name
 from llmload.core.records import RequestRecord, read_records
+from llmload.loadgen import live_sweep
 from llmload.loadgen.live_sweep import LiveSweep
 from llmload.output.table import fmt_num
 from llmload.sim.truth import load_truth
@@ -183,3 +184,43 @@ def test_tallies_equal_the_post_processor_on_failures_and_estimates():
         assert cells["tpot_p50_ms"] == fmt_num(latencies["tpot"].median)
         assert cells["state"] == "stopped" and cells["now_tok_s"] == ""
     assert live.rungs[1].row().failures_by_kind == {"http_500": 1}
+
+
+def test_chart_series_follow_the_records(monkeypatch):
+    """The charts' time series: a point per change of a rung's tally, each the post-processor's row
+    on that rung's records so far; `add` samples at most every SAMPLE_S seconds, reading always
+    brings the newest figures; a new run starts a new series (hand-built records, no processes)."""
+    clock = SimpleNamespace(now=100.0)
+    monkeypatch.setattr(live_sweep.time, "time", lambda: clock.now)
+    records = run_records()
+    live = LiveSweep()
+    run = SimpleNamespace(progress=[], current=None)
+    for n, rec in enumerate(records, start=1):
+        live.add(run, rec.to_dict())
+        data = live.charts(active=False, since=len(live.history) - 1 if live.history else 0)
+        received = [r for r in records[:n] if r.phase == "measure" and r.rung == rec.rung]
+        if rec.phase == "warmup":
+            assert data["history"] == []
+            continue
+        (point,) = data["history"][-1:]
+        row = sweep_row(group_rungs(received)[0])
+        assert point == {
+            "t": max(r.t_end for r in received),
+            "rung": rung_name(row.rung, row.conc),
+            "users": row.conc,
+            "agg_tok_s": row.agg_tok_s,
+            "per_req_tok_s": row.per_req_tok_s,
+            "requests": row.requests,
+            "tokens": row.tokens,
+        }
+    assert len(live.history) == len(records) - 1  # every measured record was read after it came
+    curve = [p["agg_tok_s"] for p in live.charts(False)["sweep"]]
+    assert curve == [sweep_row(g).agg_tok_s for g in group_rungs(records)]
+    # without reads, records arriving within SAMPLE_S of the last sample add no point
+    live.follow(SimpleNamespace(progress=[], current=None))
+    assert (live.runs_seen, live.history) == (2, [])
+    for rec in records[1:4]:
+        live.add(live.run, rec.to_dict())
+        clock.now += live_sweep.SAMPLE_S / 4
+    assert [p["requests"] for p in live.history] == [1]
+    assert [p["requests"] for p in live.charts(False, since=1)["history"]] == [2]  # rung 0 unchanged
