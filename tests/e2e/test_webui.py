@@ -147,6 +147,10 @@ def test_form_run_fills_the_tokens_tab(tmp_path, sim_start):
         # while a rung ran, its row said so and carried a live rate
         assert {r["rung"] for r in live} == {"rung01 c1", "rung02 c2"}
         assert all(float(r["now_tok_s"]) > 0 for r in live)
+        # the sweep curve grew rung by rung, the running rung's point marked as such
+        curves = [[(p["rung"], p["state"]) for p in c["sweep"]] for c in ui.chart_polls]
+        assert [("rung01 c1", "running")] in curves
+        assert [("rung01 c1", "done"), ("rung02 c2", "running")] in curves
         check_tab_against_truth_and_post_processor(ui, rows, sim)
     records, _ = read_records(Path(f"{ui.prefix}_records.jsonl"))
     assert {r.max_tokens for r in records} == {12} and all(r.stream for r in records)
