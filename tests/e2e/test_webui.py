@@ -36,6 +36,7 @@ from llmload.output.table import fmt_num
 from llmload.sim.truth import load_truth
 
 API_KEY = "sk-webui-test"
+POINT_FIELDS = ("t", "rung", "users", "agg_tok_s", "per_req_tok_s", "requests", "tokens")  # docs/web-ui.md
 
 
 def check_tab_against_truth_and_post_processor(ui: LocustWebUI, rows: list[dict[str, str]], sim) -> None:
@@ -208,15 +209,16 @@ def test_chart_series_follow_the_records(monkeypatch):
             continue
         (point,) = data["history"][-1:]
         row = sweep_row(group_rungs(received)[0])
-        assert point == {
-            "t": max(r.t_end for r in received),
-            "rung": rung_name(row.rung, row.conc),
-            "users": row.conc,
-            "agg_tok_s": row.agg_tok_s,
-            "per_req_tok_s": row.per_req_tok_s,
-            "requests": row.requests,
-            "tokens": row.tokens,
-        }
+        assert sorted(point) == sorted(POINT_FIELDS)
+        assert [point[k] for k in POINT_FIELDS] == [
+            max(r.t_end for r in received),
+            rung_name(row.rung, row.conc),
+            row.conc,
+            row.agg_tok_s,
+            row.per_req_tok_s,
+            row.requests,
+            row.tokens,
+        ]
     assert len(live.history) == len(records) - 1  # every measured record was read after it came
     curve = [p["agg_tok_s"] for p in live.charts(False)["sweep"]]
     assert curve == [sweep_row(g).agg_tok_s for g in group_rungs(records)]
