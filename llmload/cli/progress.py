@@ -16,6 +16,7 @@ and `progress.close()` when it has exited (or `with Progress(prefix) as progress
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,12 +32,15 @@ RUN_SUFFIX = "_run.json"
 class Progress:
     """One run's progress line, computed from its files; written only to a terminal."""
 
-    def __init__(self, prefix: str | Path, stream: TextIO | None = None) -> None:
+    def __init__(self, prefix: str | Path, stream: TextIO | None = None, columns: int | None = None) -> None:
+        """`columns`: the terminal's width (default: asked from the stream); the line is cut to
+        fit in it, as a longer one would wrap and defeat the rewrite in place."""
         self.records_path = Path(f"{prefix}{RECORDS_SUFFIX}")
         self.run_path = Path(f"{prefix}{RUN_SUFFIX}")
         self.stream = sys.stderr if stream is None else stream
         isatty = getattr(self.stream, "isatty", None)
         self.on_terminal = bool(isatty and isatty())
+        self.width = (columns or _columns(self.stream)) - 1
         self.tally = SweepTally()
         self._offset = 0  # bytes of the records file read into the tally (complete lines only)
         self._shown = ""  # the line on the terminal now
@@ -83,7 +87,7 @@ class Progress:
         stage = run["stages"][-1]
         expected = stage.get("expected_requests")
         if stage["rung"] == WARMUP_RUNG:
-            head, done, rates = "warm-up", self.tally.warmup_requests, ""
+            head, done, rates = "warm-up", self.tally.warmup_requests, ""  # no rates: not measured
         else:
             rungs = run.get("config", {}).get("rungs") or ()
             measured = [s for s in run["stages"] if s["rung"] != WARMUP_RUNG]
@@ -92,22 +96,26 @@ class Progress:
             done = tally.requests if tally else 0
             row = tally.row() if tally else None
             rates = (
-                f", agg {fmt_num(row.agg_tok_s)} tok/s, per-request {fmt_num(row.per_req_tok_s)} tok/s"
+                f"  agg {fmt_num(row.agg_tok_s)} tok/s  per-request {fmt_num(row.per_req_tok_s)} tok/s"
                 if row and row.tokens
                 else ""
             )
         of = f"/{expected}" if expected is not None else ""
-        state = ", done" if run.get("finished") else ""
-        return f"llmload: {head}: {done}{of} requests{rates}{state}"
+        state = "  done" if run.get("finished") else ""
+        return f"{head}  {done}{of} requests{rates}{state}"
 
     def poll(self) -> str | None:
         """Read what the run wrote since the last poll and, on a terminal, rewrite the line."""
         self._read_records()
-        text = self.line()
-        if text is not None and text != self._shown and self.on_terminal:
-            self.stream.write("\r" + text.ljust(len(self._shown)))
+        try:
+            text = self.line()
+        except (KeyError, TypeError, IndexError, AttributeError):
+            return None  # a run file of another shape: no line (never an error in the sweep)
+        shown = text[: self.width] if text is not None else ""
+        if shown and shown != self._shown and self.on_terminal:
+            self.stream.write("\r" + shown.ljust(len(self._shown)))
             self.stream.flush()
-            self._shown = text
+            self._shown = shown
         return text
 
     def close(self) -> None:
@@ -117,3 +125,11 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
             self._shown = ""
+
+
+def _columns(stream: TextIO) -> int:
+    """The terminal's width in columns (80 when the stream does not say)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 80

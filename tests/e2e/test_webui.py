@@ -68,8 +68,8 @@ def check_tab_against_truth_and_post_processor(ui: LocustWebUI, rows: list[dict[
     # the terminal progress line, read from the same files, ends on the last rung's figures
     last = rows[-1]
     line = Progress(ui.prefix, io.StringIO()).poll()
-    assert line is not None and line.startswith(f"llmload: {last['rung']} ({len(rows)}/{len(rows)}): ")
-    assert line.endswith(f"agg {last['agg_tok_s']} tok/s, per-request {last['per_req_tok_s']} tok/s, done")
+    assert line is not None and line.startswith(f"{last['rung']} ({len(rows)}/{len(rows)})  ")
+    assert line.endswith(f"agg {last['agg_tok_s']} tok/s  per-request {last['per_req_tok_s']} tok/s  done")
 
 
 def check_charts(ui: LocustWebUI, rows: list[dict[str, str]], records: list[RequestRecord]) -> None:
