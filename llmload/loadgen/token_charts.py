@@ -41,7 +41,7 @@ def register_charts(web_ui: Any, base: str, charts: Callable[[int], dict[str, An
 
     def charts_json() -> Response:
         since = request.args.get("since", "0")
-        if not since.isdigit():
+        if not (since.isascii() and since.isdigit()):
             return make_response(f"since={since!r}: expected a whole number >= 0\n", 400)
         # compact, unlike Flask's jsonify in the debug mode Locust runs its app in
         return Response(json.dumps(charts(int(since)), separators=(",", ":")), mimetype="application/json")
