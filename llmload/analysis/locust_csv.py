@@ -7,9 +7,9 @@ Request Count * Average Content Size (response_length = output tokens, failed re
 the sum of output_tokens of all of them. `_failures.csv` occurrences are compared by failure kind
 (the record's outcome, looked for in Locust's Error text). Any disagreement is a warning: it means
 lost records or lost events (Locust's final CSV can also be written before the last requests of a
-headless run are counted). Pseudo-entries (types "TTFT"/"TPOT"), the warm-up entry and the
-"Aggregated" row are ignored. Locust's Requests/s is never used: it divides by the whole run's
-duration, not the rung's.
+headless run are counted). Entries of other types (the "TTFT"/"TPOT" pseudo-entries of older
+runs), the warm-up entry and the "Aggregated" row are ignored. Locust's Requests/s is never used:
+it divides by the whole run's duration, not the rung's.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Names of the Locust stats entries the harness fires, shared by the users and the post-processor.
 
 One entry per rung carries the requests: type `REQUEST_TYPE`, name `rung_name(...)`,
-response_time = end-to-end ms, response_length = output tokens. Latency pseudo-entries (TTFT,
-TPOT) use their own types with the same name, so the per-rung request counts and token totals
-that the sweep table cross-checks are never mixed with them (filter on type).
+response_time = end-to-end ms, response_length = output tokens. Nothing else is fired, so
+Locust's own "Aggregated" row counts real requests only (TTFT and TPOT are in the web UI's Tokens
+tab and the sweep table). Runs of older versions also fired "TTFT"/"TPOT" pseudo-entries with the
+same names; readers filter on `REQUEST_TYPE`, so their files still read the same.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from __future__ import annotations
 import re
 
 REQUEST_TYPE = "POST"
-TTFT_TYPE = "TTFT"
-TPOT_TYPE = "TPOT"
 WARMUP_RUNG = -1
 
 _RUNG_RE = re.compile(r"^rung(?P<num>\d+) c(?P<users>\d+)$")

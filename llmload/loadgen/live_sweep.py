@@ -1,124 +1,66 @@
-"""The sweep table of the run in progress, kept up to date from the records the master receives.
+"""The sweep of the run in progress, kept up to date from the records the master receives: the
+Tokens tab's rows and the figures its charts draw.
 
 The ladder (`LadderShape.record_hooks`) hands every record to `LiveSweep.add` after writing it, so
-the master of a distributed run sees the records of all workers. Each rung is a `RungTally`:
-running sums (requests, tokens, first start, last end, failures by kind) and the raw values that a
-mean or a percentile needs (per-request tok/s; TTFT and TPOT in ms, kept sorted). The figures use
-the post-processor's definitions (`llmload.analysis.sweep_rows`), its per-request functions
-(`llmload.analysis.metrics.ttft_ms` / `tpot_ms`), its statistics (`llmload.core.stats.mean` /
-`percentile`) and its rounding (`llmload.output.table.fmt_num`), so at the end of a run they equal
-`llmload table` on the run's files, digit for digit (tests/test_webui.py checks it on real runs).
-
-Why not keep the records and call `sweep_row`: the tab is recomputed at every poll of the page
-(every 2 s), in the process that may also run the users; recomputing a 50k-request rung took
-~1.1 s here, and a record with its chunk times weighs ~2.7 KB (59 chunks). A tally costs about
-100 bytes per request and milliseconds per poll.
+the master of a distributed run sees the records of all workers. The figures come from
+`llmload.analysis.rung_tally` (the post-processor's definitions on running sums) with the sweep
+table's rounding (`llmload.output.table.fmt_num`), so at the end of a run they equal
+`llmload table` on the run's files, digit for digit (tests/e2e/test_webui.py checks it on real
+runs).
 
 The running rung also gets a live rate, `now_tok_s`: output tokens of its completed requests
 divided by the seconds since the rung's common start (see `llmload.loadgen.ladder`); unlike agg_tok/s it
 keeps moving between request completions.
+
+The charts' time series (`history`) samples each rung's agg and per-request tok/s as they stand
+after its latest record: one point per rung whose tally changed, at that rung's latest request
+end (`t`, epoch s), at most every `SAMPLE_S` seconds while records arrive, and whenever the series
+is read (so the last point of a rung is always its final figures).
 """
 
 from __future__ import annotations
 
-import math
 import time
-from bisect import insort
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
-from llmload.analysis.metrics import tpot_ms, ttft_ms
-from llmload.analysis.sweep_rows import WARMUP_PHASE, SweepRow
+from llmload.analysis.rung_tally import RungTally, SweepTally, percentile_or_none
 from llmload.core.names import WARMUP_RUNG, rung_name
-from llmload.core.records import RequestRecord
-from llmload.core.stats import mean, percentile
 from llmload.loadgen.ladder import RunState
 from llmload.output.table import fmt_num
 
-
-@dataclass(slots=True)
-class RungTally:
-    """One rung's figures as running sums and the raw values its percentiles and mean need
-    (about 100 bytes per request); `row()` is the sweep row the post-processor computes from the
-    same records: the definitions of `llmload.analysis.sweep_rows`, the functions of `llmload.core.stats`."""
-
-    index: int
-    users: int
-    requests: int = 0
-    tokens: int = 0
-    partial_tokens: int = 0
-    estimated: bool = False
-    first_start: float = math.inf
-    last_end: float = -math.inf
-    failures: Counter[str] = field(default_factory=Counter)
-    rates: list[float] = field(default_factory=list)  # output_tokens / E2E s, completed requests
-    ttfts_ms: list[float] = field(default_factory=list)  # sorted
-    tpots_ms: list[float] = field(default_factory=list)  # sorted
-
-    def add(self, rec: RequestRecord) -> None:
-        self.requests += 1
-        self.first_start = min(self.first_start, rec.t_start)
-        self.last_end = max(self.last_end, rec.t_end)
-        if not rec.ok:
-            self.failures[rec.outcome] += 1
-            self.partial_tokens += rec.output_tokens
-            return
-        self.tokens += rec.output_tokens
-        self.estimated = self.estimated or rec.tokens_estimated
-        if rec.e2e_s > 0:
-            self.rates.append(rec.output_tokens / rec.e2e_s)
-        ttft = ttft_ms(rec)
-        if ttft is not None:
-            insort(self.ttfts_ms, ttft)
-        tpot = tpot_ms(rec)
-        if tpot is not None:
-            insort(self.tpots_ms, tpot)
-
-    @property
-    def wall_s(self) -> float:
-        return self.last_end - self.first_start
-
-    def completed_tokens_per_s(self, seconds: float) -> float:
-        return self.tokens / seconds if seconds > 0 else 0.0
-
-    def row(self) -> SweepRow:
-        return SweepRow(
-            rung=self.index,
-            conc=self.users,
-            agg_tok_s=self.completed_tokens_per_s(self.wall_s),
-            per_req_tok_s=mean(self.rates) if self.rates else None,
-            tokens=self.tokens,
-            wall_s=self.wall_s,
-            ttft_p50_ms=_percentile(self.ttfts_ms, 50.0),
-            requests=self.requests,
-            failures=sum(self.failures.values()),
-            failures_by_kind=dict(sorted(self.failures.items())),
-            partial_tokens=self.partial_tokens,
-            estimated=self.estimated,
-        )
-
-    def cells(self, *, state: str, now_tok_s: float | None) -> dict[str, str]:
-        """The tab's row: display strings rounded as `llmload table` rounds them."""
-        row = self.row()
-        return {
-            "rung": rung_name(row.rung, row.conc),
-            "users": str(row.conc),
-            "state": state,
-            "agg_tok_s": fmt_num(row.agg_tok_s),
-            "per_req_tok_s": fmt_num(row.per_req_tok_s),
-            "ttft_p50_ms": fmt_num(row.ttft_p50_ms),
-            "ttft_p99_ms": fmt_num(_percentile(self.ttfts_ms, 99.0)),
-            "tpot_p50_ms": fmt_num(_percentile(self.tpots_ms, 50.0)),
-            "tokens": str(row.tokens),
-            "requests": str(row.requests),
-            "failures": str(row.failures),
-            "now_tok_s": "" if now_tok_s is None else fmt_num(now_tok_s),
-        }
+SAMPLE_S = 2.0  # Locust's own pages poll every 2 s
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    return percentile(values, q) if values else None
+def tab_cells(tally: RungTally, *, state: str, now_tok_s: float | None) -> dict[str, str]:
+    """The Tokens tab's row: display strings rounded as `llmload table` rounds them."""
+    row = tally.row()
+    return {
+        "rung": rung_name(row.rung, row.conc),
+        "users": str(row.conc),
+        "state": state,
+        "agg_tok_s": fmt_num(row.agg_tok_s),
+        "per_req_tok_s": fmt_num(row.per_req_tok_s),
+        "ttft_p50_ms": fmt_num(row.ttft_p50_ms),
+        "ttft_p99_ms": fmt_num(percentile_or_none(tally.ttfts_ms, 99.0)),
+        "tpot_p50_ms": fmt_num(percentile_or_none(tally.tpots_ms, 50.0)),
+        "tokens": str(row.tokens),
+        "requests": str(row.requests),
+        "failures": str(row.failures),
+        "now_tok_s": "" if now_tok_s is None else fmt_num(now_tok_s),
+    }
+
+
+def chart_point(tally: RungTally) -> dict[str, Any]:
+    """A rung's figures as numbers (the charts' JSON): agg and per-request tok/s, requests, tokens."""
+    row = tally.row()
+    return {
+        "rung": rung_name(row.rung, row.conc),
+        "users": row.conc,
+        "agg_tok_s": row.agg_tok_s,
+        "per_req_tok_s": row.per_req_tok_s,
+        "requests": row.requests,
+        "tokens": row.tokens,
+    }
 
 
 class LiveSweep:
@@ -126,24 +68,40 @@ class LiveSweep:
 
     def __init__(self) -> None:
         self.run: RunState | None = None
-        self.rungs: dict[int, RungTally] = {}
+        self.runs_seen = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.tally = SweepTally()
+        self.history: list[dict[str, Any]] = []
+        self._sampled_requests: dict[int, int] = {}
+        self._sampled_at = 0.0
+
+    @property
+    def rungs(self) -> dict[int, RungTally]:
+        return self.tally.rungs
 
     def follow(self, run: RunState | None) -> None:
         """Start over when the ladder began a new run (a new start from the web UI)."""
         if run is not None and run is not self.run:
             self.run = run
-            self.rungs = {}
+            self.runs_seen += 1
+            self._reset()
 
     def add(self, run: RunState, data: dict[str, Any]) -> None:
         """A record as the ladder received it (the `LadderShape.record_hooks` signature)."""
         self.follow(run)
-        if data["phase"] == WARMUP_PHASE:
-            return
-        rec = RequestRecord.from_dict(data)
-        tally = self.rungs.get(rec.rung)
-        if tally is None:
-            tally = self.rungs[rec.rung] = RungTally(rec.rung, rec.users)
-        tally.add(rec)
+        if self.tally.add(data) is not None and time.time() - self._sampled_at >= SAMPLE_S:
+            self.sample()
+
+    def sample(self) -> None:
+        """Add a history point for each rung whose tally changed since its last point."""
+        self._sampled_at = time.time()
+        for index in sorted(self.rungs):
+            tally = self.rungs[index]
+            if self._sampled_requests.get(index) != tally.requests:
+                self._sampled_requests[index] = tally.requests
+                self.history.append({"t": tally.last_end, **chart_point(tally)})
 
     def _finished(self) -> set[int]:
         """Rungs the ladder finished (what `<prefix>_run.json` says at the end of the run)."""
@@ -159,17 +117,35 @@ class LiveSweep:
             return None
         return None if current.stage.rung == WARMUP_RUNG else current.stage.rung
 
-    def table(self, active: bool) -> list[dict[str, str]]:
-        """One row of display strings per rung (the Tokens tab), in ladder order."""
+    def states(self, active: bool) -> dict[int, str]:
+        """Each tallied rung's state, in ladder order: running, done or stopped (the run was
+        stopped before the rung finished)."""
         running = self.running_rung(active)
         finished = self._finished()
+        return {
+            index: "running" if index == running else "done" if index in finished else "stopped"
+            for index in sorted(self.rungs)
+        }
+
+    def table(self, active: bool) -> list[dict[str, str]]:
+        """One row of display strings per rung (the Tokens tab), in ladder order."""
         rows = []
-        for index in sorted(self.rungs):
-            tally = self.rungs[index]
-            if index == running:
+        for index, state in self.states(active).items():
+            now_tok_s = None
+            if state == "running":
                 assert self.run is not None and self.run.current is not None
                 since = time.time() - (self.run.current.stage.start_at or 0.0)
-                rows.append(tally.cells(state="running", now_tok_s=tally.completed_tokens_per_s(since)))
-            else:
-                rows.append(tally.cells(state="done" if index in finished else "stopped", now_tok_s=None))
+                now_tok_s = self.rungs[index].completed_tokens_per_s(since)
+            rows.append(tab_cells(self.rungs[index], state=state, now_tok_s=now_tok_s))
         return rows
+
+    def charts(self, active: bool, since: int = 0) -> dict[str, Any]:
+        """The charts' data: the sweep curve (one point per rung, with its state) and the time
+        series from point `since` on (a page that has the first `since` points asks for the rest)."""
+        self.sample()
+        return {
+            "run": self.runs_seen,
+            "sweep": [{**chart_point(self.rungs[i]), "state": s} for i, s in self.states(active).items()],
+            "history_length": len(self.history),
+            "history": self.history[since:],
+        }

@@ -4,8 +4,8 @@ A user waits for the ladder's current stage (`llmload.loadgen.ladder.BOARD`), se
 requests for it, reports that it is done, and waits for the next stage. Each request becomes
 one `RequestRecord` (sent to the master to be written) and one Locust request event named after
 the rung, with response_time = end-to-end ms and response_length = output tokens, so Locust's
-own stats, CSVs and web UI carry tokens. Successful streamed requests also fire TTFT and TPOT
-pseudo-entries (their own request types, so rung request counts and token totals are unchanged).
+own stats, CSVs and web UI carry tokens. Nothing else is fired: Locust's "Aggregated" row counts
+real requests only (TTFT and TPOT are in the Tokens tab, `llmload.loadgen.live_sweep`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from locust import FastHttpUser, constant, task
 from locust.runners import WorkerRunner
 
 from llmload.core.config import SweepConfig
-from llmload.core.names import REQUEST_TYPE, TPOT_TYPE, TTFT_TYPE
+from llmload.core.names import REQUEST_TYPE
 from llmload.core.records import RequestRecord
 from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets
 from llmload.loadgen.client import RequestContext, send_request
@@ -185,10 +185,6 @@ class LLMUser(FastHttpUser):
             rec.output_tokens,
             None if rec.ok else RequestFailure(rec.outcome),
         )
-        if rec.ok and rec.stream and rec.t_first is not None:
-            fire(TTFT_TYPE, (rec.t_first - rec.t_start) * 1000.0)
-            if rec.output_tokens > 1:
-                fire(TPOT_TYPE, (rec.t_end - rec.t_first) * 1000.0 / (rec.output_tokens - 1))
         self.environment.runner.send_message(MSG_RECORD, rec.to_dict())
 
 

@@ -3,7 +3,8 @@
 Uses Locust's own extension points (see Locust's examples/extend_web_ui.py): `template_args`
 `extended_tabs` / `extended_tables` declare the tab and its columns, an `after_request` hook adds
 the rows to the `/stats/requests` answer the page polls every 2 s (`extended_stats`), and
-`extended_csv_files` puts the CSV link beside Locust's own downloads. The rows come from
+`extended_csv_files` puts the CSV link (and the link to the live charts,
+`llmload.loadgen.token_charts`) beside Locust's own downloads. The rows come from
 `llmload.loadgen.live_sweep.LiveSweep`, fed by the ladder with every record the master (or the local process)
 receives. The CSV is the post-processor's (`llmload.analysis.postprocess`) on the run's own files, so it is
 exactly what `llmload table <prefix> --format csv` prints for the same run.
@@ -21,6 +22,7 @@ from llmload.analysis.postprocess import load_run, render_run
 from llmload.core.records import RecordFileError
 from llmload.loadgen.ladder import LadderShape
 from llmload.loadgen.live_sweep import LiveSweep
+from llmload.loadgen.token_charts import CHARTS_PATH, register_charts
 
 TAB_KEY = "tokens"
 CSV_PATH = "/llmload/sweep.csv"
@@ -52,9 +54,13 @@ def register_web_ui(environment: Any) -> LiveSweep | None:
     shape.record_hooks.append(live.add)
     base = getattr(environment.parsed_options, "web_base_path", "") or ""
 
-    def tab_rows() -> list[dict[str, str]]:
+    def active() -> bool:
+        """Follow the ladder's run; whether the ladder still runs it."""
         live.follow(shape.run)
-        return live.table(active=shape.run is not None and shape.run is live.run)
+        return shape.run is not None and shape.run is live.run
+
+    def tab_rows() -> list[dict[str, str]]:
+        return live.table(active=active())
 
     def add_rows(response: Response) -> Response:
         if request.endpoint == "locust.request_stats" and response.is_json:
@@ -78,11 +84,18 @@ def register_web_ui(environment: Any) -> LiveSweep | None:
         response.headers["Content-Disposition"] = f"attachment;filename=llmload_sweep_{stamp}.csv"
         return response
 
+    def charts(since: int) -> dict[str, Any]:
+        return live.charts(active=active(), since=since)
+
     web_ui.app.after_request(add_rows)
     web_ui.app.add_url_rule(base + CSV_PATH, "llmload_sweep_csv", web_ui.auth_required_if_enabled(sweep_csv))
+    register_charts(web_ui, base, charts)
     web_ui.template_args |= {
         "extended_tabs": [{"title": "Tokens", "key": TAB_KEY}],
         "extended_tables": [{"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in COLUMNS]}],
-        "extended_csv_files": [{"href": "." + CSV_PATH, "title": "Download sweep table CSV (llmload)"}],
+        "extended_csv_files": [
+            {"href": "." + CSV_PATH, "title": "Download sweep table CSV (llmload)"},
+            {"href": "." + CHARTS_PATH, "title": "Live token charts (llmload)"},
+        ],
     }
     return live

@@ -1,7 +1,9 @@
 """The web UI in a real browser: headless Chromium (Debian's `chromium` + `chromium-driver`, driven
 by Selenium; no browser download) fills llmload's start form, starts a short ladder against the
 simulator, opens the Tokens tab when the run is over, and checks every figure it shows against
-`scripts/sweep_table.py` on the same run (and requests/tokens against the simulator's truth).
+`scripts/sweep_table.py` on the same run (and requests/tokens against the simulator's truth);
+then follows the "Live token charts" link and checks that both charts drew the two rungs' points,
+with the sweep table's figures.
 
 Needs: `apt-get install -y chromium chromium-driver` and the `browser` extra (selenium).
 """
@@ -16,6 +18,7 @@ import pytest
 from fixtures.webui import LocustWebUI, column_titles, post_processed, tab_as_post_processed, template_args
 
 from llmload.core.records import read_records
+from llmload.output.table import fmt_num
 from llmload.sim.truth import load_truth
 
 pytestmark = pytest.mark.browser
@@ -99,6 +102,19 @@ def read_tokens_tab(driver) -> list[dict[str, str]]:
     ]
 
 
+def read_chart(driver, chart: str) -> list[dict[str, str]]:
+    """The points an llmload chart drew: series key, rung and value of each, once it has any."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    css = f"svg[data-chart='{chart}'] circle.point"
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.find_elements(By.CSS_SELECTOR, css))
+    return [
+        {key: dot.get_attribute(f"data-{key}") for key in ("series", "rung", "y")}
+        for dot in driver.find_elements(By.CSS_SELECTOR, css)
+    ]
+
+
 def test_tokens_tab_in_chromium(tmp_path, sim_start, browser):
     from selenium.webdriver.common.by import By
 
@@ -131,8 +147,20 @@ def test_tokens_tab_in_chromium(tmp_path, sim_start, browser):
         browser.find_element(By.XPATH, "//button[@role='tab'][normalize-space()='Download Data']").click()
         link = wait_for(browser, By.PARTIAL_LINK_TEXT, "sweep table CSV", displayed=True)
         assert link.get_attribute("href") == ui.url + "/llmload/sweep.csv"
+        browser.find_element(By.PARTIAL_LINK_TEXT, "Live token charts").click()
+        sweep_points = read_chart(browser, "sweep")
+        time_points = read_chart(browser, "over-time")
+        browser.save_screenshot(str(tmp_path / "charts.png"))
+
+    # the charts have points for both rungs, and the sweep curve's are the sweep table's figures
+    assert {(p["series"], p["rung"]) for p in time_points} == {
+        (series, rung) for series in ("agg_tok_s", "per_req_tok_s") for rung in ("rung01 c1", "rung02 c2")
+    }
 
     expected = post_processed(ui.prefix)
+    for series, column in (("agg_tok_s", "agg_tok/s"), ("per_req_tok_s", "per_req_tok/s")):
+        drawn = [(p["rung"], fmt_num(float(p["y"]))) for p in sweep_points if p["series"] == series]
+        assert drawn == [(pp["rung"], pp[column]) for pp in expected]
     assert [r[title["rung"]] for r in shown] == ["rung01 c1", "rung02 c2"]
     for row, pp in zip(shown, expected, strict=True):
         assert row[title["state"]] == "done"

@@ -20,7 +20,7 @@ from llmload.core.config import load_config, parse_config
 
 K8S = REPO / "deploy" / "k8s"
 APP_DIR = "/app"  # the image's working directory (deploy/k8s/Dockerfile)
-SOAK = "soak-cronjob.yaml"  # applied on its own, not by the kustomization; tests/test_deploy_units.py
+SOAK = "soak-cronjob.yaml"  # applied on its own, not by the kustomization; tests/e2e/test_deploy_units.py
 
 
 def sweep_manifests() -> list[Path]:

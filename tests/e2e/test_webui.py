@@ -7,6 +7,9 @@ same numbers, same rounding)."""
 
 from __future__ import annotations
 
+import io
+import json
+import urllib.error
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,12 +27,16 @@ from fixtures.webui import (
 from llmload.analysis.locust_csv import cross_check
 from llmload.analysis.metrics import rung_metrics
 from llmload.analysis.sweep_rows import group_rungs, sweep_row
-from llmload.core.records import read_records
+from llmload.cli.progress import Progress
+from llmload.core.names import REQUEST_TYPE, rung_name
+from llmload.core.records import RequestRecord, read_records
+from llmload.loadgen import live_sweep
 from llmload.loadgen.live_sweep import LiveSweep
 from llmload.output.table import fmt_num
 from llmload.sim.truth import load_truth
 
 API_KEY = "sk-webui-test"
+POINT_FIELDS = ("t", "rung", "users", "agg_tok_s", "per_req_tok_s", "requests", "tokens")  # docs/web-ui.md
 
 
 def check_tab_against_truth_and_post_processor(ui: LocustWebUI, rows: list[dict[str, str]], sim) -> None:
@@ -53,6 +60,54 @@ def check_tab_against_truth_and_post_processor(ui: LocustWebUI, rows: list[dict[
     assert csv_lines == sweep_table(ui.prefix, "--format", "csv").splitlines()
     # the outputs of a headless run: run file, and Locust's CSVs agreeing with the records
     assert cross_check(ui.prefix, group_rungs(records)) == []
+    check_charts(ui, rows, records)
+    # Locust's own table counts real requests only (no latency pseudo-entries in its Aggregated row)
+    entries = ui.stats()["stats"]
+    assert {e["method"] for e in entries if e["name"] != "Aggregated"} == {REQUEST_TYPE}
+    assert [e["num_requests"] for e in entries if e["name"] == "Aggregated"] == [len(records)]
+    # the terminal progress line, read from the same files, ends on the last rung's figures
+    last = rows[-1]
+    line = Progress(ui.prefix, io.StringIO()).poll()
+    assert line is not None and line.startswith(f"{last['rung']} ({len(rows)}/{len(rows)})  ")
+    assert line.endswith(f"agg {last['agg_tok_s']} tok/s  per-request {last['per_req_tok_s']} tok/s  done")
+
+
+def check_charts(ui: LocustWebUI, rows: list[dict[str, str]], records: list[RequestRecord]) -> None:
+    """/llmload/charts.json: the sweep curve is the tab's figures as numbers, and each point of the
+    time series is the post-processor's row on the rung's records received until then (the
+    records file is written in the order the master received them)."""
+    data = json.loads(ui.get("/llmload/charts.json"))
+    curve = [
+        (p["rung"], str(p["users"]), fmt_num(p["agg_tok_s"]), fmt_num(p["per_req_tok_s"]), str(p["tokens"]))
+        for p in data["sweep"]
+    ]
+    assert curve == [(r["rung"], r["users"], r["agg_tok_s"], r["per_req_tok_s"], r["tokens"]) for r in rows]
+    assert [p["state"] for p in data["sweep"]] == [r["state"] for r in rows]
+    measured = [r for r in records if r.phase == "measure"]
+    for point in data["history"]:
+        received = [r for r in measured if rung_name(r.rung, r.users) == point["rung"]][: point["requests"]]
+        (rung,) = group_rungs(received)
+        row = sweep_row(rung)
+        assert point["t"] == max(r.t_end for r in received)
+        assert (point["agg_tok_s"], point["per_req_tok_s"], point["tokens"]) == (
+            row.agg_tok_s,
+            row.per_req_tok_s,
+            row.tokens,
+        )
+    # every rung has points, the last of each is its final figures, and time runs forward
+    last = {p["rung"]: p for p in data["history"]}
+    assert [last[p["rung"]]["requests"] for p in data["sweep"]] == [p["requests"] for p in data["sweep"]]
+    times = [p["t"] for p in data["history"]]
+    assert times == sorted(times)
+    # the page asks for the points it does not have yet; a bad `since` is one line, 400
+    assert data["history_length"] == len(data["history"])
+    assert json.loads(ui.get(f"/llmload/charts.json?since={len(times)}"))["history"] == []
+    try:
+        ui.get("/llmload/charts.json?since=-1")
+        raise AssertionError("since=-1 was accepted")
+    except urllib.error.HTTPError as e:
+        assert e.code == 400 and e.read().decode().count("\n") == 1
+    assert b"<svg" in ui.get("/llmload/charts")
 
 
 def test_form_run_fills_the_tokens_tab(tmp_path, sim_start):
@@ -65,8 +120,13 @@ def test_form_run_fills_the_tokens_tab(tmp_path, sim_start):
         for name in ("ladder", "rungs", "max_tokens", "model", "endpoint", "stream", "api_key"):
             assert name in fields, name
         assert fields["api_key"]["is_secret"] and not fields["model"]["is_secret"]
+        # the form shows every option's help as written (no unexpanded argparse "%(default)s")
+        assert all("%(" not in (f["help_text"] or "") for f in fields.values())
         assert {"key": "tokens", "title": "Tokens"} in args["extended_tabs"]
-        assert args["extended_csv_files"][0]["href"] == "./llmload/sweep.csv"
+        assert [f["href"] for f in args["extended_csv_files"]] == [
+            "./llmload/sweep.csv",
+            "./llmload/charts",
+        ]
         started = ui.start(
             host=sim.url,
             ladder="config/sweep.yaml",
@@ -88,6 +148,10 @@ def test_form_run_fills_the_tokens_tab(tmp_path, sim_start):
         # while a rung ran, its row said so and carried a live rate
         assert {r["rung"] for r in live} == {"rung01 c1", "rung02 c2"}
         assert all(float(r["now_tok_s"]) > 0 for r in live)
+        # the sweep curve grew rung by rung, the running rung's point marked as such
+        curves = [[(p["rung"], p["state"]) for p in c["sweep"]] for c in ui.chart_polls]
+        assert [("rung01 c1", "running")] in curves
+        assert [("rung01 c1", "done"), ("rung02 c2", "running")] in curves
         check_tab_against_truth_and_post_processor(ui, rows, sim)
     records, _ = read_records(Path(f"{ui.prefix}_records.jsonl"))
     assert {r.max_tokens for r in records} == {12} and all(r.stream for r in records)
@@ -125,3 +189,44 @@ def test_tallies_equal_the_post_processor_on_failures_and_estimates():
         assert cells["tpot_p50_ms"] == fmt_num(latencies["tpot"].median)
         assert cells["state"] == "stopped" and cells["now_tok_s"] == ""
     assert live.rungs[1].row().failures_by_kind == {"http_500": 1}
+
+
+def test_chart_series_follow_the_records(monkeypatch):
+    """The charts' time series: a point per change of a rung's tally, each the post-processor's row
+    on that rung's records so far; `add` samples at most every SAMPLE_S seconds, reading always
+    brings the newest figures; a new run starts a new series (hand-built records, no processes)."""
+    clock = SimpleNamespace(now=100.0)
+    monkeypatch.setattr(live_sweep.time, "time", lambda: clock.now)
+    records = run_records()
+    live = LiveSweep()
+    run = SimpleNamespace(progress=[], current=None)
+    for n, rec in enumerate(records, start=1):
+        live.add(run, rec.to_dict())
+        data = live.charts(active=False, since=len(live.history) - 1 if live.history else 0)
+        received = [r for r in records[:n] if r.phase == "measure" and r.rung == rec.rung]
+        if rec.phase == "warmup":
+            assert data["history"] == []
+            continue
+        (point,) = data["history"][-1:]
+        row = sweep_row(group_rungs(received)[0])
+        assert sorted(point) == sorted(POINT_FIELDS)
+        assert [point[k] for k in POINT_FIELDS] == [
+            max(r.t_end for r in received),
+            rung_name(row.rung, row.conc),
+            row.conc,
+            row.agg_tok_s,
+            row.per_req_tok_s,
+            row.requests,
+            row.tokens,
+        ]
+    assert len(live.history) == len(records) - 1  # every measured record was read after it came
+    curve = [p["agg_tok_s"] for p in live.charts(False)["sweep"]]
+    assert curve == [sweep_row(g).agg_tok_s for g in group_rungs(records)]
+    # without reads, records arriving within SAMPLE_S of the last sample add no point
+    live.follow(SimpleNamespace(progress=[], current=None))
+    assert (live.runs_seen, live.history) == (2, [])
+    for rec in records[1:4]:
+        live.add(live.run, rec.to_dict())
+        clock.now += live_sweep.SAMPLE_S / 4
+    assert [p["requests"] for p in live.history] == [1]
+    assert [p["requests"] for p in live.charts(False, since=1)["history"]] == [2]  # rung 0 unchanged

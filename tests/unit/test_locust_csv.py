@@ -24,7 +24,7 @@ FAILURES = FIXTURES / "run_failures.csv"
 
 def test_reads_only_rung_request_entries():
     table = read_stats_csv(STATS)
-    # TTFT pseudo-entries, the warm-up entry and the Aggregated row are left out
+    # TTFT pseudo-entries (older runs), the warm-up entry and the Aggregated row are left out
     assert [(e.rung, e.users, e.request_count, e.failure_count) for e in table.rows] == [
         (0, 1, 1, 0),
         (1, 4, 4, 1),
