@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload.locustfiles import ENDPOINT_LOCUSTFILES, locustfile_path
+from llmload.servers.process import free_port
 from llmload.servers.simulator import SimulatorProcess
 
 LOCUSTFILES = {endpoint: locustfile_path(endpoint) for endpoint in ENDPOINT_LOCUSTFILES}
@@ -52,6 +53,15 @@ def target(host: str | None, run_dir: Path, sim: Mapping[str, Any]) -> Iterator[
         yield server.url, truth
 
 
+def local_master_port(extra: Sequence[str]) -> list[str]:
+    """With --processes, a free port for the master and its forked workers (Locust's default, 5557,
+    is taken by any other local distributed run on the machine), unless the command names one."""
+    if "--processes" not in extra or any(a.startswith("--master-bind-port") for a in extra):
+        return []
+    port = str(free_port())
+    return ["--master-bind-port", port, "--master-port", port]
+
+
 def locust_command(host: str, prefix: Path, locustfile: Path, extra: Sequence[str] = ()) -> list[str]:
     return [
         sys.executable,
@@ -65,6 +75,7 @@ def locust_command(host: str, prefix: Path, locustfile: Path, extra: Sequence[st
         "--csv",
         str(prefix),
         "--only-summary",
+        *local_master_port(extra),
         *extra,
     ]
 
