@@ -90,39 +90,40 @@ def latency_plot(metrics: Sequence[RungMetrics], path: Path) -> Path:
     return _save(fig, path)
 
 
+def _interactivity(rows: Sequence[SweepRow]) -> list[tuple[float, SweepRow]]:
+    """(per-request tok/s, row) of the rungs where some request completed."""
+    return [(r.per_req_tok_s, r) for r in rows if r.per_req_tok_s is not None]
+
+
 def pareto_front(rows: Sequence[SweepRow]) -> list[SweepRow]:
     """Rungs not beaten on both per-request and aggregate tok/s, by per-request tok/s ascending."""
-    points = [r for r in rows if r.per_req_tok_s is not None]
+    points = _interactivity(rows)
     front = [
-        r
-        for r in points
+        (x, r)
+        for x, r in points
         if not any(
-            o.per_req_tok_s >= r.per_req_tok_s
-            and o.agg_tok_s >= r.agg_tok_s
-            and (o.per_req_tok_s, o.agg_tok_s) != (r.per_req_tok_s, r.agg_tok_s)
-            for o in points
+            ox >= x and o.agg_tok_s >= r.agg_tok_s and (ox, o.agg_tok_s) != (x, r.agg_tok_s)
+            for ox, o in points
         )
     ]
-    return sorted(front, key=lambda r: r.per_req_tok_s)
+    return [r for _, r in sorted(front, key=lambda p: p[0])]
 
 
 def pareto_plot(rows: Sequence[SweepRow], path: Path) -> Path:
-    points = [r for r in rows if r.per_req_tok_s is not None]
+    points = _interactivity(rows)
     fig = _figure()
     ax = fig.add_subplot()
-    ax.scatter([r.per_req_tok_s for r in points], [r.agg_tok_s for r in points], zorder=3)
-    for r in points:
-        ax.annotate(f"c{r.conc}", (r.per_req_tok_s, r.agg_tok_s), textcoords="offset points", xytext=(6, 6))
-    front = pareto_front(points)
-    ax.plot(
-        [r.per_req_tok_s for r in front], [r.agg_tok_s for r in front], "-", alpha=0.6, label="Pareto front"
-    )
+    ax.scatter([x for x, _ in points], [r.agg_tok_s for _, r in points], zorder=3)
+    for x, r in points:
+        ax.annotate(f"c{r.conc}", (x, r.agg_tok_s), textcoords="offset points", xytext=(6, 6))
+    front = _interactivity(pareto_front(rows))
+    ax.plot([x for x, _ in front], [r.agg_tok_s for _, r in front], "-", alpha=0.6, label="Pareto front")
     ax.set_xlabel("interactivity: per-request tok/s")
     ax.set_ylabel("throughput: aggregate tok/s")
     ax.set_title("Throughput vs interactivity")
     if points:  # room for the labels
-        ax.set_xlim(0, max(r.per_req_tok_s for r in points) * 1.15)
-        ax.set_ylim(0, max(r.agg_tok_s for r in points) * 1.15)
+        ax.set_xlim(0, max(x for x, _ in points) * 1.15)
+        ax.set_ylim(0, max(r.agg_tok_s for _, r in points) * 1.15)
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, path)
