@@ -22,6 +22,9 @@ ENDPOINTS = ("completions", "chat")
 MODES = ("concurrency", "rate")  # rungs are user counts, or request rates (requests/s)
 ARRIVALS = ("poisson", "gamma")
 PROMPT_FORMATS = ("auto", "lines", "jsonl", "sharegpt")
+# connections and inputs (issue 12)
+CONNECTION_KEEP_ALIVE, CONNECTION_CLOSE = "keep-alive", "close"
+CONNECTIONS = (CONNECTION_KEEP_ALIVE, CONNECTION_CLOSE)
 
 
 class ConfigError(ValueError):
@@ -113,6 +116,9 @@ class SweepConfig:
     retries: RetryConfig = field(default_factory=RetryConfig)
     soak: SoakConfig | None = None  # a soak run: one time-based rung judged by windows and thresholds
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
+    # connections and inputs (issue 12)
+    connection: str = CONNECTION_KEEP_ALIVE  # keep-alive: pooled, one per user; close: one per request
+    input_tolerance: float = 0.02  # a rung whose mean input tokens miss prompt_tokens by more fails the run
     source: str = "<defaults>"
 
     @property
@@ -358,6 +364,9 @@ _VALIDATORS: dict[str, Any] = {
     "prompt_format": _choice("prompt_format", PROMPT_FORMATS),
     "continuous_usage": _bool("continuous_usage"),
     "reconcile": _reconcile,
+    # connections and inputs (issue 12)
+    "connection": _choice("connection", CONNECTIONS),
+    "input_tolerance": lambda s, v: _ratio(s, "input_tolerance", v),
 }
 
 

@@ -10,7 +10,7 @@ import os
 from argparse import Namespace
 from typing import Any
 
-from llmload.core.config import ENDPOINTS, ConfigError, SweepConfig, load_config
+from llmload.core.config import CONNECTIONS, ENDPOINTS, ConfigError, SweepConfig, load_config
 
 
 def add_arguments(parser: Any) -> None:
@@ -121,6 +121,14 @@ def add_arguments(parser: Any) -> None:
         include_in_web_ui=False,
         help="seconds between /metrics scrapes, besides one at every rung boundary; 0: off (default: 1)",
     )
+    group.add_argument(  # issue 12: connections (llmload.loadgen.connections)
+        "--connection",
+        default="",
+        choices=["", *CONNECTIONS],
+        env_var="LOCUST_CONNECTION",
+        help="keep-alive: one pooled connection per user, reused; close: a new connection per "
+        "request (default: from the ladder file, keep-alive)",
+    )
 
 
 def _rungs_option(text: str) -> list[int | float] | None:
@@ -164,6 +172,7 @@ def run_config(options: Namespace) -> SweepConfig:
         "model": (getattr(options, "model", "") or None, "--model"),
         "endpoint": (getattr(options, "endpoint", "") or None, "--endpoint"),
         "stream": (None if not stream else stream == "true", "--stream"),
+        "connection": (getattr(options, "connection", "") or None, "--connection"),
     }
     for key, (value, flag) in overrides.items():
         base.with_overrides(source=flag, **{key: value})

@@ -25,6 +25,7 @@ from llmload.core.names import REQUEST_TYPE, TPOT_TYPE, TTFT_TYPE
 from llmload.core.records import RequestRecord
 from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets
 from llmload.loadgen.client import RequestContext, send_request
+from llmload.loadgen.connections import UserConnections
 from llmload.loadgen.ladder import BOARD, MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
 from llmload.loadgen.options import api_key
 from llmload.loadgen.payload import build_payload, endpoint_path
@@ -92,6 +93,7 @@ class LLMUser(FastHttpUser):
         stamp_receive_times(
             self._http
         )  # message times from the kernel where it can (llmload.loadgen.receive_stamps)
+        self._conns = UserConnections(self._http, config.connection)  # llmload.loadgen.connections
         self._base_path = urlsplit(self.host).path.rstrip("/")
 
     def _stage_config(self, stage: Stage) -> SweepConfig:
@@ -150,6 +152,7 @@ class LLMUser(FastHttpUser):
             config.max_tokens,
             self._worker,
         )
+        self._conns.mode = config.connection
         return send_request(
             self._http,
             self._base_path + endpoint_path(config.endpoint),
@@ -159,6 +162,7 @@ class LLMUser(FastHttpUser):
             total_timeout=config.timeouts.total,
             retries=config.retries,
             report=lambda rec: self._report(rec, stage.name, t_scheduled, stage.rate),
+            conns=self._conns,
         )
 
     def _report(

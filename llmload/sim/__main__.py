@@ -53,6 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
         "(llama-server does this): a pooling client must reconnect, not fail",
     )
     net.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="close a connection idle for S seconds and announce it (Keep-Alive: timeout=S); "
+        "llama-server uses 5",
+    )
+    net.add_argument(
+        "--max-requests-per-connection",
+        type=int,
+        default=None,
+        metavar="N",
+        help="answer the N-th request of a connection with Connection: close, then close it",
+    )
+    net.add_argument(
         "--ignore-eos-unsupported",
         action="store_true",
         help="ignore the ignore_eos request field (requests stop at their natural length)",
@@ -136,6 +151,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
             usage_style=args.usage_style,
             ignore_eos_unsupported=args.ignore_eos_unsupported,
             close_after_stream=args.close_after_stream,
+            keep_alive_timeout=args.keep_alive_timeout,
+            max_requests_per_connection=args.max_requests_per_connection,
             faults=faults,
             fault_seed=args.fault_seed,
             stall_s=args.stall_s,

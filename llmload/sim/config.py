@@ -32,6 +32,9 @@ class SimConfig:
     api_key: str = ""  # when set, /v1/* answers 401 unless `Authorization: Bearer <api_key>`
     ssl_certfile: Path | None = None  # serve HTTPS with this certificate chain (PEM) ...
     ssl_keyfile: Path | None = None  # ... and this private key (PEM)
+    # connections (issue 12; llmload.sim.connections)
+    keep_alive_timeout: float | None = None  # close connections idle this long, s
+    max_requests_per_connection: int | None = None  # answer the N-th request with Connection: close
 
     def __post_init__(self) -> None:
         if self.usage_style not in USAGE_STYLES:
@@ -40,5 +43,9 @@ class SimConfig:
             raise ValueError("drop_after must be >= 0")
         if self.max_num_seqs < 1 or self.max_model_len < 1:
             raise ValueError("max_num_seqs and max_model_len must be >= 1")
+        if self.keep_alive_timeout is not None and self.keep_alive_timeout <= 0:
+            raise ValueError("--keep-alive-timeout must be > 0")
+        if self.max_requests_per_connection is not None and self.max_requests_per_connection < 1:
+            raise ValueError("--max-requests-per-connection must be >= 1")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError("--ssl-certfile and --ssl-keyfile go together")

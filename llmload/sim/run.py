@@ -49,10 +49,12 @@ async def serve(config: SimConfig) -> None:
     engine = Engine(
         config.step, max_num_seqs=config.max_num_seqs, max_model_len=config.max_model_len, truth=truth
     )
-    runner = web.AppRunner(
-        SimServer(config, engine, truth).app(), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S
-    )
+    sim = SimServer(config, engine, truth)
+    keep_alive = {} if config.keep_alive_timeout is None else {"keepalive_timeout": config.keep_alive_timeout}
+    runner = web.AppRunner(sim.app(), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S, **keep_alive)
     await runner.setup()
+    assert runner.server is not None
+    sim.connections.watch(runner.server)
     engine_task = asyncio.create_task(engine.run(), name="llmload-sim-engine")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
