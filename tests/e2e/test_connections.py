@@ -10,12 +10,20 @@ peer port. Tokens are checked against the server's `completion_tokens`.
 
 from __future__ import annotations
 
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 
 import pytest
 from fixtures.connections import MAX_TOKENS, Paired, drive, pair
 
 from llmload.core.stats import percentile
+from llmload.loadgen.preflight import tls_context
+from llmload.servers.process import LOOPBACK
+from llmload.servers.simulator import sim_flags
 
 FAST = {"accept_len": 1, "base_ms": 2, "per_seq_ms": 0.5}
 
@@ -94,3 +102,70 @@ def test_server_closed_connections_are_reconnects_not_failures(
         assert all(n <= 3 for n in Counter(p.truth[r.request_id]["connection"] for r in p.records).values())
     if "keep_alive_timeout" in flags:
         assert len(opened) == 200  # every request came after more than the idle timeout
+
+
+# --- TLS ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tls_sim(tmp_path):
+    """The simulator over HTTPS with a self-signed certificate for 127.0.0.1: (url, truth log, CA file)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl CLI not installed")
+    cert, key, port_file, truth = (tmp_path / n for n in ("cert.pem", "key.pem", "port", "truth.jsonl"))
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key)]
+        + ["-out", str(cert), "-subj", f"/CN={LOOPBACK}", "-addext", f"subjectAltName=IP:{LOOPBACK}"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    flags = sim_flags(ssl_certfile=cert, ssl_keyfile=key, truth_log=truth, port_file=port_file, **FAST)
+    with (tmp_path / "sim.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llmload.sim", "--port", "0", *flags], stdout=log, stderr=log
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not port_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        yield f"https://{LOOPBACK}:{port_file.read_text().strip()}", truth, cert
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+def test_tls_handshake_only_on_new_connections(tls_sim):
+    url, truth_log, cert = tls_sim
+    by_mode = {}
+    for mode in ("keep-alive", "close"):
+        records = drive(
+            url, users=1, per_user=100, mode=mode, ssl_context_factory=lambda: tls_context(str(cert))
+        )
+        p = pair(truth_log, records)
+        check_against_truth(p)
+        assert all(p.connection_of(r)["tls"] for r in p.records)
+        assert all((r.tls_ms is not None and r.tls_ms > 0) == (not r.conn_reused) for r in p.records)
+        by_mode[mode] = p
+    assert len(new_connection_records(by_mode["keep-alive"])) == 1
+    assert len(new_connection_records(by_mode["close"])) == 100
+
+    def ttft(p: Paired) -> float:
+        return percentile([(r.t_first - r.t_start) * 1000.0 for r in p.records], 50)
+
+    def server_ttft(p: Paired) -> float:
+        return percentile(
+            [
+                (p.truth[r.request_id]["first_token"] - p.truth[r.request_id]["received"]) * 1000.0
+                for r in p.records
+            ],
+            50,
+        )
+
+    setup = percentile([r.connect_ms + r.tls_ms for r in by_mode["close"].records], 50)
+    # the TTFT a new connection adds is its connect + TLS time, beyond what the server did
+    extra = (ttft(by_mode["close"]) - server_ttft(by_mode["close"])) - (
+        ttft(by_mode["keep-alive"]) - server_ttft(by_mode["keep-alive"])
+    )
+    assert abs(extra - setup) < max(0.5, 0.2 * setup), f"TTFT grew {extra:.2f} ms, connect+TLS {setup:.2f} ms"
