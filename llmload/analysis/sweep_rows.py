@@ -12,6 +12,8 @@ Definitions (per rung):
 - partial_tokens: output tokens received by failed requests; never counted in tokens or rates.
 - estimated: at least one completed request's tokens were counted by the client (no usage).
 - partial: the rung did not finish (given by the caller, or fewer requests than expected).
+- new_connections: requests that opened a connection (`conn_reused` false); with keep-alive one
+  per user plus the reconnects; None when the records do not say (older runs).
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.health),
   filled in by post-processing when the run has a health file.
 """
@@ -88,6 +90,7 @@ class SweepRow:
     partial: bool = False
     saturated: bool = False
     generator: dict[str, Any] | None = None
+    new_connections: int | None = None  # requests that opened a connection; None: not recorded (issue 12)
 
 
 def sweep_row(rung: Rung, *, partial: bool = False) -> SweepRow:
@@ -111,6 +114,9 @@ def sweep_row(rung: Rung, *, partial: bool = False) -> SweepRow:
         partial_tokens=sum(r.output_tokens for r in failed),
         estimated=any(r.tokens_estimated for r in completed),
         partial=partial,
+        new_connections=None
+        if all(r.conn_reused is None for r in rung.records)
+        else sum(r.conn_reused is False for r in rung.records),
     )
 
 

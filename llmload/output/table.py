@@ -95,6 +95,12 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
                 f"on {g['worker']}{reads}): latencies may be off and throughput understated; "
                 "rerun with more --processes or workers"
             )
+    opened = [r for r in rows if r.new_connections is not None]
+    if opened:
+        notes.append(
+            "new connections (connect and TLS inside TTFT): "
+            + ", ".join(f"{rung_name(r.rung, r.conc)} {r.new_connections} of {r.requests}" for r in opened)
+        )
     for r in rows:
         if r.failures:
             kinds = ", ".join(f"{k} x{n}" for k, n in r.failures_by_kind.items())
@@ -142,8 +148,8 @@ def _latency_rows(metrics: Sequence[RungMetrics], percentiles: Sequence[float]) 
     for m in metrics:
         for name in LATENCY_NAMES:
             s = m.latencies[name]
-            if s is None and name == "queue_wait":
-                continue  # only rate-mode rungs wait for a client slot
+            if s is None and name in ("queue_wait", "connect", "tls"):
+                continue  # only rate-mode rungs wait for a client slot; reused connections cost nothing
             label = "itl (per chunk)" if name == "itl" and m.itl_per_chunk else name
             cells = _summary_cells(s, percentiles).values()
             body.append([rung_name(m.rung, m.conc), label, str(0 if s is None else s.count), *cells])

@@ -20,8 +20,12 @@ from collections import Counter
 import pytest
 from fixtures.connections import MAX_TOKENS, Paired, drive, pair
 
+from llmload.analysis.sweep_rows import group_rungs, sweep_rows
+from llmload.cli.sweep_run import run_sweep
+from llmload.core.records import read_records
 from llmload.core.stats import percentile
 from llmload.loadgen.preflight import tls_context
+from llmload.output.table import render
 from llmload.servers.process import LOOPBACK
 from llmload.servers.simulator import sim_flags
 
@@ -169,3 +173,20 @@ def test_tls_handshake_only_on_new_connections(tls_sim):
         ttft(by_mode["keep-alive"]) - server_ttft(by_mode["keep-alive"])
     )
     assert abs(extra - setup) < max(0.5, 0.2 * setup), f"TTFT grew {extra:.2f} ms, connect+TLS {setup:.2f} ms"
+
+
+def test_locust_run_keeps_one_connection_per_user(tmp_path):
+    """Through Locust (default `connection: keep-alive`): 200 requests at conc 4 open 4 connections
+    (other connections, preflight's and the /metrics scrapes, carry no generation request)."""
+    config = tmp_path / "ladder.yaml"
+    config.write_text("rungs: [4]\nrequests_per_user: 50\nwarmup_requests: 0\nmax_tokens: 8\n")
+    run = run_sweep(run_dir=tmp_path, locust_args=["--ladder", str(config)], sim=FAST, timeout=180)
+    assert run.returncode == 0, run.log.read_text()[-3000:]
+    records, _ = read_records(run.records)
+    p = pair(run.truth_log, records)
+    assert len(records) == 200
+    check_against_truth(p)
+    assert len(p.served_connections()) == 4
+    (row,) = sweep_rows(group_rungs(records))
+    assert row.new_connections == 4
+    assert "new connections (connect and TLS inside TTFT): rung01 c4 4 of 200" in render([row])
