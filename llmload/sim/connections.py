@@ -4,9 +4,11 @@
   "accepted", "peer_port", "tls"}` written when the connection is established (after the TLS
   handshake for HTTPS); every request line names the connection that served it
   (`"connection": id`), so a test counts connections exactly and matches them with the client's
-  (`RequestRecord.conn_port` is the `peer_port` seen here), and when the request's first bytes
-  were received (`"received"`: before the handler runs, so a burst of requests queued behind
-  each other in the server's event loop is not hidden from the truth as `arrival` hides it).
+  (`RequestRecord.conn_port` is the `peer_port` seen here), and when the request reached the
+  server (`"received"`: the kernel's receive stamp of the bytes that completed its headers, where
+  the listening socket is a `StampingListener`, else when the server read them). `arrival` is when
+  its handler started: later, by however long the server's event loop was busy with other
+  connections (a burst of requests, the ends of other streams).
 - The server's limits, as real servers set them: `--keep-alive-timeout S` closes a connection
   idle for S seconds (llama-server: 5), `--max-requests-per-connection N` answers the N-th
   request of a connection with `Connection: close` and closes it; with either, responses carry
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +29,52 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from llmload.core.kernel_stamps import ANCILLARY_SIZE, enable_stamps, stamp_of
 from llmload.sim.config import SimConfig
 from llmload.sim.truth import TruthLog
+
+
+class _StampedConnection(socket.socket):
+    """An accepted connection that keeps the kernel receive stamp of the data it read last."""
+
+    rx_time: float | None = None
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data, ancillary, _, _ = self.recvmsg(bufsize, ANCILLARY_SIZE, flags)
+        self.rx_time = stamp_of(ancillary)
+        return data
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:  # asyncio's TLS reads
+        view = memoryview(buffer)[:nbytes] if nbytes else buffer
+        n, ancillary, _, _ = self.recvmsg_into([view], ANCILLARY_SIZE, flags)
+        self.rx_time = stamp_of(ancillary)
+        return n
+
+
+class StampingListener(socket.socket):
+    """A listening socket whose accepted connections carry kernel receive stamps."""
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        fd, addr = self._accept()  # type: ignore[attr-defined]
+        conn = _StampedConnection(self.family, self.type, self.proto, fileno=fd)
+        enable_stamps(conn)
+        return conn, addr
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound `StampingListener` for host:port (port 0: the OS picks one)."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = StampingListener(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    return sock
+
+
+def _rx_time(handler: RequestHandler) -> float | None:
+    """The kernel receive stamp of the connection's latest read, if it has stamps."""
+    transport = handler.transport
+    sock = None if transport is None else transport.get_extra_info("socket")
+    return getattr(getattr(sock, "_sock", None), "rx_time", None)
 
 
 @dataclass(slots=True)
@@ -69,7 +116,8 @@ class ConnectionTracker:
             t, before = time.time(), handler._request_count
             data_received(handler, data)
             if handler._request_count > before:  # these bytes completed a request's headers
-                received.setdefault(handler, t)
+                stamp = _rx_time(handler)
+                received.setdefault(handler, t if stamp is None else stamp)
 
         RequestHandler.data_received = stamped  # type: ignore[method-assign]  # this process's only server
 

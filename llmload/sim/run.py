@@ -18,6 +18,7 @@ from pathlib import Path
 from aiohttp import web
 
 from llmload.sim.config import SimConfig
+from llmload.sim.connections import listening_socket
 from llmload.sim.engine import Engine
 from llmload.sim.server import SimServer
 from llmload.sim.truth import TruthLog
@@ -62,7 +63,8 @@ async def serve(config: SimConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         tls = server_tls(config)
-        site = web.TCPSite(runner, config.host, config.port, backlog=LISTEN_BACKLOG, ssl_context=tls)
+        listener = listening_socket(config.host, config.port)  # kernel receive stamps (truth)
+        site = web.SockSite(runner, listener, backlog=LISTEN_BACKLOG, ssl_context=tls)
         await site.start()
         port = int(runner.addresses[0][1])
         if config.port_file is not None:
