@@ -57,6 +57,7 @@ class RequestRecord:
     tls_ms: float | None = None  # new TLS connection: the handshake (inside TTFT)
     reconnect: str | None = None  # why a new one replaced the user's: closed/expired/resent/error
     conn_port: int | None = None  # the client's local port: names the connection (the server sees it as peer)
+    prompt_tokens_asked: int | None = None  # synthetic prompts: the configured prompt_tokens (issue 12)
 
     @property
     def ok(self) -> bool:

@@ -66,6 +66,7 @@ class RequestContext:
     stream: bool
     max_tokens: int
     worker: str
+    prompt_tokens_asked: int | None = None  # synthetic prompts: the configured prompt_tokens
 
 
 class RequestFailed(Exception):
@@ -289,5 +290,6 @@ def _attempt(
         tls_ms=None if lease is None else lease.tls_ms,
         reconnect=None if lease is None else lease.reconnect,
         conn_port=None if lease is None else lease.port,
+        prompt_tokens_asked=ctx.prompt_tokens_asked,
     )
     return record, retry_after

@@ -111,7 +111,9 @@ class LLMUser(FastHttpUser):
             return
         if stage.start_at is None:
             if self._ready_seq != stage.seq:
-                workload_for(self._stage_config(stage), stage.prompt_words)  # built before the go
+                workload_for(
+                    self._stage_config(stage), stage.prompt_words, stage.prompt_vocab
+                )  # before the go
                 ready = {"seq": stage.seq, "user": self._uid, "worker": self._worker}
                 self.environment.runner.send_message(MSG_USER_READY, ready)
                 self._ready_seq = stage.seq
@@ -141,7 +143,7 @@ class LLMUser(FastHttpUser):
         config = self._stage_config(stage)
         request_id = uuid.uuid4().hex
         index = next(_PROMPT_INDEX) if index is None else index
-        prompt = workload_for(config, stage.prompt_words).prompt(index, request_id)
+        prompt = workload_for(config, stage.prompt_words, stage.prompt_vocab).prompt(index, request_id)
         ctx = RequestContext(
             request_id,
             stage.rung,
@@ -151,6 +153,7 @@ class LLMUser(FastHttpUser):
             config.stream,
             config.max_tokens,
             self._worker,
+            config.prompt_tokens,
         )
         self._conns.mode = config.connection
         return send_request(
