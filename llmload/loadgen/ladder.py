@@ -38,7 +38,7 @@ from locust import LoadTestShape
 from locust.runners import MasterRunner, WorkerRunner
 
 from llmload.analysis.health import health_path
-from llmload.analysis.reconcile import Tally, check_rung
+from llmload.analysis.reconcile import Tally, check_inputs, check_rung
 from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
 from llmload.core.records import RecordWriter
@@ -356,6 +356,10 @@ class LadderShape(LoadTestShape):
         )
         if problem:
             log.error("llmload: token reconciliation failed: %s", problem)
+            self.runner.environment.process_exit_code = 3
+        missed = check_inputs(progress.stage.name, tally, run.config.input_tolerance)
+        if missed:
+            log.error("llmload: input lengths not as asked: %s", missed)
             self.runner.environment.process_exit_code = 3
 
     @staticmethod
