@@ -27,6 +27,9 @@ Request-rate mode: queue_wait = t_start - t_scheduled (a due request waiting for
 slot; not part of TTFT or E2EL, as in vLLM); `rate` is the rung's target request rate.
 input_tokens summarizes usage.prompt_tokens (the real input lengths).
 
+Connections (llmload.loadgen.connections): connect and tls summarize `connect_ms` / `tls_ms` of
+the rung's requests that opened a connection (any outcome); both times are inside their TTFT.
+
 Token reconciliation (`llmload.analysis.reconcile`, counts over completed requests): stopped_early
 (fewer tokens than max_tokens without finish_reason "length": ignore_eos not honoured?),
 disagree (usage, chunks, max_tokens and finish_reason do not add up), chunks_over_tokens.
@@ -46,7 +49,7 @@ from llmload.core.records import RequestRecord
 from llmload.core.stats import DEFAULT_PERCENTILES, Summary, summarize
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
-LATENCY_NAMES = ("ttft", "ttft_content", "tpot", "itl", "e2el", "queue_wait")
+LATENCY_NAMES = ("ttft", "ttft_content", "tpot", "itl", "e2el", "queue_wait", "connect", "tls")
 VLLM_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2el"}  # ours -> vLLM's name
 
 
@@ -184,6 +187,8 @@ def rung_metrics(
         "itl": [v for rec in completed for v in itl_ms(rec)],
         "e2el": [e2el_ms(r) for r in completed],
         "queue_wait": [v for v in map(queue_wait_ms, rung.records) if v is not None],
+        "connect": [r.connect_ms for r in rung.records if r.connect_ms is not None],
+        "tls": [r.tls_ms for r in rung.records if r.tls_ms is not None],
     }
     output_tokens = rung.output_tokens
     prompt_known = all(r.prompt_tokens is not None for r in completed)

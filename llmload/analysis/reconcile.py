@@ -11,11 +11,16 @@ requested `max_tokens` and the `finish_reason` are compared:
   is not a disagreement: the sweep table already marks such figures as estimated.
 `check_rung` turns a rung's counts into the message that fails a run beyond the configured ratios
 (`reconcile:` in the config); the ladder applies it to every rung as the records arrive.
+
+Input lengths (synthetic prompts, `prompt_tokens`): `input_summary` gives the input tokens a rung
+really sent by the server's count (`usage.prompt_tokens` of completed requests: mean, min, max)
+and how far their mean missed the asked length (`miss_pct`, signed); `check_inputs` fails the
+rung when it missed by more than `input_tolerance` (default 2 %).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,11 +56,16 @@ class Tally:
     stopped_early: int = 0
     disagree: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
+    inputs: list[int] = field(default_factory=list)  # usage.prompt_tokens of completed requests
+    inputs_asked: int | None = None  # the configured prompt_tokens, when the records say it
 
     def add(self, rec: Mapping[str, Any]) -> None:
         if rec.get("outcome", "ok") != "ok":
             return
         self.completed += 1
+        if rec.get("prompt_tokens") is not None:
+            self.inputs.append(rec["prompt_tokens"])
+        self.inputs_asked = rec.get("prompt_tokens_asked", self.inputs_asked)
         found = issues(rec)
         self.stopped_early += "stopped_early" in found
         bad = [k for k in found if k in DISAGREE_KINDS]
@@ -90,3 +100,30 @@ def check_rung(name: str, counts: Tally, limits: ReconcileConfig, *, ignore_eos:
             f"reconcile.max_disagree_ratio {limits.max_disagree_ratio:g})"
         )
     return f"{name}: " + "; ".join(problems) if problems else None
+
+
+def input_summary(prompt_tokens: Sequence[int], asked: int | None) -> dict[str, Any] | None:
+    """Input tokens sent (mean, min, max) and, when a length was asked, the signed miss of the
+    mean in percent; None without values."""
+    if not prompt_tokens:
+        return None
+    mean = sum(prompt_tokens) / len(prompt_tokens)
+    return {
+        "asked": asked,
+        "mean": mean,
+        "min": min(prompt_tokens),
+        "max": max(prompt_tokens),
+        "miss_pct": None if not asked else 100.0 * (mean - asked) / asked,
+    }
+
+
+def check_inputs(name: str, counts: Tally, tolerance: float) -> str | None:
+    """Why the rung's inputs were not the asked length, or None when within `tolerance`."""
+    summary = input_summary(counts.inputs, counts.inputs_asked)
+    if summary is None or summary["miss_pct"] is None or abs(summary["miss_pct"]) <= 100.0 * tolerance:
+        return None
+    return (
+        f"{name}: input tokens mean {summary['mean']:.1f} (min {summary['min']}, max {summary['max']}) "
+        f"missed prompt_tokens {summary['asked']} by {summary['miss_pct']:+.1f} % "
+        f"(input_tolerance {100.0 * tolerance:g} %)"
+    )

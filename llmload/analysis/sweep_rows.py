@@ -12,6 +12,10 @@ Definitions (per rung):
 - partial_tokens: output tokens received by failed requests; never counted in tokens or rates.
 - estimated: at least one completed request's tokens were counted by the client (no usage).
 - partial: the rung did not finish (given by the caller, or fewer requests than expected).
+- input_tokens: usage.prompt_tokens of completed requests (mean, min, max), the asked
+  `prompt_tokens` and the mean's miss in % (llmload.analysis.reconcile.input_summary).
+- new_connections: requests that opened a connection (`conn_reused` false); with keep-alive one
+  per user plus the reconnects; None when the records do not say (older runs).
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.health),
   filled in by post-processing when the run has a health file.
 """
@@ -23,6 +27,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmload.analysis.reconcile import input_summary
 from llmload.core.records import RequestRecord
 from llmload.core.stats import mean, percentile
 
@@ -88,6 +93,8 @@ class SweepRow:
     partial: bool = False
     saturated: bool = False
     generator: dict[str, Any] | None = None
+    new_connections: int | None = None  # requests that opened a connection; None: not recorded (issue 12)
+    input_tokens: dict[str, Any] | None = None  # asked, mean, min, max, miss_pct (reconcile.input_summary)
 
 
 def sweep_row(rung: Rung, *, partial: bool = False) -> SweepRow:
@@ -111,6 +118,13 @@ def sweep_row(rung: Rung, *, partial: bool = False) -> SweepRow:
         partial_tokens=sum(r.output_tokens for r in failed),
         estimated=any(r.tokens_estimated for r in completed),
         partial=partial,
+        input_tokens=input_summary(
+            [r.prompt_tokens for r in completed if r.prompt_tokens is not None],
+            next((r.prompt_tokens_asked for r in rung.records if r.prompt_tokens_asked), None),
+        ),
+        new_connections=None
+        if all(r.conn_reused is None for r in rung.records)
+        else sum(r.conn_reused is False for r in rung.records),
     )
 
 

@@ -43,6 +43,8 @@ ENDPOINTS = ("completions", "chat")
 MODES = ("concurrency", "rate")  # rungs are user counts, or request rates (requests/s)
 ARRIVALS = ("poisson", "gamma")
 PROMPT_FORMATS = ("auto", "lines", "jsonl", "sharegpt")
+CONNECTION_KEEP_ALIVE, CONNECTION_CLOSE = "keep-alive", "close"
+CONNECTIONS = (CONNECTION_KEEP_ALIVE, CONNECTION_CLOSE)
 
 
 def _rungs_flag(text: str) -> list[int | float]:
@@ -293,6 +295,18 @@ class SweepConfig:
         default_factory=ReconcileConfig,
         help="token reconciliation thresholds (exit code 3 beyond them)",
         check=section(ReconcileConfig),
+    )
+    connection: str = setting(
+        CONNECTION_KEEP_ALIVE,
+        help="`keep-alive`: one pooled connection per user, reused; `close`: a new connection per request",
+        check=one_of(CONNECTIONS),
+        flag="--connection",
+        choices=CONNECTIONS,
+    )
+    input_tolerance: float = setting(
+        0.02,
+        help="a rung whose mean input tokens miss `prompt_tokens` by more than this share fails the run",
+        check=ratio(),
     )
     source: str = "<defaults>"
 

@@ -51,6 +51,13 @@ class RequestRecord:
     rate: float | None = None  # rate mode: the rung's target request rate (requests/s)
     stamps: str = "user"  # "kernel": message times are kernel receive stamps; "user": read times
     read_delay_ms: float | None = None  # kernel stamps: longest arrival-to-read delay of the generator
+    # connections (issue 12; llmload.loadgen.connections): None in records of older runs
+    conn_reused: bool | None = None  # sent on a connection an earlier request of the user opened
+    connect_ms: float | None = None  # new connection: name lookup + TCP connect (inside TTFT)
+    tls_ms: float | None = None  # new TLS connection: the handshake (inside TTFT)
+    reconnect: str | None = None  # why a new one replaced the user's: closed/expired/resent/error
+    conn_port: int | None = None  # the client's local port: names the connection (the server sees it as peer)
+    prompt_tokens_asked: int | None = None  # synthetic prompts: the configured prompt_tokens (issue 12)
 
     @property
     def ok(self) -> bool:

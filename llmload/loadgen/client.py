@@ -13,6 +13,15 @@ Failure kinds: `connect_error`, `reset` (connection closed before the headers), 
 finish_reason), `no_done` (finish_reason seen but no `data: [DONE]`), `bad_response`
 (non-streaming body without choices).
 
+Connections (`llmload.loadgen.connections`): with a user's `UserConnections`, the request goes
+out on the user's pooled keep-alive connection, or a new one per request (`connection: close`).
+A request whose pooled connection turns out closed by the server before any byte of the response
+came back (`HTTPConnectionClosed`: EOF or RST with nothing received) is resent once on a new
+connection: one record, `reconnect: resent`, not a failure, as the server never read it. Any other
+failure, on any connection, stays a failure. The record says how the request got its connection
+(`conn_reused`, `connect_ms`, `tls_ms`, `reconnect`, `conn_port`); the setup time of a new
+connection is inside its TTFT, as in vLLM (t0 is taken before the client gets a connection).
+
 Retries: none unless the run configures them (`retries.max` > 0, `llmload.core.config.RetryConfig`).
 `send_request` then resends a request that failed with one of the `retries.on_status` HTTP
 statuses, after the server's `Retry-After` (delta-seconds) or an exponential backoff. Every
@@ -36,10 +45,12 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from llmload.core.config import RetryConfig
 from llmload.core.records import OUTCOME_OK, RequestRecord
+from llmload.loadgen.connections import UserConnections
 from llmload.loadgen.receive_stamps import KERNEL, ReceiveClock
 from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
 
 MAX_RETRY_WAIT_S = 60.0  # a longer Retry-After is cut to this
+DRAIN_S = 1.0  # longest wait for the end of a stream's HTTP message after [DONE]
 NO_RETRIES = RetryConfig()
 
 
@@ -55,6 +66,7 @@ class RequestContext:
     stream: bool
     max_tokens: int
     worker: str
+    prompt_tokens_asked: int | None = None  # synthetic prompts: the configured prompt_tokens
 
 
 class RequestFailed(Exception):
@@ -102,8 +114,31 @@ def _read_body(resp: Any, acc: StreamAccumulator, clock: ReceiveClock) -> None:
     acc.done = True
 
 
+def _open_response(
+    http: HTTPClient, conns: UserConnections | None, path: str, body: bytes, headers: dict[str, str]
+) -> Any:
+    """Send the request; resend it once on a new connection if its pooled connection was closed
+    by the server before any byte of the response came back."""
+    try:
+        return http.request("POST", path, body=body, headers=headers)
+    except HTTPConnectionClosed:
+        if conns is None or conns.lease is None or not conns.lease.reused:
+            raise
+        conns.resending()
+    return http.request("POST", path, body=body, headers=headers)
+
+
+def _drain(resp: Any) -> None:
+    """Read the rest of the HTTP message after [DONE] (the chunked terminator), so the connection
+    goes back to the pool instead of being closed as unfinished."""
+    if not resp.message_complete:
+        with gevent.Timeout(DRAIN_S, False):
+            resp.read()
+
+
 def _exchange(
     http: HTTPClient,
+    conns: UserConnections | None,
     path: str,
     body: bytes,
     headers: dict[str, str],
@@ -113,7 +148,7 @@ def _exchange(
 ) -> int:
     """Send the request and read the answer into acc; returns the HTTP status."""
     try:
-        resp = http.request("POST", path, body=body, headers=headers)
+        resp = _open_response(http, conns, path, body, headers)
     except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError) as e:
         raise RequestFailed("reset", f"connection closed before the response headers: {e}") from None
     except TimeoutError as e:  # the connect timeout, or the first_token timeout on the headers
@@ -121,6 +156,8 @@ def _exchange(
     except (OSError, HTTPParseError) as e:
         raise RequestFailed("connect_error", f"{type(e).__name__}: {e}") from None
     try:
+        if conns is not None:
+            conns.note_response(resp)
         status = resp.get_code()
         if status != 200:
             detail = resp.read()[:200].decode("utf-8", "replace")
@@ -131,6 +168,7 @@ def _exchange(
             raise RequestFailed("wrong_content_type", f"content-type {ctype!r}, expected {expected}", status)
         try:
             (_read_stream if stream else _read_body)(resp, acc, clock)
+            _drain(resp)
         except MalformedStream as e:
             raise RequestFailed("malformed", str(e), status) from None
         except StreamErrorEvent as e:
@@ -164,15 +202,14 @@ def send_request(
     total_timeout: float,
     retries: RetryConfig = NO_RETRIES,
     report: Callable[[RequestRecord], None],
+    conns: UserConnections | None = None,
 ) -> int:
     """Send a request, retrying as configured; `report` gets each attempt's record as it ends
-    (failures are recorded, not raised). Returns the number of attempts (records)."""
+    (failures are recorded, not raised). Returns the number of attempts (records). `conns`: the
+    user's connections (their mode and the connection figures of the records)."""
     body = json.dumps(payload).encode()
-    if ctx.stream:
-        # one connection per streamed request: llama-server closes the connection after every
-        # stream although it answers keep-alive, and a pooled connection the server is closing
-        # fails the next request before its headers (a spurious `reset`)
-        headers = {**headers, "Connection": "close"}
+    if conns is not None:
+        headers = {**headers, **conns.request_headers}
     retry = 0
     while True:
         request_id = f"{ctx.request_id}-retry{retry}" if retry else ctx.request_id
@@ -183,6 +220,7 @@ def send_request(
             {**headers, "X-Request-Id": request_id},
             dataclasses.replace(ctx, request_id=request_id),
             total_timeout,
+            conns,
         )
         report(rec)
         if rec.ok or retry >= retries.max or rec.status not in retries.on_status:
@@ -198,8 +236,11 @@ def _attempt(
     headers: dict[str, str],
     ctx: RequestContext,
     total_timeout: float,
+    conns: UserConnections | None = None,
 ) -> tuple[RequestRecord, str | None]:
     """One HTTP exchange -> its record and the server's Retry-After, if any."""
+    if conns is not None:
+        conns.lease = None
     acc = StreamAccumulator(chat=ctx.endpoint == "chat")
     outcome, error, status, retry_after = OUTCOME_OK, None, None, None
     t_wall = time.time()
@@ -209,9 +250,12 @@ def _attempt(
             clock,
             gevent.Timeout(total_timeout, RequestFailed("timeout", f"request exceeded {total_timeout:g} s")),
         ):
-            status = _exchange(http, path, body, headers, ctx.stream, acc, clock)
+            status = _exchange(http, conns, path, body, headers, ctx.stream, acc, clock)
     except RequestFailed as e:
         outcome, error, status, retry_after = e.kind, e.detail or None, e.status, e.retry_after
+        if conns is not None:
+            conns.failed()
+    lease = conns.lease if conns is not None else None
     t_fail = time.perf_counter() - clock.t0
     usage_tokens = acc.completion_tokens
     estimated = usage_tokens is None
@@ -241,5 +285,11 @@ def _attempt(
         worker=ctx.worker,
         stamps=clock.source,
         read_delay_ms=round(clock.max_delay * 1000.0, 3) if clock.source == KERNEL else None,
+        conn_reused=None if lease is None else lease.reused,
+        connect_ms=None if lease is None else lease.connect_ms,
+        tls_ms=None if lease is None else lease.tls_ms,
+        reconnect=None if lease is None else lease.reconnect,
+        conn_port=None if lease is None else lease.port,
+        prompt_tokens_asked=ctx.prompt_tokens_asked,
     )
     return record, retry_after

@@ -38,7 +38,7 @@ from locust import LoadTestShape
 from locust.runners import MasterRunner, WorkerRunner
 
 from llmload.analysis.health import health_path
-from llmload.analysis.reconcile import Tally, check_rung
+from llmload.analysis.reconcile import Tally, check_inputs, check_rung
 from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
 from llmload.core.records import RecordWriter
@@ -76,6 +76,7 @@ class Stage:
     rate: float | None = None  # rate mode: requests/s (users are the client slots); None: concurrency
     slots: dict[str, list[int]] | None = None  # rate mode, with start_at: each process's [lo, hi) slots
     prompt_words: int | None = None  # synthetic prompts: words per prompt (calibrated on the server)
+    prompt_vocab: list[str] | None = None  # synthetic prompts: the words that cost one token each
 
     @property
     def phase(self) -> str:
@@ -201,7 +202,9 @@ def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
     return None if stage.deadline else stage.users * stage.requests_per_user
 
 
-def plan_stages(config: SweepConfig, model: str, prompt_words: int | None = None) -> list[Stage]:
+def plan_stages(
+    config: SweepConfig, model: str, prompt_words: int | None = None, prompt_vocab: list[str] | None = None
+) -> list[Stage]:
     """Warm-up (if any) then one stage per rung; deadlines are filled in when announced. In rate
     mode every stage has `max_concurrency` users (the client slots); the warm-up is a concurrency
     stage of them."""
@@ -213,7 +216,7 @@ def plan_stages(config: SweepConfig, model: str, prompt_words: int | None = None
     for i, value in enumerate(config.rungs):
         users, rate = (config.max_concurrency, float(value)) if config.rate_mode else (int(value), None)
         stages.append(Stage(len(stages), i, users, config.requests_per_user, model, cfg, rate=rate))
-    return [dataclasses.replace(s, prompt_words=prompt_words) for s in stages]
+    return [dataclasses.replace(s, prompt_words=prompt_words, prompt_vocab=prompt_vocab) for s in stages]
 
 
 def records_path(options: Any) -> Path:
@@ -303,10 +306,10 @@ class LadderShape(LoadTestShape):
             context=ctx,
             timeout=config.timeouts.connect,
         )
-        prompt_words = self._prepare_workload(config, model, ctx)
+        prompt_words, prompt_vocab = self._prepare_workload(config, model, ctx)
         path = records_path(options)
         run_file = Path(str(path).removesuffix("_records.jsonl").removesuffix(".jsonl") + "_run.json")
-        stages = plan_stages(config, model, prompt_words)
+        stages = plan_stages(config, model, prompt_words, prompt_vocab)
         # a new run starts new files, as Locust rewrites its CSVs (a second start from the web UI)
         state = RunState(
             config, env.host, model, RecordWriter(path, fsync=False, truncate=True), run_file, stages
@@ -315,26 +318,31 @@ class LadderShape(LoadTestShape):
         log.info("llmload: model %s, rungs %s, records in %s", model, list(config.rungs), path)
         return state
 
-    def _prepare_workload(self, config: SweepConfig, model: str, ctx: Any) -> int | None:
-        """Check the prompt file; for synthetic prompts, the words per prompt (llmload.loadgen.workload)."""
+    def _prepare_workload(
+        self, config: SweepConfig, model: str, ctx: Any
+    ) -> tuple[int | None, list[str] | None]:
+        """Check the prompt file; for synthetic prompts, the words per prompt and the words that
+        cost one token each (llmload.loadgen.workload)."""
         if config.prompt_file is not None:
             load_prompt_file(config.prompt_file, config.prompt_format)
         if config.prompt_tokens is None:
-            return None
+            return None, None
         options = self.runner.environment.parsed_options
         cal = calibrate(
             self.runner.environment.host or "", model, config.endpoint, auth_headers(api_key(options)), ctx
         )
-        words = cal.words_for(config.prompt_tokens)
+        words = cal.words_for(config.prompt_tokens, config.unique_prompts)
         log.info(
-            "llmload: prompt_tokens %d -> %d words (%.3f tokens/word + %.1f, by %s)",
+            "llmload: prompt_tokens %d -> %d one-token words + %d tokens every prompt costs "
+            "(%d one-token words found by %s, overhead by %s)",
             config.prompt_tokens,
             words,
-            cal.per_word,
             cal.overhead,
+            len(cal.vocab),
             cal.method,
+            cal.overhead_method,
         )
-        return words
+        return words, list(cal.vocab)
 
     def _reconcile(self, progress: _StageProgress) -> None:
         """A finished rung whose token accounts do not add up fails the run (exit code 3)."""
@@ -348,6 +356,10 @@ class LadderShape(LoadTestShape):
         )
         if problem:
             log.error("llmload: token reconciliation failed: %s", problem)
+            self.runner.environment.process_exit_code = 3
+        missed = check_inputs(progress.stage.name, tally, run.config.input_tolerance)
+        if missed:
+            log.error("llmload: input lengths not as asked: %s", missed)
             self.runner.environment.process_exit_code = 3
 
     @staticmethod

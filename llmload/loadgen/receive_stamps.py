@@ -18,9 +18,6 @@ of the read, and says so (`ReceiveClock.source`).
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import struct
 import sys
 import time
 from typing import Any
@@ -30,9 +27,8 @@ from gevent import getcurrent
 from geventhttpclient.client import HTTPClient
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
 
-SO_TIMESTAMPNS = 35  # Linux's SO_TIMESTAMPNS_OLD (= SCM_TIMESTAMPNS); Python does not export it
-_TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux: tv_sec, tv_nsec
-_ANCILLARY_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
+from llmload.core.kernel_stamps import ANCILLARY_SIZE, enable_stamps, stamp_of
+
 CLOCK_SLACK_S = 0.001  # time.time() vs perf_counter() disagreement tolerated before a stamp is distrusted
 KERNEL, USER = "kernel", "user"
 _READING: dict[Any, ReceiveClock] = {}  # greenlet -> the clock of the request it is reading
@@ -44,20 +40,18 @@ class StampedSocket(gevent.socket.socket):
     reading it."""
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        data, ancillary, _, _ = self.recvmsg(bufsize, _ANCILLARY_SIZE, flags)
+        data, ancillary, _, _ = self.recvmsg(bufsize, ANCILLARY_SIZE, flags)
         clock = _READING.get(getcurrent())
         if clock is not None:
-            for level, kind, raw in ancillary:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
-                    sec, nsec = _TIMESPEC.unpack_from(raw)
-                    clock.rx_time = sec + nsec * 1e-9
+            stamp = stamp_of(ancillary)
+            if stamp is not None:
+                clock.rx_time = stamp
         return data
 
 
 def _create_stamped_socket(family: int, socktype: int, protocol: int) -> gevent.socket.socket:
     sock = StampedSocket(family, socktype, protocol)
-    with contextlib.suppress(OSError):  # without stamps the clock falls back to read times
-        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    enable_stamps(sock)  # without stamps the clock falls back to read times
     return sock
 
 

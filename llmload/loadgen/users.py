@@ -25,6 +25,7 @@ from llmload.core.names import REQUEST_TYPE
 from llmload.core.records import RequestRecord
 from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets
 from llmload.loadgen.client import RequestContext, send_request
+from llmload.loadgen.connections import UserConnections
 from llmload.loadgen.ladder import BOARD, MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
 from llmload.loadgen.options import api_key
 from llmload.loadgen.payload import build_payload, endpoint_path
@@ -92,6 +93,7 @@ class LLMUser(FastHttpUser):
         stamp_receive_times(
             self._http
         )  # message times from the kernel where it can (llmload.loadgen.receive_stamps)
+        self._conns = UserConnections(self._http, config.connection)  # llmload.loadgen.connections
         self._base_path = urlsplit(self.host).path.rstrip("/")
 
     def _stage_config(self, stage: Stage) -> SweepConfig:
@@ -109,7 +111,9 @@ class LLMUser(FastHttpUser):
             return
         if stage.start_at is None:
             if self._ready_seq != stage.seq:
-                workload_for(self._stage_config(stage), stage.prompt_words)  # built before the go
+                workload_for(
+                    self._stage_config(stage), stage.prompt_words, stage.prompt_vocab
+                )  # before the go
                 ready = {"seq": stage.seq, "user": self._uid, "worker": self._worker}
                 self.environment.runner.send_message(MSG_USER_READY, ready)
                 self._ready_seq = stage.seq
@@ -139,7 +143,7 @@ class LLMUser(FastHttpUser):
         config = self._stage_config(stage)
         request_id = uuid.uuid4().hex
         index = next(_PROMPT_INDEX) if index is None else index
-        prompt = workload_for(config, stage.prompt_words).prompt(index, request_id)
+        prompt = workload_for(config, stage.prompt_words, stage.prompt_vocab).prompt(index, request_id)
         ctx = RequestContext(
             request_id,
             stage.rung,
@@ -149,7 +153,9 @@ class LLMUser(FastHttpUser):
             config.stream,
             config.max_tokens,
             self._worker,
+            config.prompt_tokens,
         )
+        self._conns.mode = config.connection
         return send_request(
             self._http,
             self._base_path + endpoint_path(config.endpoint),
@@ -159,6 +165,7 @@ class LLMUser(FastHttpUser):
             total_timeout=config.timeouts.total,
             retries=config.retries,
             report=lambda rec: self._report(rec, stage.name, t_scheduled, stage.rate),
+            conns=self._conns,
         )
 
     def _report(

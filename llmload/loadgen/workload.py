@@ -2,12 +2,16 @@
 
 Sources (config keys):
 - `prompt`: one fixed prompt (the default).
-- `prompt_tokens: N`: synthetic prompts of N input tokens: words drawn (seeded) from a plain
-  English vocabulary. The words-to-tokens ratio of the server's tokenizer is measured once, on
-  the master, with the server's `/tokenize` (vLLM: `{"prompt"|"messages"}` -> `count`; llama.cpp:
-  `{"content"}` -> `tokens`) and, when the server has none, from `usage.prompt_tokens` of two
-  one-token probe requests. Two lengths give the per-word slope and the constant overhead (BOS,
-  chat template). The real input length of every request is its `usage.prompt_tokens`.
+- `prompt_tokens: N`: synthetic prompts whose length as the server counts it
+  (`usage.prompt_tokens`, BOS and chat template included) is N. Calibrated once, on the master
+  (`calibrate`): every word of a plain English vocabulary is tokenized after a fixed anchor word
+  (with `/tokenize` where the server has it, vLLM `{"prompt"|"messages"}` -> `count`, llama.cpp
+  `{"content"}` -> `tokens`; else `usage.prompt_tokens` of one-token requests), and only the
+  words that cost exactly one token there are used. Every synthetic prompt is the anchor followed
+  by such words, so it costs `overhead` + words tokens, where `overhead` (BOS, chat template, the
+  anchor) is measured from `usage.prompt_tokens` of a probe request (from `/tokenize` when the
+  server sends no usage). The run re-checks every request's `usage.prompt_tokens` against N
+  (`llmload.analysis.reconcile.check_inputs`).
 - `shared_prefix_ratio: r`: the first r of a synthetic prompt's words are the same in every
   request (a system-prompt-like prefix a prefix cache can reuse); the rest differ per prompt.
 - `prompt_file`: text (one prompt per non-empty line), JSONL (objects with a "prompt" field), or
@@ -16,7 +20,9 @@ Sources (config keys):
   used as output lengths: every request asks for `max_tokens` with `ignore_eos`, so rungs stay
   comparable (vLLM's ShareGPT dataset uses the reply's length instead).
 - `unique_prompts: true`: a per-request tag makes every prompt unique (defeats prefix caching);
-  it goes right after the shared prefix, so the prefix stays shared.
+  it goes right after the shared prefix, so the prefix stays shared. In a synthetic prompt the tag
+  is `TAG_WORDS` one-token words (picked by a hash of the request id) counted inside N; in other
+  prompts it is `[<12 hex digits>] `, on top of them.
 
 Request i of a process gets prompt `pool[i % len(pool)]`: the pool is the shuffled file prompts or
 `SYNTHETIC_POOL` synthetic prompts, built once per process (`workload_for`).
@@ -24,11 +30,13 @@ Request i of a process gets prompt `pool[i % len(pool)]`: the pool is the shuffl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,25 +54,49 @@ _VOCAB = (
     "parent face others level office door health person art war history party result change "
     "morning reason research girl guy moment air teacher force education"
 )
-_WORDS = tuple(_VOCAB.split())
+WORDS = tuple(_VOCAB.split())
 SYNTHETIC_POOL = 1024  # distinct synthetic prompts per process
-CALIBRATION_WORDS = 200
+ANCHOR = WORDS[0]  # every synthetic prompt starts with it: the words after it all have a leading space
+TAG_WORDS = 4  # words of a synthetic prompt's unique_prompts tag (counted inside prompt_tokens)
+MIN_VOCAB = 16  # fewer one-token words than this: the server's tokenizer is too unlike BPE on English
+OVERHEAD_PROBE_WORDS = 32
 
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    """Tokens = overhead + per_word * words, measured on the server; `method` says how."""
+    """How the server counts a synthetic prompt: each word of `vocab` costs one token after the
+    anchor, and a prompt costs `overhead` tokens more (BOS, chat template, the anchor)."""
 
-    per_word: float
-    overhead: float
-    method: str  # "tokenize" or "usage"
+    vocab: tuple[str, ...]
+    overhead: int
+    method: str  # how the words were counted: "tokenize" or "usage"
+    overhead_method: str  # how the overhead was measured: "usage" or "tokenize"
 
-    def words_for(self, tokens: int) -> int:
-        return max(1, round((tokens - self.overhead) / self.per_word))
+    def words_for(self, tokens: int, unique: bool) -> int:
+        """Words after the anchor (tag included) of a prompt of `tokens` tokens; ConfigError if
+        the asked length is below what every prompt costs anyway."""
+        words = tokens - self.overhead
+        least = 1 + (TAG_WORDS if unique else 0)
+        if words < least:
+            raise ConfigError(
+                f"'prompt_tokens' {tokens} is too short: every prompt costs {self.overhead} tokens on this "
+                f"server (BOS, chat template) plus {least} word(s); ask for at least {self.overhead + least}"
+            )
+        return words
 
 
-def synthetic_text(rng: random.Random, words: int) -> str:
-    return " ".join(rng.choice(_WORDS) for _ in range(words))
+def synthetic_text(rng: random.Random, words: int, vocab: tuple[str, ...] = WORDS) -> str:
+    return " ".join(rng.choice(vocab) for _ in range(words))
+
+
+def tag_words(request_id: str, vocab: tuple[str, ...]) -> str:
+    """The unique_prompts tag of a synthetic prompt: TAG_WORDS vocab words from the request id."""
+    n = int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "big")
+    out = []
+    for _ in range(TAG_WORDS):
+        n, digit = divmod(n, len(vocab))
+        out.append(vocab[digit])
+    return " ".join(out)
 
 
 def _post_json(
@@ -100,25 +132,39 @@ def _count_usage(host: str, model: str, chat: bool, text: str, headers: dict[str
     )
 
 
+_COUNT_ERRORS = (urllib.error.URLError, OSError, ValueError, KeyError, TypeError)
+
+
 def calibrate(
     host: str, model: str, endpoint: str, headers: dict[str, str], context: ssl.SSLContext | None = None
 ) -> Calibration:
-    """Measure the server's tokens per synthetic word (see the module docstring)."""
+    """Find the words that cost one token on the server, and the overhead of every prompt (see
+    the module docstring)."""
     host = host.rstrip("/")
     chat = endpoint == "chat"
-    rng = random.Random("llmload-calibration")
-    short, long = synthetic_text(rng, CALIBRATION_WORDS), synthetic_text(rng, 2 * CALIBRATION_WORDS)
     for method, count in (("tokenize", _count_tokenize), ("usage", _count_usage)):
         try:
-            a, b = (
-                count(host, model, chat, short, headers, context),
-                count(host, model, chat, long, headers, context),
+            base = count(host, model, chat, ANCHOR, headers, context)
+            vocab = tuple(
+                w
+                for w in WORDS[1:]
+                if count(host, model, chat, f"{ANCHOR} {w}", headers, context) == base + 1
             )
-        except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+        except _COUNT_ERRORS:
             continue
-        per_word = (b - a) / CALIBRATION_WORDS
-        if per_word > 0:
-            return Calibration(per_word, a - per_word * CALIBRATION_WORDS, method)
+        if len(vocab) < MIN_VOCAB:
+            raise ConfigError(
+                f"{host}: only {len(vocab)} common English words cost one token on this server "
+                f"(by {method}): 'prompt_tokens' cannot build prompts of an exact length; use 'prompt_file'"
+            )
+        words = vocab[:OVERHEAD_PROBE_WORDS]
+        probe = " ".join([ANCHOR, *words])  # costs overhead (the anchor's cost included) + len(words)
+        for overhead_method, measure in (("usage", _count_usage), ("tokenize", count)):
+            try:
+                overhead = measure(host, model, chat, probe, headers, context) - len(words)
+            except _COUNT_ERRORS:
+                continue
+            return Calibration(vocab, overhead, method, overhead_method)
     raise ConfigError(
         f"{host}: cannot measure prompt lengths for 'prompt_tokens' (no /tokenize, no usage.prompt_tokens)"
     )
@@ -175,32 +221,42 @@ def load_prompt_file(path: str | Path, fmt: str = "auto") -> list[str]:
 class Workload:
     """The prompt pool of a run in one process; `prompt(i, request_id)` is a list lookup."""
 
-    def __init__(self, config: SweepConfig, prompt_words: int | None = None) -> None:
+    def __init__(
+        self, config: SweepConfig, prompt_words: int | None = None, vocab: Sequence[str] | None = None
+    ) -> None:
         rng = random.Random(f"llmload-workload:{config.seed}")
         self.unique = config.unique_prompts
         self.prefix = ""
+        self.vocab: tuple[str, ...] | None = None  # synthetic prompts: the words (and tag words)
         if config.prompt_file is not None:
             pool = load_prompt_file(config.prompt_file, config.prompt_format)
             rng.shuffle(pool)
         elif config.prompt_tokens is not None:
-            words = prompt_words or config.prompt_tokens
+            self.vocab = tuple(vocab or WORDS[1:])
+            words = prompt_words or config.prompt_tokens  # after the anchor, tag included
             shared = round(words * config.shared_prefix_ratio)
-            self.prefix = synthetic_text(rng, shared) + " " if shared else ""
-            pool = [synthetic_text(rng, words - shared) for _ in range(SYNTHETIC_POOL)]
+            body = max(1, words - shared - (TAG_WORDS if self.unique else 0))
+            self.prefix = " ".join([ANCHOR, *(rng.choice(self.vocab) for _ in range(shared))]) + " "
+            pool = [synthetic_text(rng, body, self.vocab) for _ in range(SYNTHETIC_POOL)]
         else:
             pool = [config.prompt]
         self.pool = pool
 
     def prompt(self, index: int, request_id: str) -> str:
         body = self.pool[index % len(self.pool)]
-        tag = f"[{request_id[:12]}] " if self.unique else ""
-        return self.prefix + tag + body
+        if not self.unique:
+            return self.prefix + body
+        if self.vocab is not None:
+            return f"{self.prefix}{tag_words(request_id, self.vocab)} {body}"
+        return f"{self.prefix}[{request_id[:12]}] {body}"
 
 
 _CACHE: dict[tuple[str, int | None], Workload] = {}
 
 
-def workload_for(config: SweepConfig, prompt_words: int | None) -> Workload:
+def workload_for(
+    config: SweepConfig, prompt_words: int | None, vocab: Sequence[str] | None = None
+) -> Workload:
     """This process's workload for a run's configuration (built on first use, then reused)."""
     key = (
         json.dumps(
@@ -212,11 +268,12 @@ def workload_for(config: SweepConfig, prompt_words: int | None) -> Workload:
                 config.shared_prefix_ratio,
                 config.unique_prompts,
                 config.prompt_format,
+                list(vocab or ()),
             ]
         ),
         prompt_words,
     )
     if key not in _CACHE:
         _CACHE.clear()
-        _CACHE[key] = Workload(config, prompt_words)
+        _CACHE[key] = Workload(config, prompt_words, vocab)
     return _CACHE[key]

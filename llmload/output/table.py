@@ -19,6 +19,7 @@ from tabulate import tabulate
 
 from llmload.analysis.metrics import LATENCY_NAMES, RungMetrics
 from llmload.analysis.sweep_rows import SweepRow
+from llmload.core.config import SweepConfig
 from llmload.core.names import rung_name
 from llmload.core.stats import DEFAULT_PERCENTILES, Summary, percentile_label
 
@@ -28,6 +29,7 @@ WIDE_COLUMNS = ("rung", "requests", "partial_tokens", "failure_kinds")
 ESTIMATED_MARK = "*"
 PARTIAL_MARK = "!"
 SATURATED_MARK = "^"
+INPUT_TOLERANCE = SweepConfig().input_tolerance  # the note's threshold: the default that fails a run
 _ESTIMATED_COLUMNS = ("agg_tok/s", "per_req_tok/s", "tokens")
 
 
@@ -95,6 +97,13 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
                 f"on {g['worker']}{reads}): latencies may be off and throughput understated; "
                 "rerun with more --processes or workers"
             )
+    notes += _input_notes(rows)
+    opened = [r for r in rows if r.new_connections is not None]
+    if opened:
+        notes.append(
+            "new connections (connect and TLS inside TTFT): "
+            + ", ".join(f"{rung_name(r.rung, r.conc)} {r.new_connections} of {r.requests}" for r in opened)
+        )
     for r in rows:
         if r.failures:
             kinds = ", ".join(f"{k} x{n}" for k, n in r.failures_by_kind.items())
@@ -102,6 +111,33 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
                 f"{rung_name(r.rung, r.conc)}: {r.failures} of {r.requests} requests failed ({kinds}); "
                 f"their {r.partial_tokens} partial tokens are not counted"
             )
+    return notes
+
+
+def _input_notes(rows: Sequence[SweepRow]) -> list[str]:
+    """Runs that asked for a prompt length (`prompt_tokens`): the input tokens each rung sent
+    (server's count), and a warning when they missed the ask. (JSON has them for every run.)"""
+    sent = [r for r in rows if r.input_tokens is not None and r.input_tokens["asked"]]
+    if not sent:
+        return []
+    notes = [
+        f"input tokens (asked {sent[0].input_tokens['asked']}): "
+        + ", ".join(
+            f"{rung_name(r.rung, r.conc)} mean {r.input_tokens['mean']:.1f} "
+            f"min {r.input_tokens['min']} max {r.input_tokens['max']}"
+            for r in sent
+        )
+    ]
+    limit = 100.0 * INPUT_TOLERANCE
+    missed = [
+        r for r in sent if r.input_tokens["miss_pct"] is not None and abs(r.input_tokens["miss_pct"]) > limit
+    ]
+    if missed:
+        notes.append(
+            f"inputs missed the asked length by more than {limit:g} %: "
+            + ", ".join(f"{rung_name(r.rung, r.conc)} {r.input_tokens['miss_pct']:+.1f} %" for r in missed)
+            + " (every latency and rate is for a different input length than asked)"
+        )
     return notes
 
 
@@ -142,8 +178,8 @@ def _latency_rows(metrics: Sequence[RungMetrics], percentiles: Sequence[float]) 
     for m in metrics:
         for name in LATENCY_NAMES:
             s = m.latencies[name]
-            if s is None and name == "queue_wait":
-                continue  # only rate-mode rungs wait for a client slot
+            if s is None and name in ("queue_wait", "connect", "tls"):
+                continue  # only rate-mode rungs wait for a client slot; reused connections cost nothing
             label = "itl (per chunk)" if name == "itl" and m.itl_per_chunk else name
             cells = _summary_cells(s, percentiles).values()
             body.append([rung_name(m.rung, m.conc), label, str(0 if s is None else s.count), *cells])

@@ -54,6 +54,19 @@ class SimConfig:
         help="ignore the ignore_eos request field (requests stop at their natural length)",
         group=SERVER,
     )
+    keep_alive_timeout: float | None = setting(
+        None,
+        help="close a connection idle for S seconds and announce it (Keep-Alive: timeout=S); "
+        "llama-server uses 5",
+        parse=float,
+        group=SERVER,
+    )
+    max_requests_per_connection: int | None = setting(
+        None,
+        help="answer the N-th request of a connection with Connection: close, then close it",
+        parse=int,
+        group=SERVER,
+    )
     step: StepModel = setting(default_factory=StepModel, help="the step model")
     max_num_seqs: int = setting(
         256, help="running batch limit; the rest wait (FIFO)", parse=int, group="engine"
@@ -72,5 +85,9 @@ class SimConfig:
             raise ValueError("drop_after must be >= 0")
         if self.max_num_seqs < 1 or self.max_model_len < 1:
             raise ValueError("max_num_seqs and max_model_len must be >= 1")
+        if self.keep_alive_timeout is not None and self.keep_alive_timeout <= 0:
+            raise ValueError("--keep-alive-timeout must be > 0")
+        if self.max_requests_per_connection is not None and self.max_requests_per_connection < 1:
+            raise ValueError("--max-requests-per-connection must be >= 1")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError("--ssl-certfile and --ssl-keyfile go together")

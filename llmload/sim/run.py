@@ -18,6 +18,7 @@ from pathlib import Path
 from aiohttp import web
 
 from llmload.sim.config import SimConfig
+from llmload.sim.connections import listening_socket
 from llmload.sim.engine import Engine
 from llmload.sim.server import SimServer
 from llmload.sim.truth import TruthLog
@@ -49,10 +50,12 @@ async def serve(config: SimConfig) -> None:
     engine = Engine(
         config.step, max_num_seqs=config.max_num_seqs, max_model_len=config.max_model_len, truth=truth
     )
-    runner = web.AppRunner(
-        SimServer(config, engine, truth).app(), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S
-    )
+    sim = SimServer(config, engine, truth)
+    keep_alive = {} if config.keep_alive_timeout is None else {"keepalive_timeout": config.keep_alive_timeout}
+    runner = web.AppRunner(sim.app(), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S, **keep_alive)
     await runner.setup()
+    assert runner.server is not None
+    sim.connections.watch(runner.server)
     engine_task = asyncio.create_task(engine.run(), name="llmload-sim-engine")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -60,7 +63,8 @@ async def serve(config: SimConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         tls = server_tls(config)
-        site = web.TCPSite(runner, config.host, config.port, backlog=LISTEN_BACKLOG, ssl_context=tls)
+        listener = listening_socket(config.host, config.port)  # kernel receive stamps (truth)
+        site = web.SockSite(runner, listener, backlog=LISTEN_BACKLOG, ssl_context=tls)
         await site.start()
         port = int(runner.addresses[0][1])
         if config.port_file is not None:

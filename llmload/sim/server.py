@@ -25,6 +25,7 @@ from aiohttp import web
 from llmload.sim import metrics, shapes
 from llmload.sim.api import ApiError, GenerationRequest, check_model, parse_generation, prompt_of
 from llmload.sim.config import SimConfig
+from llmload.sim.connections import ConnectionTracker
 from llmload.sim.engine import ADMITTED, STOPPED, Engine, Sequence
 from llmload.sim.faults import FaultPicker
 from llmload.sim.tokens import acceptance_rng, completion_text, natural_length, prompt_hash, token_ids
@@ -84,6 +85,7 @@ class SimServer:
         self.truth = truth
         self.faults = FaultPicker(config.faults, config.fault_seed)
         self.created = int(time.time())
+        self.connections = ConnectionTracker(config, truth)
 
     @web.middleware
     async def check_api_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -98,6 +100,7 @@ class SimServer:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.check_api_key] if self.config.api_key else [])
+        app.on_response_prepare.append(self.connections.on_prepare)
         app.add_routes(
             [
                 web.post("/v1/completions", self.completions),
@@ -166,7 +169,12 @@ class SimServer:
         arrival = time.time()
         request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         rec = RequestTruth(
-            id=request_id, endpoint="chat" if chat else "completions", stream=False, arrival=arrival
+            id=request_id,
+            endpoint="chat" if chat else "completions",
+            stream=False,
+            arrival=arrival,
+            connection=self.connections.id_of(request),
+            received=self.connections.received(request),
         )
         try:
             resp = await self._respond(request, chat, rec, {"X-Request-Id": request_id})

@@ -1,17 +1,23 @@
 """The simulator's toy tokenizer and its deterministic "model output".
 
-One token per whitespace-separated word, both ways: a prompt costs `len(text.split())` tokens,
-and every generated token is `" " + word` from a fixed vocabulary, so `len(text.split())` of a
-completion equals its `usage.completion_tokens` exactly. Everything here is a pure function of
-the prompt (and the seed for the acceptance pattern), so the same prompt always gets the same
-text, the same natural stop length and the same speculative-decoding step pattern, like a
-greedy model on a real server.
+Prompts are counted like a byte-pair-encoding tokenizer counts them, so a client that assumes
+one token per word is caught: the text is cut into pieces as GPT-2's pre-tokenizer does (a run
+of letters with its leading space, each digit, each other character, runs of whitespace), a
+letters piece costs one token per started `LETTERS_PER_TOKEN` letters (common short words: 1,
+"government": 2), every other piece 1, and a prompt starts with one BOS token; a chat prompt adds
+`CHAT_TEMPLATE_TOKENS_PER_MESSAGE` per message. A tag like `[1f3a9c0b2d4e]` costs ~10 tokens, as
+on a real tokenizer. Every generated token is `" " + word` from a fixed vocabulary of short
+words, so `len(text.split())` of a completion equals its `usage.completion_tokens` exactly.
+Everything here is a pure function of the prompt (and the seed for the acceptance pattern), so
+the same prompt always gets the same text, the same natural stop length and the same
+speculative-decoding step pattern, like a greedy model on a real server.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+import re
 import zlib
 from collections.abc import Sequence
 
@@ -26,6 +32,9 @@ _WORDS = (
 )
 VOCAB: tuple[str, ...] = tuple(_WORDS.split())
 CHAT_TEMPLATE_TOKENS_PER_MESSAGE = 3  # role header + separators a real chat template adds
+BOS_TOKENS = 1  # the beginning-of-sequence token every prompt starts with
+LETTERS_PER_TOKEN = 6  # a run of letters costs one token per started 6 letters
+_PIECES = re.compile(r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]|\s+")
 NATURAL_MIN_TOKENS = 16
 NATURAL_MAX_TOKENS = 511
 TOKEN_ID_SPACE = 32000  # ids returned by /tokenize are crc32(word) modulo this
@@ -33,22 +42,37 @@ TOKEN_ID_SPACE = 32000  # ids returned by /tokenize are crc32(word) modulo this
 _MASK64 = (1 << 64) - 1
 
 
+def _tokens(text: str) -> list[str]:
+    """The tokens of `text` (without BOS), as strings."""
+    out = []
+    for piece in _PIECES.findall(text):
+        letters = piece.lstrip(" ")
+        if letters.isalpha() and len(letters) > LETTERS_PER_TOKEN:
+            lead = piece[: len(piece) - len(letters)]
+            cuts = range(0, len(letters), LETTERS_PER_TOKEN)
+            out.extend((lead if i == 0 else "") + letters[i : i + LETTERS_PER_TOKEN] for i in cuts)
+        else:
+            out.append(piece)
+    return out
+
+
 def count_tokens(text: str) -> int:
-    """Tokens in `text`: one per whitespace-separated word."""
-    return len(text.split())
+    """Tokens of a prompt `text`: BOS + its pieces (module docstring)."""
+    return BOS_TOKENS + len(_tokens(text))
 
 
 def token_ids(text: str) -> list[int]:
-    """Stable integer ids for the words of `text` (what `/tokenize` returns)."""
-    return [zlib.crc32(word.encode()) % TOKEN_ID_SPACE for word in text.split()]
+    """Stable integer ids of the tokens of a prompt, BOS (id 1) first (what `/tokenize` returns)."""
+    return [1] * BOS_TOKENS + [zlib.crc32(t.encode()) % TOKEN_ID_SPACE for t in _tokens(text)]
 
 
 def chat_prompt(messages: Sequence[dict[str, object]]) -> tuple[str, int]:
-    """The prompt text of a chat request and its token count (words + 3 per message)."""
+    """The prompt text of a chat request and its token count: BOS, the contents' tokens and
+    `CHAT_TEMPLATE_TOKENS_PER_MESSAGE` per message."""
     contents = [str(m.get("content") or "") for m in messages]
     text = "\n".join(f"{m.get('role', '')}: {c}" for m, c in zip(messages, contents, strict=True))
-    tokens = sum(count_tokens(c) for c in contents) + CHAT_TEMPLATE_TOKENS_PER_MESSAGE * len(messages)
-    return text, tokens
+    tokens = BOS_TOKENS + sum(len(_tokens(c)) for c in contents)
+    return text, tokens + CHAT_TEMPLATE_TOKENS_PER_MESSAGE * len(messages)
 
 
 def prompt_hash(prompt: str) -> int:

@@ -7,7 +7,10 @@ Two kinds of line, each flushed as soon as it is written:
 - `{"type": "request", "id", "endpoint", "stream", "arrival", "admitted", "first_token",
   "last_token", "prompt_tokens", "completion_tokens", "tokens_sent", "finish_reason", "fault",
   "chunk_times", "chunk_tokens", "status"}` (plus `"role_sent"` for chat) when a request ends,
-  faulted, rejected or not. Times are `time.time()` read right after the bytes were handed to the transport.
+  faulted, rejected or not; `"connection"` names the connection that carried it.
+- `{"type": "connection", "id", "accepted", "peer_port", "tls"}` when a connection is
+  established (llmload.sim.connections). Times are `time.time()` read right after the bytes
+  were handed to the transport.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class RequestTruth:
     chunk_tokens: list[int] = field(default_factory=list)
     role_sent: float | None = None  # chat only: when the role-only first chunk was written
     status: int | None = None  # HTTP status sent; None when the connection was reset before headers
+    connection: int | None = None  # id of the connection that carried it (llmload.sim.connections)
+    received: float | None = None  # when its first bytes were received, before the handler ran
 
     def content_written(self, t: float, tokens: int) -> None:
         """Record one content chunk (or a non-streamed body) carrying `tokens` tokens."""
@@ -68,6 +73,9 @@ class TruthLog:
             return
         self._fh.write(json.dumps(data, separators=(",", ":")) + "\n")
         self._fh.flush()
+
+    def connection(self, data: dict[str, Any]) -> None:
+        self._write({"type": "connection", **data})
 
     def request(self, rec: RequestTruth) -> None:
         self._write(rec.to_dict())

@@ -155,7 +155,7 @@ def test_vllm_usage_only_when_asked_in_separate_chunk(sim_start: Callable[..., S
     )
     *content, (_, last) = asked.chunks
     assert last["choices"] == [] and last["usage"]["completion_tokens"] == 20
-    assert last["usage"]["prompt_tokens"] == 4 and last["usage"]["total_tokens"] == 24
+    assert last["usage"]["prompt_tokens"] == 5 and last["usage"]["total_tokens"] == 25  # BOS + 4 words
     assert not any("usage" in m for _, m in content)
     assert content[-1][1]["choices"][0]["finish_reason"] == "length"  # on the last content chunk
     continuous = call(
@@ -188,13 +188,13 @@ def test_nonstream_completion_and_chat_include_usage(sim_start: Callable[..., Si
     body = {"prompt": "one two three", "max_tokens": 30, "ignore_eos": True}
     data = json.loads(call(sim.url, "/v1/completions", body).body)
     assert data["object"] == "text_completion" and words(data["choices"][0]["text"]) == 30
-    assert data["usage"] == {"prompt_tokens": 3, "total_tokens": 33, "completion_tokens": 30}
+    assert data["usage"] == {"prompt_tokens": 4, "total_tokens": 34, "completion_tokens": 30}
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there you"}]
     chat = json.loads(
         call(sim.url, "/v1/chat/completions", {"messages": messages, "max_completion_tokens": 7}).body
     )
     assert chat["choices"][0]["message"]["role"] == "assistant"
-    assert chat["usage"]["prompt_tokens"] == 2 + 3 + 2 * 3  # words + 3 template tokens per message
+    assert chat["usage"]["prompt_tokens"] == 1 + 2 + 3 + 2 * 3  # BOS, words, 3 template tokens per message
 
 
 def test_chat_role_chunk_comes_first(sim_start: Callable[..., SimulatorProcess]) -> None:
@@ -235,7 +235,7 @@ def test_models_tokenize_health_and_request_id(sim_start: Callable[..., Simulato
     assert models["object"] == "list" and models["data"][0]["id"] == "m1"
     assert models["data"][0]["max_model_len"] == 4096
     tok = json.loads(call(sim.url, "/tokenize", {"model": "m1", "prompt": "a b c d"}).body)
-    assert tok["count"] == 4 and len(tok["tokens"]) == 4 and tok["max_model_len"] == 4096
+    assert tok["count"] == 5 and len(tok["tokens"]) == 5 and tok["max_model_len"] == 4096  # BOS + 4
     assert call(sim.url, "/health").status == 200
     reply = call(sim.url, "/v1/completions", {**completion(3), "model": "m1"}, request_id="rid-42")
     assert reply.headers["X-Request-Id"] == "rid-42" and reply.chunks[0][1]["id"] == "cmpl-rid-42"
@@ -383,7 +383,7 @@ def test_metrics_counters_equal_tokens_served(sim_start: Callable[..., Simulator
     accepted = metrics["vllm:spec_decode_num_accepted_tokens_total" + label]
     assert drafts + accepted == served
     assert metrics["vllm:spec_decode_num_draft_tokens_total" + label] == 7 * drafts
-    assert metrics["vllm:prompt_tokens_total" + label] == 5  # one word per prompt
+    assert metrics["vllm:prompt_tokens_total" + label] == 5 * 3  # BOS, "m", digit per prompt
 
 
 def test_sigterm_closes_truth_log_and_exits_zero(tmp_path: Path) -> None:

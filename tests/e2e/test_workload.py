@@ -11,7 +11,7 @@ from fixtures.paths import REPO
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.config import ConfigError, SweepConfig, load_config
 from llmload.core.records import read_records
-from llmload.loadgen.workload import Workload, calibrate, load_prompt_file
+from llmload.loadgen.workload import WORDS, Workload, calibrate, load_prompt_file, tag_words
 from llmload.sim.truth import load_truth
 
 SAMPLE = REPO / "config" / "sharegpt-sample.json"
@@ -66,20 +66,30 @@ def test_workload_is_seeded_and_prefix_is_shared():
         3, "x"
     ) != a.prompt(3, "x")
     p0, p1 = a.prompt(0, "r0"), a.prompt(1, "r1")
-    assert p0.split()[:20] == p1.split()[:20] and p0 != p1
-    assert len(p0.split()) == 40
+    assert p0.split()[:21] == p1.split()[:21] and p0 != p1  # the anchor and 20 shared words
+    assert len(p0.split()) == 1 + 40
     unique = Workload(SweepConfig(prompt_tokens=40, shared_prefix_ratio=0.5, unique_prompts=True))
     tagged = unique.prompt(0, "abcdef0123456789")
-    assert tagged.split()[20] == "[abcdef012345]"  # the tag follows the shared prefix
+    tag = tag_words("abcdef0123456789", unique.vocab)
+    assert tagged.split()[21:25] == tag.split() and len(tagged.split()) == 1 + 40  # inside the budget
+    assert tag != tag_words("abcdef0123456788", unique.vocab)
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 def test_calibration_against_the_server(sim_start, endpoint):
     sim = sim_start(base_ms=1)
     cal = calibrate(sim.url, "sim-model", endpoint, {})
-    # the simulator: one token per word, plus 3 template tokens per chat message
-    assert (cal.method, cal.per_word, cal.overhead) == ("tokenize", 1.0, 3.0 if endpoint == "chat" else 0.0)
-    assert cal.words_for(100) == (97 if endpoint == "chat" else 100)
+    # the simulator's tokenizer: words of up to 6 letters are one token, longer ones two
+    # (llmload.sim.tokens); every prompt costs BOS + the anchor word (+ 3 chat template tokens)
+    assert cal.vocab == tuple(w for w in WORDS[1:] if len(w) <= 6)
+    assert (cal.method, cal.overhead_method, cal.overhead) == (
+        "tokenize",
+        "usage",
+        5 if endpoint == "chat" else 2,
+    )
+    assert cal.words_for(100, unique=False) == (95 if endpoint == "chat" else 98)
+    with pytest.raises(ConfigError, match="'prompt_tokens' 6 is too short"):
+        cal.words_for(6, unique=True)
 
 
 def test_synthetic_prompts_have_the_requested_length(tmp_path):
@@ -101,4 +111,34 @@ def test_synthetic_prompts_have_the_requested_length(tmp_path):
     assert len(records) == 6
     assert {truth[r.request_id]["prompt_tokens"] for r in records} == {120}
     assert {r.prompt_tokens for r in records} == {120}  # the real input lengths, as reported
-    assert "prompt_tokens 120 -> 117 words" in run.log.read_text()
+    assert "prompt_tokens 120 -> 115 one-token words" in run.log.read_text()
+
+
+@pytest.mark.parametrize("unique", [False, True], ids=["shared", "unique"])
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+@pytest.mark.parametrize("tokens", [16, 64, 512])
+def test_every_request_has_the_asked_input_length(tmp_path, tokens, endpoint, unique):
+    """By the server's own count (the simulator's BPE-like tokenizer: BOS, chat template, words
+    of 7+ letters cost 2 tokens, a bracketed hex tag ~14): each request within 1 token of the ask."""
+    config = tmp_path / "inputs.yaml"
+    config.write_text(
+        f"rungs: [2]\nrequests_per_user: 4\nwarmup_requests: 0\nmax_tokens: 2\nendpoint: {endpoint}\n"
+        f"prompt_tokens: {tokens}\nunique_prompts: {str(unique).lower()}\nshared_prefix_ratio: 0.25\n"
+    )
+    run = run_sweep(
+        run_dir=tmp_path,
+        endpoint=endpoint,
+        locust_args=["--ladder", str(config)],
+        sim={"base_ms": 1},
+        timeout=120,
+    )
+    assert run.returncode == 0, run.log.read_text()[-3000:]
+    truth, _ = load_truth(run.truth_log)
+    records, _ = read_records(run.records)
+    assert len(records) == 8
+    served = [truth[r.request_id]["prompt_tokens"] for r in records]
+    assert all(abs(n - tokens) <= 1 for n in served), served
+    assert [r.prompt_tokens for r in records] == served and {r.prompt_tokens_asked for r in records} == {
+        tokens
+    }
+    assert len({r.request_id for r in records}) == 8

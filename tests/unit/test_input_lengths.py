@@ -1,0 +1,78 @@
+"""Input lengths as sent: the per-rung summary (mean, min, max, miss against the ask), the check
+that fails a run beyond `input_tolerance`, and what the sweep table and its JSON say."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmload.analysis.reconcile import check_inputs, input_summary, tally
+from llmload.analysis.sweep_rows import group_rungs, sweep_rows
+from llmload.core.config import ConfigError, parse_config
+from llmload.core.records import RequestRecord
+from llmload.output.table import render
+
+
+def record(i: int, prompt_tokens: int, asked: int | None = 64) -> RequestRecord:
+    return RequestRecord(
+        request_id=f"r{i}",
+        rung=0,
+        users=2,
+        phase="measure",
+        endpoint="completions",
+        stream=True,
+        max_tokens=4,
+        t_start=100.0 + i,
+        t_end=101.0 + i,
+        t_first=100.5 + i,
+        prompt_tokens=prompt_tokens,
+        output_tokens=4,
+        finish_reason="length",
+        chunks=4,
+        prompt_tokens_asked=asked,
+    )
+
+
+def test_summary_and_miss():
+    assert input_summary([64, 64, 65, 63], 64) == {
+        "asked": 64,
+        "mean": 64.0,
+        "min": 63,
+        "max": 65,
+        "miss_pct": 0.0,
+    }
+    assert input_summary([77, 75], 64)["miss_pct"] == pytest.approx(100 * 12 / 64)
+    assert input_summary([10], None)["miss_pct"] is None
+    assert input_summary([], 64) is None
+
+
+def test_check_fails_beyond_the_tolerance_only():
+    assert check_inputs("rung01 c2", tally(r.to_dict() for r in [record(0, 65), record(1, 65)]), 0.02) is None
+    missed = tally(r.to_dict() for r in [record(0, 76), record(1, 78)])
+    message = check_inputs("rung01 c2", missed, 0.02)
+    assert message == (
+        "rung01 c2: input tokens mean 77.0 (min 76, max 78) missed prompt_tokens 64 by +20.3 % "
+        "(input_tolerance 2 %)"
+    )
+    assert check_inputs("rung01 c2", missed, 0.25) is None
+    assert (
+        check_inputs("rung01 c2", tally(r.to_dict() for r in [record(0, 76, None)]), 0.02) is None
+    )  # no ask
+
+
+def test_table_notes_and_json():
+    rows = sweep_rows(group_rungs([record(0, 76), record(1, 78)]))
+    assert rows[0].input_tokens["mean"] == 77.0
+    table = render(rows)
+    assert "input tokens (asked 64): rung01 c2 mean 77.0 min 76 max 78" in table
+    assert "inputs missed the asked length by more than 2 %: rung01 c2 +20.3 %" in table
+    assert json.loads(render(rows, "json"))[0]["input_tokens"]["miss_pct"] == pytest.approx(20.3125)
+    exact = render(sweep_rows(group_rungs([record(0, 64), record(1, 64)])))
+    assert "mean 64.0 min 64 max 64" in exact and "missed" not in exact
+
+
+def test_input_tolerance_key():
+    assert parse_config({"input_tolerance": 0.1}, "f.yaml").input_tolerance == 0.1
+    with pytest.raises(ConfigError, match="'input_tolerance' must be a number in"):
+        parse_config({"input_tolerance": 2}, "f.yaml")
