@@ -90,6 +90,17 @@ class SweepRow:
     generator: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class MissingRung:
+    """A rung of the ladder without a single measured record: it started but the run stopped before
+    its first request ended (`started`), or the run stopped before it began. The table lists it,
+    marked, so a stopped run never looks shorter than its ladder."""
+
+    rung: int
+    conc: int
+    started: bool
+
+
 def sweep_row(rung: Rung, *, partial: bool = False) -> SweepRow:
     """The sweep-table row of one rung (see the module docstring for the definitions)."""
     completed = rung.completed

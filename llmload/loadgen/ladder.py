@@ -39,6 +39,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from llmload.analysis.health import health_path
 from llmload.analysis.reconcile import Tally, check_rung
+from llmload.core import exit_codes
 from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
 from llmload.core.records import RecordWriter
@@ -234,6 +235,7 @@ class LadderShape(LoadTestShape):
         self.run: RunState | None = None
         self._failed = False
         self.error = ""  # why the run could not start (bad config, failed preflight)
+        self.unfinished = False  # a run began (preflight included) and has not finished every rung
         # called with (run, record dict) for each record, after it is written (e.g. the web UI's tab)
         self.record_hooks: list[Callable[[RunState, dict[str, Any]], None]] = []
 
@@ -348,18 +350,26 @@ class LadderShape(LoadTestShape):
         )
         if problem:
             log.error("llmload: token reconciliation failed: %s", problem)
-            self.runner.environment.process_exit_code = 3
+            self.runner.environment.process_exit_code = exit_codes.RECONCILIATION
 
     @staticmethod
     def _stall_limit(config: SweepConfig) -> float:
         """Seconds without any message after which a started stage has lost users."""
         return config.timeouts.total + STALL_MARGIN_S + (RETRY_WAIT_MAX_S if config.retries.max else 0.0)
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, code: int = exit_codes.BAD_INPUT) -> None:
         log.error("llmload: %s", message)
-        self.runner.environment.process_exit_code = 2
+        self.runner.environment.process_exit_code = code
         self._failed = True
+        self.unfinished = False  # the exit code already says why
         self.error = message
+
+    def on_quitting(self, environment: Any, **_: Any) -> None:
+        """A run stopped before its last rung (SIGINT, SIGTERM, the web UI's STOP, preflight cut
+        short) exits with the interrupted code, whatever Locust's own would be."""
+        if self.unfinished:
+            code = environment.process_exit_code = exit_codes.INTERRUPTED
+            log.error("llmload: the run stopped before its last rung finished (exit code %d)", code)
 
     def on_quit(self, **_: Any) -> None:
         """Repeat why the run never started as the last line, under Locust's (empty) summary."""
@@ -407,6 +417,7 @@ class LadderShape(LoadTestShape):
         if self._failed:
             return None
         if self.run is None:
+            self.unfinished = True
             try:
                 self.run = self._begin()
             except (ConfigError, PreflightError, OSError) as e:
@@ -435,7 +446,8 @@ class LadderShape(LoadTestShape):
             # Locust moved users mid-request): stop instead of waiting forever
             self._fail(
                 f"{current.stage.name}: no progress for {idle:.0f} s ({current.users_done} of "
-                f"{current.stage.users} users done); the run stops, the rung is partial"
+                f"{current.stage.users} users done); the run stops, the rung is partial",
+                exit_codes.INTERRUPTED,
             )
             run.write_run_file()
             return None
@@ -451,6 +463,7 @@ class LadderShape(LoadTestShape):
                 run.all_done_at = run.all_done_at or time.time()
                 if self._stats_caught_up() or time.time() - run.all_done_at > STATS_CATCH_UP_S:
                     run.write_run_file(finished=True)
+                    self.unfinished = False
                     return None
         return run.current.stage.users, run.config.spawn_rate
 
@@ -474,4 +487,5 @@ def register_messages(environment: Any) -> None:
         runner.register_message(MSG_USER_DONE, shape.on_user_done)
         runner.register_message(MSG_USER_READY, shape.on_user_ready)
         environment.events.quit.add_listener(shape.on_quit)
+        environment.events.quitting.add_listener(shape.on_quitting)
         runner.register_message(MSG_HEALTH, shape.on_health)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from llmload.sim.config import USAGE_STYLES, SimConfig
 from llmload.sim.engine import StepModel
@@ -109,8 +110,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
+class SimFlagError(ValueError):
+    """A simulator flag the simulator would refuse; the message is one line."""
+
+
+def _raise_flag_error(message: str) -> NoReturn:
+    raise SimFlagError(message)
+
+
+def config_from_args(argv: Sequence[str] | None = None, *, exit_on_error: bool = True) -> SimConfig:
+    """The simulator's configuration from its command line. A bad flag prints the usage and exits 2,
+    or, with exit_on_error=False (checking flags before starting it), raises SimFlagError."""
     parser = build_parser()
+    if not exit_on_error:
+        parser.error = _raise_flag_error  # type: ignore[method-assign]
     args = parser.parse_args(argv)
     faults = dict(args.fault)
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,5 +41,9 @@ class SimConfig:
             raise ValueError("drop_after must be >= 0")
         if self.max_num_seqs < 1 or self.max_model_len < 1:
             raise ValueError("max_num_seqs and max_model_len must be >= 1")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0-65535, got {self.port}")
+        if not (0.0 <= self.stall_s < math.inf and 0.0 <= self.slow_headers_s < math.inf):
+            raise ValueError("stall_s and slow_headers_s must be finite numbers >= 0")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError("--ssl-certfile and --ssl-keyfile go together")
