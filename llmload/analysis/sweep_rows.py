@@ -10,7 +10,8 @@ Definitions (per rung):
 - per_req_tok_s: mean over completed requests of output_tokens / (t_end - t_start).
 - ttft_p50_ms: median of t_first - t_start over completed requests (linear interpolation).
 - partial_tokens: output tokens received by failed requests; never counted in tokens or rates.
-- estimated: at least one completed request's tokens were counted by the client (no usage).
+- estimated: at least one completed request had no usage: its tokens are estimated (see
+  `StreamAccumulator.output_tokens`: max_tokens on finish_reason "length", else its chunks).
 - partial: the rung did not finish (given by the caller, or fewer requests than expected).
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.health),
   filled in by post-processing when the run has a health file.

@@ -104,22 +104,23 @@ def check_input(args: argparse.Namespace, run_dir: Path, locust_args: Sequence[s
     return sim_args(args.sim)
 
 
-def locust_cause(log: Path) -> str | None:
-    """The last error line llmload logged in Locust's output (why the run did not start)."""
-    causes = CAUSE.findall(log.read_text(errors="replace")) if log.exists() else []
-    return causes[-1] if causes else None
+def locust_errors(log: Path) -> list[str]:
+    """The error lines llmload logged in Locust's output, each once, in order: why the run did
+    not start, the server's first HTTP 400 reason, a failed reconciliation, a stalled rung."""
+    return list(dict.fromkeys(CAUSE.findall(log.read_text(errors="replace")))) if log.exists() else []
 
 
 def report(run: SweepRun, fmt: str) -> int:
     """Print the table of what was measured, and the one line that says how the run ended;
     returns the exit code."""
     code = run.returncode if run.returncode in EXIT_CODES else INTERRUPTED  # killed, crashed
+    errors = locust_errors(run.log)
     if run.stopped_by is not None:
         code = INTERRUPTED
         name = signal.Signals(run.stopped_by).name
         print(f"{PROG}: stopped by {name}: Locust and the simulator were stopped", file=sys.stderr)
     elif code == BAD_INPUT:
-        cause = locust_cause(run.log) or f"locust exited with code {run.returncode}; see {run.log}"
+        cause = errors[-1] if errors else f"locust exited with code {run.returncode}; see {run.log}"
         print(f"{PROG}: error: {cause}", file=sys.stderr)
         return BAD_INPUT
     elif run.returncode not in EXIT_CODES:
@@ -134,6 +135,8 @@ def report(run: SweepRun, fmt: str) -> int:
     print(render_run(result, fmt))
     for line in result.warnings:
         print(f"warning: {line}", file=sys.stderr)
+    for line in errors:
+        print(f"{PROG}: {line}", file=sys.stderr)
     if code == INTERRUPTED:
         print(f"{PROG}: the run did not finish every rung (exit code {code})", file=sys.stderr)
     return code

@@ -63,7 +63,9 @@ class RequestRecord:
 
     @property
     def ttft_s(self) -> float | None:
-        return None if self.t_first is None else self.t_first - self.t_start
+        """None without a first token, and for a non-streamed request (one body: its arrival is
+        the end of the request, not a time to first token)."""
+        return None if self.t_first is None or not self.stream else self.t_first - self.t_start
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}

@@ -236,6 +236,7 @@ class LadderShape(LoadTestShape):
         self._failed = False
         self.error = ""  # why the run could not start (bad config, failed preflight)
         self.unfinished = False  # a run began (preflight included) and has not finished every rung
+        self.told_400 = False  # the server's first HTTP 400 reason was logged
         # called with (run, record dict) for each record, after it is written (e.g. the web UI's tab)
         self.record_hooks: list[Callable[[RunState, dict[str, Any]], None]] = []
 
@@ -250,12 +251,20 @@ class LadderShape(LoadTestShape):
         run.records_by_rung[rung] = run.records_by_rung.get(rung, 0) + 1
         if rung != WARMUP_RUNG:
             run.tallies.setdefault(rung, Tally()).add(data)
+        self._report_first_400(data)
         for p in run.progress:
             if p.stage.rung == rung:
                 p.records += 1
                 p.last_progress = time.time()
         for hook in self.record_hooks:
             hook(run, data)
+
+    def _report_first_400(self, data: dict[str, Any]) -> None:
+        """The server's reason for the run's first HTTP 400, once (the records hold every one)."""
+        if data.get("outcome") == "http_400" and not self.told_400:
+            self.told_400 = True
+            reason = " ".join(str(data.get("error") or "no reason given").split())
+            log.error("llmload: the server answered HTTP 400 (bad request): %s", reason)
 
     def on_health(self, environment: Any, msg: Any, **_: Any) -> None:
         if self.run is not None and self.run.health is not None:
@@ -295,6 +304,7 @@ class LadderShape(LoadTestShape):
 
     def _begin(self) -> RunState:
         env = self.runner.environment
+        self.told_400 = False
         options = env.parsed_options
         config = run_config(options)
         ctx = tls_context(getattr(options, "ca_bundle", ""), getattr(options, "tls_insecure", False))
@@ -304,6 +314,8 @@ class LadderShape(LoadTestShape):
             api_key=api_key(options),
             context=ctx,
             timeout=config.timeouts.connect,
+            max_tokens=config.max_tokens,
+            prompt_tokens=config.prompt_tokens,
         )
         prompt_words = self._prepare_workload(config, model, ctx)
         path = records_path(options)

@@ -124,6 +124,17 @@ class StreamAccumulator:
             return None
         return int(self.usage["completion_tokens"])
 
+    def output_tokens(self, max_tokens: int) -> tuple[int, bool]:
+        """(output tokens, estimated): usage.completion_tokens when the server sent it; else an
+        estimate, never a chunk count passed off as tokens: max_tokens when finish_reason is
+        "length" (the server stopped at the limit), else the content chunks, a lower bound (a chunk
+        may carry several tokens: speculative decoding, servers that batch their writes)."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens, False
+        if self.finish_reason == "length" and len(self.chunk_times) <= max_tokens:
+            return max_tokens, True
+        return len(self.chunk_times), True
+
     @property
     def prompt_tokens(self) -> int | None:
         if self.usage is None or self.usage.get("prompt_tokens") is None:

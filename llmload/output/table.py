@@ -78,8 +78,8 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
     notes = []
     if any(r.estimated for r in rows):
         notes.append(
-            f"{ESTIMATED_MARK} output tokens counted by the client on some requests "
-            "(the server sent no usage): approximate"
+            f"{ESTIMATED_MARK} the server sent no usage on some requests: their tokens are max_tokens "
+            "where finish_reason was 'length', else their content chunks (a lower bound)"
         )
     if any(r.partial for r in rows):
         partial = ", ".join(rung_name(r.rung, r.conc) for r in rows if r.partial)
