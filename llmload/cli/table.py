@@ -34,9 +34,7 @@ def _percentiles(text: str) -> list[float]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="llmload table", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "prefix", help="the run's --csv prefix (reports/x), its records file, or the run's folder"
-    )
+    p.add_argument("prefix", help="the run's --csv prefix (reports/x), its records file, or the run's folder")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--metrics", action="store_true", help="add latency (TTFT/TPOT/ITL/E2EL) and rate tables")
     p.add_argument("--percentiles", type=_percentiles, default=[50.0, 90.0, 99.0], help="e.g. 50,90,99")

@@ -19,9 +19,9 @@ import pytest
 from fixtures.paths import REPO
 from locust.stats import RequestStats
 
-from llmload.core import exit_codes
 from llmload.analysis.drift import fit_trend, t_quantile
 from llmload.analysis.soak import soak_report
+from llmload.core import exit_codes
 from llmload.core.config import ConfigError, load_config, parse_config
 from llmload.core.records import RequestRecord, write_records
 from llmload.loadgen.soak_monitor import HISTORY_MAX, KEEP_PER_SECOND_S, trim_stats
