@@ -20,6 +20,7 @@ the rungs that finished with the rest marked, and exits with the interrupted cod
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import sys
@@ -31,7 +32,7 @@ from llmload.cli.sweep_run import SweepRun, default_run_dir, run_sweep
 from llmload.core.config import ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT, EXIT_CODES, INTERRUPTED
 from llmload.core.records import RecordFileError
-from llmload.loadgen.options import check_host
+from llmload.loadgen.options import check_api_key, check_host
 from llmload.sim.__main__ import SimFlagError, config_from_args
 
 PROG = "llmload sweep"
@@ -89,10 +90,17 @@ def _output_paths(run_dir: Path, locust_args: Sequence[str]) -> list[tuple[str, 
     return paths
 
 
+def _api_key(locust_args: Sequence[str]) -> str:
+    """The key Locust will use: --api-key, else LOCUST_API_KEY, else OPENAI_API_KEY."""
+    given = [v for flag, v in zip(locust_args, locust_args[1:], strict=False) if flag == "--api-key"]
+    return given[-1] if given else os.environ.get("LOCUST_API_KEY") or os.environ.get("OPENAI_API_KEY", "")
+
+
 def check_input(args: argparse.Namespace, run_dir: Path, locust_args: Sequence[str]) -> list[str]:
     """Everything checkable before a process starts; returns the simulator's flags."""
     if args.host:
         check_host(args.host)
+    check_api_key(_api_key(locust_args))
     if args.ladder:
         load_config(args.ladder)
     for flag, path in _output_paths(run_dir, locust_args):

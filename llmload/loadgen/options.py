@@ -203,5 +203,6 @@ def check_api_key(key: str) -> None:
             name = unicodedata.name(ch, "a control character")
             raise ConfigError(
                 f"--api-key / LOCUST_API_KEY / OPENAI_API_KEY: character {i} of the API key is "
-                f"U+{code:04X} ({name}), which an HTTP header cannot carry (pasted typographic quotes?)"
+                f"U+{code:04X} ({name}), which an HTTP header cannot carry "
+                "(a pasted typographic quote or line break?)"
             )
