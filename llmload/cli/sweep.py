@@ -56,11 +56,11 @@ def sim_args(flags: Sequence[tuple[str, str]]) -> list[str]:
     args: list[str] = []
     seen: dict[str, str] = {}
     for key, value in flags:
-        where = f"--sim {key}={value}"
+        where = f"--sim {f'{key}={value}'!r}"
         if key in SIM_CHOSEN:
             raise ConfigError(f"{where}: the sweep chooses the simulator's {key} itself")
         if key in seen and key not in SIM_REPEATABLE:
-            raise ConfigError(f"{where}: {key} given twice (also {key}={seen[key]}); give it once")
+            raise ConfigError(f"{where}: {key} given twice (also {f'{key}={seen[key]}'!r}); give it once")
         seen[key] = value
         option = "--" + key.replace("_", "-")
         switch = value.strip().lower()

@@ -170,7 +170,7 @@ def _entries(
     known = [f.name for f in dataclasses.fields(cls)]
     for sub in value:
         if sub not in known:
-            raise ConfigError(f"{source}: unknown key '{section}.{sub}' (known: {', '.join(known)})")
+            raise ConfigError(f"{source}: unknown key {f'{section}.{sub}'!r} (known: {', '.join(known)})")
     return list(value.items())
 
 
@@ -373,7 +373,7 @@ def parse_config(raw: Any, source: str) -> SweepConfig:
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in _VALIDATORS:
-            raise ConfigError(f"{source}: unknown key '{key}' (known: {', '.join(_VALIDATORS)})")
+            raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(_VALIDATORS)})")
         values[key] = _VALIDATORS[key](source, value)
     config = SweepConfig(**values, source=source)
     if config.soak is not None and (config.duration is None or len(config.rungs) != 1):
