@@ -14,4 +14,3 @@ def test_docs_table_equals_the_constants():
     section = page.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", section, re.MULTILINE))
     assert {int(code): text for code, text in rows.items()} == exit_codes.EXIT_CODES
-
