@@ -15,6 +15,7 @@ it divides by the whole run's duration, not the rung's.
 from __future__ import annotations
 
 import csv
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -101,12 +102,15 @@ def _stats_entry(row: dict[str, str]) -> StatsEntry | None:
     parsed = parse_rung_name(row["Name"])
     if row["Type"] != REQUEST_TYPE or parsed is None:
         return None
+    avg = float(row["Average Content Size"])
+    if not math.isfinite(avg):  # nan / inf: a damaged file, not a size
+        raise ValueError(f"Average Content Size {avg}")
     return StatsEntry(
         rung=parsed[0],
         users=parsed[1],
         request_count=int(row["Request Count"]),
         failure_count=int(row["Failure Count"]),
-        avg_content_size=float(row["Average Content Size"]),
+        avg_content_size=avg,
     )
 
 

@@ -4,6 +4,8 @@ Latencies come from completed (outcome "ok") requests and are summarized from ra
 (`llmload.core.stats`: mean, median, population std, linear-interpolation percentiles):
 - TTFT = t_first - t_start (first SSE message with non-empty `choices`, as vLLM).
 - TTFT (first content) = t_first_content - t_start (AIPerf/SGLang).
+  Neither exists for a non-streamed request (`stream: false`): its one body arrives at the end, so
+  TTFT, TPOT and ITL are left out ('-'), never shown as the end time.
 - E2EL = t_end - t_start.
 - TPOT per request = (E2EL - TTFT) / (output_tokens - 1); requests with <= 1 token are excluded.
 - ITL = gaps between successive content chunks (`chunk_times`), pooled over requests. When the
@@ -58,11 +60,14 @@ def queue_wait_ms(rec: RequestRecord) -> float | None:
 
 
 def ttft_ms(rec: RequestRecord) -> float | None:
-    return None if rec.t_first is None else (rec.t_first - rec.t_start) * 1000.0
+    ttft = rec.ttft_s  # None for a non-streamed request: its one body is no first token
+    return None if ttft is None else ttft * 1000.0
 
 
 def ttft_content_ms(rec: RequestRecord) -> float | None:
-    return None if rec.t_first_content is None else (rec.t_first_content - rec.t_start) * 1000.0
+    if rec.t_first_content is None or not rec.stream:
+        return None
+    return (rec.t_first_content - rec.t_start) * 1000.0
 
 
 def e2el_ms(rec: RequestRecord) -> float:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from llmload.analysis.health import flag_saturated, health_path, read_health
 from llmload.analysis.locust_csv import cross_check
 from llmload.analysis.metrics import RungMetrics, all_rung_metrics
-from llmload.analysis.sweep_rows import Rung, SweepRow, group_rungs, sweep_rows
+from llmload.analysis.sweep_rows import MissingRung, Rung, SweepRow, group_rungs, sweep_rows
 from llmload.core.records import RecordFileError, RequestRecord, read_records
 from llmload.core.stats import DEFAULT_PERCENTILES
 from llmload.output.table import render
@@ -34,16 +34,28 @@ class RunResult:
     metrics: list[RungMetrics] | None
     warnings: list[str]
     run_info: dict[str, Any] | None  # the parsed <prefix>_run.json, when present
+    missing: list[MissingRung] = field(default_factory=list)  # ladder rungs without any record
 
 
 def read_run_info(prefix: str | Path) -> dict[str, Any] | None:
     """The ladder's run file, or None if absent or unreadable (a run killed while writing it)."""
     path = Path(f"{prefix}_run.json")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        info = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
         return None
-    return data if isinstance(data, dict) else None
+    stages = info.get("stages") if isinstance(info, dict) else None
+    if not isinstance(stages, list) or not all(_stage_ok(s) for s in stages):
+        return None
+    return info
+
+
+def _stage_ok(stage: Any) -> bool:
+    return (
+        isinstance(stage, dict)
+        and all(type(stage.get(k)) is int for k in ("rung", "users"))
+        and isinstance(stage.get("finished"), float | int | None)
+    )
 
 
 def unfinished_rungs(run_info: Mapping[str, Any] | None) -> set[int]:
@@ -51,6 +63,24 @@ def unfinished_rungs(run_info: Mapping[str, Any] | None) -> set[int]:
     if not run_info:
         return set()
     return {s["rung"] for s in run_info.get("stages", []) if s.get("finished") is None and s["rung"] >= 0}
+
+
+def missing_rungs(run_info: Mapping[str, Any] | None, rungs: Sequence[Rung]) -> list[MissingRung]:
+    """The ladder's rungs (from the run file's config) that have no measured record."""
+    config = (run_info or {}).get("config")
+    ladder = config.get("rungs") if isinstance(config, dict) else None
+    if not isinstance(ladder, list):
+        return []
+    started = {s["rung"]: s["users"] for s in (run_info or {}).get("stages", [])}
+    measured = {r.index for r in rungs}
+    rate_mode = config.get("mode") == "rate"
+    missing = []
+    for i, value in enumerate(ladder):
+        if i in measured or not isinstance(value, int | float):
+            continue
+        users = started.get(i, config.get("max_concurrency") if rate_mode else value)
+        missing.append(MissingRung(i, users if type(users) is int else 0, i in started))
+    return missing
 
 
 def load_run(
@@ -78,7 +108,7 @@ def load_run(
     if skipped:
         lines = ", ".join(map(str, skipped))
         warnings.insert(0, f"{records_path}: skipped {len(skipped)} unreadable lines: {lines}")
-    return RunResult(prefix, records, rungs, rows, metrics, warnings, info)
+    return RunResult(prefix, records, rungs, rows, metrics, warnings, info, missing_rungs(info, rungs))
 
 
 def render_run(
@@ -89,4 +119,6 @@ def render_run(
     wide: bool = False,
 ) -> str:
     """The run's table(s) in fmt, without the warnings."""
-    return render(result.rows, fmt, metrics=result.metrics, percentiles=percentiles, wide=wide)
+    return render(
+        result.rows, fmt, metrics=result.metrics, percentiles=percentiles, wide=wide, missing=result.missing
+    )

@@ -7,8 +7,10 @@ requested `max_tokens` and the `finish_reason` are compared:
 - disagreements (`DISAGREE_KINDS`), each one a server (or parser) whose numbers do not add up:
   `over_max_tokens` (more tokens than asked for), `length_short` (finish_reason "length" with
   fewer tokens than max_tokens), `chunks_over_tokens` (more content chunks than tokens: usage
-  undercounts). `no_usage` (no usage sent; tokens counted from chunks) is counted and shown but
-  is not a disagreement: the sweep table already marks such figures as estimated.
+  undercounts). `no_usage` (no usage sent; tokens estimated by the client: max_tokens on
+  finish_reason "length", else the content chunks) is counted and shown but is not a
+  disagreement: there is no server count to disagree with, and the sweep table marks such
+  figures as estimated (`*`). So a server that never sends usage does not fail the run.
 `check_rung` turns a rung's counts into the message that fails a run beyond the configured ratios
 (`reconcile:` in the config); the ladder applies it to every rung as the records arrive.
 
@@ -39,7 +41,7 @@ def issues(rec: Mapping[str, Any]) -> list[str]:
         found.append("stopped_early")
     if tokens > max_tokens:
         found.append("over_max_tokens")
-    if finish == "length" and tokens < max_tokens:
+    if finish == "length" and tokens < max_tokens and not rec.get("tokens_estimated"):
         found.append("length_short")
     if rec.get("chunks", 0) > tokens:
         found.append("chunks_over_tokens")

@@ -25,9 +25,9 @@ interval is beyond it (tok/s interval entirely below -limit, TTFT interval entir
 noise widens the interval and cannot raise an alarm. An interval that straddles the limit is
 "inconclusive": not a breach, reported so the next run can be longer or use wider windows.
 
-Verdict and exit code: "breached" (1) when any threshold is breached; "incomplete" (2) when none is
-but the run stopped before its duration; "not_run" (2) when there is no full window to judge;
-else "pass" (0).
+Verdict and exit code (`llmload.core.exit_codes`): "breached" (1) when any threshold is breached;
+"incomplete" (4, interrupted) when none is but the run stopped before its duration; "not_run" (2)
+when there is no full window to judge; else "pass" (0).
 """
 
 from __future__ import annotations
@@ -43,11 +43,13 @@ from typing import Any
 from llmload.analysis.drift import Trend, fit_trend
 from llmload.analysis.metrics import tpot_ms, ttft_ms
 from llmload.analysis.postprocess import read_run_info
+from llmload.core import exit_codes
 from llmload.core.config import ConfigError, SoakConfig, SweepConfig, load_config, parse_config
 from llmload.core.records import RecordFileError, iter_records
 from llmload.core.stats import percentile
 
-EXIT_PASS, EXIT_BREACHED, EXIT_NOT_RUN = 0, 1, 2
+# the soak verdict in the common exit codes (llmload.core.exit_codes): a breach is a failure
+EXIT_PASS, EXIT_BREACHED, EXIT_NOT_RUN = exit_codes.OK, exit_codes.REQUEST_FAILURES, exit_codes.BAD_INPUT
 PASS, BREACHED, INCONCLUSIVE, SKIPPED = "pass", "breached", "inconclusive", "skipped"
 HOUR_S = 3600.0
 MIN_DRIFT_WINDOWS = 3
@@ -364,7 +366,7 @@ def _verdict(report: SoakReport) -> None:
         report.status, report.exit_code = BREACHED, EXIT_BREACHED
         report.reasons.append("breached: " + ", ".join(report.breached))
     elif not report.finished:
-        report.status, report.exit_code = "incomplete", EXIT_NOT_RUN
+        report.status, report.exit_code = "incomplete", exit_codes.INTERRUPTED
         report.reasons.append("the run stopped before its duration (crashed, stopped or still running)")
     else:
         report.status, report.exit_code = PASS, EXIT_PASS

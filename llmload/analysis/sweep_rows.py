@@ -10,7 +10,8 @@ Definitions (per rung):
 - per_req_tok_s: mean over completed requests of output_tokens / (t_end - t_start).
 - ttft_p50_ms: median of t_first - t_start over completed requests (linear interpolation).
 - partial_tokens: output tokens received by failed requests; never counted in tokens or rates.
-- estimated: at least one completed request's tokens were counted by the client (no usage).
+- estimated: at least one completed request had no usage: its tokens are estimated (see
+  `StreamAccumulator.output_tokens`: max_tokens on finish_reason "length", else its chunks).
 - partial: the rung did not finish (given by the caller, or fewer requests than expected).
 - input_tokens: usage.prompt_tokens of completed requests (mean, min, max), the asked
   `prompt_tokens` and the mean's miss in % (llmload.analysis.reconcile.input_summary).
@@ -95,6 +96,17 @@ class SweepRow:
     generator: dict[str, Any] | None = None
     new_connections: int | None = None  # requests that opened a connection; None: not recorded (issue 12)
     input_tokens: dict[str, Any] | None = None  # asked, mean, min, max, miss_pct (reconcile.input_summary)
+
+
+@dataclass(frozen=True, slots=True)
+class MissingRung:
+    """A rung of the ladder without a single measured record: it started but the run stopped before
+    its first request ended (`started`), or the run stopped before it began. The table lists it,
+    marked, so a stopped run never looks shorter than its ladder."""
+
+    rung: int
+    conc: int
+    started: bool
 
 
 def sweep_row(rung: Rung, *, partial: bool = False) -> SweepRow:

@@ -7,21 +7,39 @@
 
 Without --host it starts the simulator on a free loopback port and stops it afterwards.
 Options this command does not know (the ladder options: --rungs, --max-tokens, ...; see
-below) and arguments after `--` go to locust unchanged.
-The run's files land in reports/sweep-<time>/ under the current directory (run_records.jsonl,
-run_stats.csv, run_failures.csv, run_run.json, locust.log).
+below) and arguments after `--` go to locust unchanged. The run's files land in
+reports/sweep-<time>/ under the current directory (run_records.jsonl, run_stats.csv,
+run_failures.csv, run_run.json, locust.log).
+
+Bad input (host, ladder file, simulator flag, output folder) is one line before anything starts.
+Ctrl+C or SIGTERM stops Locust and the simulator (`llmload.cli.sweep_run`), prints the table of
+the rungs that finished with the rest marked, and exits with the interrupted code. Exit codes:
+`llmload.core.exit_codes` (docs/errors-and-exit-codes.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from llmload.analysis.postprocess import load_run, render_run
-from llmload.cli.sweep_run import default_run_dir, run_sweep
+from llmload.cli.sweep_run import SweepRun, default_run_dir, run_sweep
+from llmload.core.config import ConfigError, load_config
+from llmload.core.exit_codes import BAD_INPUT, EXIT_CODES, INTERRUPTED
 from llmload.core.records import RecordFileError
-from llmload.loadgen.options import options_help
+from llmload.loadgen.options import check_api_key, check_host, options_help
+from llmload.sim.__main__ import SimFlagError, config_from_args
+
+PROG = "llmload sweep"
+SIM_CHOSEN = ("host", "port", "port_file", "truth_log")  # the sweep sets these itself
+SIM_REPEATABLE = ("fault",)
+# the cause Locust logged: a config error (plugin) or the ladder's repeated last line
+CAUSE = re.compile(r"(?:ERROR/llmload: llmload: |^llmload: error: )(.*)$", re.MULTILINE)
 
 
 def _sim_flag(text: str) -> tuple[str, str]:
@@ -31,12 +49,113 @@ def _sim_flag(text: str) -> tuple[str, str]:
     return key.replace("-", "_"), value
 
 
+def sim_args(flags: Sequence[tuple[str, str]]) -> list[str]:
+    """The simulator's command-line flags from `--sim KEY=VALUE` pairs (true/false: a switch),
+    checked with the simulator's own parser; ConfigError (one line) for a flag it would refuse,
+    a flag the sweep sets itself, or a key given twice."""
+    args: list[str] = []
+    seen: dict[str, str] = {}
+    for key, value in flags:
+        where = f"--sim {f'{key}={value}'!r}"
+        if key in SIM_CHOSEN:
+            raise ConfigError(f"{where}: the sweep chooses the simulator's {key} itself")
+        if key in seen and key not in SIM_REPEATABLE:
+            raise ConfigError(f"{where}: {key} given twice (also {f'{key}={seen[key]}'!r}); give it once")
+        seen[key] = value
+        option = "--" + key.replace("_", "-")
+        switch = value.strip().lower()
+        args += [option] if switch == "true" else [] if switch == "false" else [option, value]
+    try:
+        config_from_args(args, exit_on_error=False)
+    except SimFlagError as e:
+        raise ConfigError(f"--sim: {e}") from None
+    return args
+
+
+def _check_output(flag: str, path: Path) -> None:
+    """ConfigError when `path` cannot become a folder: it, or a folder above it, is a file."""
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ConfigError(f"{flag} {path}: {p} is a file, not a folder")
+            return
+
+
+def _output_paths(run_dir: Path, locust_args: Sequence[str]) -> list[tuple[str, Path]]:
+    """Every folder the run will write in: the run folder, and those of --csv / --html."""
+    paths = [("--run-dir", run_dir)]
+    for i, arg in enumerate(locust_args[:-1]):
+        if arg in ("--csv", "--html", "--json-file"):
+            paths.append((arg, Path(locust_args[i + 1]).parent))
+    return paths
+
+
+def _api_key(locust_args: Sequence[str]) -> str:
+    """The key Locust will use: --api-key, else LOCUST_API_KEY, else OPENAI_API_KEY."""
+    given = [v for flag, v in zip(locust_args, locust_args[1:], strict=False) if flag == "--api-key"]
+    return given[-1] if given else os.environ.get("LOCUST_API_KEY") or os.environ.get("OPENAI_API_KEY", "")
+
+
+def check_input(args: argparse.Namespace, run_dir: Path, locust_args: Sequence[str]) -> list[str]:
+    """Everything checkable before a process starts; returns the simulator's flags."""
+    if args.host:
+        check_host(args.host)
+    check_api_key(_api_key(locust_args))
+    if args.ladder:
+        load_config(args.ladder)
+    for flag, path in _output_paths(run_dir, locust_args):
+        _check_output(flag, path)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--run-dir {run_dir}: cannot create it: {e.strerror or e}") from None
+    return sim_args(args.sim)
+
+
+def locust_errors(log: Path) -> list[str]:
+    """The error lines llmload logged in Locust's output, each once, in order: why the run did
+    not start, the server's first HTTP 400 reason, a failed reconciliation, a stalled rung."""
+    return list(dict.fromkeys(CAUSE.findall(log.read_text(errors="replace")))) if log.exists() else []
+
+
+def report(run: SweepRun, fmt: str) -> int:
+    """Print the table of what was measured, and the one line that says how the run ended;
+    returns the exit code."""
+    code = run.returncode if run.returncode in EXIT_CODES else INTERRUPTED  # killed, crashed
+    errors = locust_errors(run.log)
+    if run.stopped_by is not None:
+        code = INTERRUPTED
+        name = signal.Signals(run.stopped_by).name
+        print(f"{PROG}: stopped by {name}: Locust and the simulator were stopped", file=sys.stderr)
+    elif code == BAD_INPUT:
+        cause = errors[-1] if errors else f"locust exited with code {run.returncode}; see {run.log}"
+        print(f"{PROG}: error: {cause}", file=sys.stderr)
+        return BAD_INPUT
+    elif run.returncode not in EXIT_CODES:
+        tail = run.log.read_text(errors="replace").splitlines()[-15:] if run.log.exists() else []
+        print("\n".join(tail), file=sys.stderr)
+        print(f"{PROG}: locust exited with code {run.returncode}; its output: {run.log}", file=sys.stderr)
+    try:
+        result = load_run(run.prefix)
+    except RecordFileError as exc:
+        print(f"{PROG}: no measured request to tabulate ({exc})", file=sys.stderr)
+        return code
+    print(render_run(result, fmt))
+    for line in result.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    for line in errors:
+        print(f"{PROG}: {line}", file=sys.stderr)
+    if code == INTERRUPTED:
+        print(f"{PROG}: the run did not finish every rung (exit code {code})", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     locust_args = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(
-        prog="llmload sweep",
+        prog=PROG,
         description=__doc__.split("\n\n")[0],
         epilog=options_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -58,27 +177,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.ladder:
         locust_args = ["--ladder", args.ladder, *locust_args]
     run_dir = args.run_dir or default_run_dir()
+    try:
+        simulator = check_input(args, run_dir, locust_args)
+    except ConfigError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return BAD_INPUT
     target = args.host or "the simulator"
-    print(f"llmload sweep: sweeping {target}; files in {run_dir}", file=sys.stderr)
+    print(f"{PROG}: sweeping {target}; files in {run_dir}", file=sys.stderr)
     run = run_sweep(
         host=args.host or None,
         run_dir=run_dir,
         locust_args=locust_args,
-        sim=dict(args.sim),
+        sim_args=simulator,
         endpoint=args.endpoint,
+        progress=True,
     )
-    if run.returncode != 0:
-        print(
-            f"llmload sweep: locust exited with code {run.returncode}; last lines of {run.log}:",
-            file=sys.stderr,
-        )
-        print("\n".join(run.log.read_text(errors="replace").splitlines()[-15:]), file=sys.stderr)
-    try:
-        result = load_run(run.prefix)
-    except RecordFileError as exc:
-        print(f"llmload sweep: error: {exc}", file=sys.stderr)
-        return run.returncode or 2
-    print(render_run(result, args.format))
-    for line in result.warnings:
-        print(f"warning: {line}", file=sys.stderr)
-    return run.returncode
+    return report(run, args.format)

@@ -5,7 +5,8 @@
         [--percentiles 50,90,99] [--slo-ttft-ms X] [--slo-tpot-ms X] [--slo-e2el-ms X]
         [--requests-per-user N] [--wide]
 
-Exit status: 0 on success, 2 when the records file is missing or holds no measured record.
+Exit status: 0 on success, 2 (`llmload.core.exit_codes.BAD_INPUT`) when the records file is missing
+or holds no measured record.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import sys
 
 from llmload.analysis.metrics import SLO_KEYS
 from llmload.analysis.postprocess import load_run, render_run
+from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.records import RecordFileError
+from llmload.output.html_report import find_prefix
 from llmload.output.table import FORMATS
 
 
@@ -31,7 +34,7 @@ def _percentiles(text: str) -> list[float]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="llmload table", description=__doc__.split("\n\n")[0])
-    p.add_argument("prefix", help="the run's --csv prefix, e.g. reports/x")
+    p.add_argument("prefix", help="the run's --csv prefix (reports/x), its records file, or the run's folder")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--metrics", action="store_true", help="add latency (TTFT/TPOT/ITL/E2EL) and rate tables")
     p.add_argument("--percentiles", type=_percentiles, default=[50.0, 90.0, 99.0], help="e.g. 50,90,99")
@@ -48,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     slo = {k: v for k in SLO_KEYS if (v := getattr(args, f"slo_{k}")) is not None}
     try:
         result = load_run(
-            args.prefix,
+            find_prefix(args.prefix),
             with_metrics=args.metrics or args.format == "json",
             percentiles=args.percentiles,
             slo=slo or None,  # none on the command line: the run's config `slo:`
@@ -56,10 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     except RecordFileError as exc:
         print(f"llmload table: error: {exc}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     print(render_run(result, args.format, percentiles=args.percentiles, wide=args.wide))
     # machine-readable formats keep stdout clean; human formats print the warnings under the table
     out = sys.stderr if args.format in ("csv", "json") else sys.stdout
     for line in result.warnings:
         print(f"warning: {line}", file=out)
-    return 0
+    return OK

@@ -364,6 +364,47 @@ def parse_config(raw: Any, source: str) -> SweepConfig:
     return config
 
 
+# --- bad input (issue 13): YAML that would silently mean something else is an error ---------------
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                earlier = first.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: SafeLoader's own error names it
+                continue
+            if earlier is not key_node:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first given on line {earlier.start_mark.line + 1})",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(path: Path, text: str) -> Any:
+    """The YAML document of a config file; ConfigError for a syntax error, a duplicate key, a value
+    YAML cannot build (e.g. the date 2024-02-30), or a file without any key."""
+    try:
+        raw = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}:{where}: YAML syntax error: {problem}") from None
+    except (ValueError, OverflowError, RecursionError) as e:
+        raise ConfigError(f"{path}: YAML value cannot be read: {e}") from None
+    if raw is None:
+        raise ConfigError(f"{path}: the file holds no keys (an empty file is not the built-in ladder)")
+    return raw
+
+
 def load_config(path: str | Path) -> SweepConfig:
     """Read and validate a YAML ladder file."""
     path = Path(path)
@@ -373,14 +414,7 @@ def load_config(path: str | Path) -> SweepConfig:
         raise ConfigError(f"{path}: no such config file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read config file: {e}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}:{where}: YAML syntax error: {problem}") from None
-    config = parse_config(raw, source=str(path))
+    config = parse_config(_read_yaml(path, text), source=str(path))
     if config.prompt_file and not Path(config.prompt_file).is_absolute():
         # relative to the config file, so a config and its prompt file travel together
         config = dataclasses.replace(config, prompt_file=str(path.parent.resolve() / config.prompt_file))

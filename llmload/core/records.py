@@ -12,6 +12,7 @@ monotonic within a request and comparable across processes on one machine).
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
@@ -69,7 +70,9 @@ class RequestRecord:
 
     @property
     def ttft_s(self) -> float | None:
-        return None if self.t_first is None else self.t_first - self.t_start
+        """None without a first token, and for a non-streamed request (one body: its arrival is
+        the end of the request, not a time to first token)."""
+        return None if self.t_first is None or not self.stream else self.t_first - self.t_start
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -79,8 +82,43 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        """A record from its JSON object; TypeError when it is not an object, lacks a required field
+        or holds a field of the wrong type (unknown fields are ignored)."""
+        if not isinstance(data, dict):
+            raise TypeError(f"a record is a JSON object, got {type(data).__name__}")
+        for f in fields(cls):
+            if f.name in data and not _field_ok(str(f.type), data[f.name]):
+                raise TypeError(f"record field {f.name!r} is not {f.type}: {data[f.name]!r:.40}")
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# --- bad input (issue 13): a line of another shape is skipped as unreadable, never a crash later ---
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+
+
+_FIELD_CHECKS = {
+    "int": _is_int,
+    "float": _is_number,
+    "bool": lambda v: isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "list[float]": lambda v: isinstance(v, list) and all(map(_is_number, v)),
+    "list[int]": lambda v: isinstance(v, list) and all(map(_is_int, v)),
+}
+
+
+def _field_ok(annotation: str, value: Any) -> bool:
+    """Whether value fits a field annotated `int`, `float | None`, `list[int] | None`, ...; a type
+    this table does not know is not checked."""
+    kinds = [k.strip() for k in annotation.split("|")]
+    if value is None:
+        return "None" in kinds
+    return any(_FIELD_CHECKS.get(k, lambda _: True)(value) for k in kinds if k != "None")
 
 
 class RecordWriter:
@@ -120,7 +158,7 @@ def iter_records(path: Path) -> Iterator[tuple[int, RequestRecord | None, str]]:
                 continue
             try:
                 yield lineno, RequestRecord.from_dict(json.loads(line)), line
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, RecursionError):  # not JSON, not a record, nested too deep
                 yield lineno, None, line
 
 
@@ -131,11 +169,14 @@ def read_records(path: Path) -> tuple[list[RequestRecord], list[int]]:
         raise RecordFileError(f"{path}: no such records file")
     records: list[RequestRecord] = []
     skipped: list[int] = []
-    for lineno, rec, _ in iter_records(path):
-        if rec is None:
-            skipped.append(lineno)
-        else:
-            records.append(rec)
+    try:
+        for lineno, rec, _ in iter_records(path):
+            if rec is None:
+                skipped.append(lineno)
+            else:
+                records.append(rec)
+    except OSError as e:  # a folder, no permission
+        raise RecordFileError(f"{path}: cannot read the records file: {e.strerror or e}") from None
     return records, skipped
 
 

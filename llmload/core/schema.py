@@ -88,7 +88,7 @@ def parse_section(
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in known:
-            raise error(f"{source}: unknown key '{prefix}{key}' (known: {', '.join(known)})")
+            raise error(f"{source}: unknown key {f'{prefix}{key}'!r} (known: {', '.join(known)})")
         check = known[key].check
         values[key] = value if check is None else check(source, prefix + str(key), value)
     return values

@@ -257,8 +257,7 @@ def _attempt(
             conns.failed()
     lease = conns.lease if conns is not None else None
     t_fail = time.perf_counter() - clock.t0
-    usage_tokens = acc.completion_tokens
-    estimated = usage_tokens is None
+    output_tokens, estimated = acc.output_tokens(ctx.max_tokens)
     end = acc.t_last if (outcome == OUTCOME_OK and acc.t_last is not None) else t_fail
     record = RequestRecord(
         request_id=ctx.request_id,
@@ -273,7 +272,7 @@ def _attempt(
         t_first=None if acc.t_first is None else t_wall + acc.t_first,
         t_first_content=None if acc.t_first_content is None else t_wall + acc.t_first_content,
         prompt_tokens=acc.prompt_tokens,
-        output_tokens=len(acc.chunk_times) if estimated else usage_tokens,
+        output_tokens=output_tokens,
         tokens_estimated=estimated,
         chunks=len(acc.chunk_times),
         finish_reason=acc.finish_reason,

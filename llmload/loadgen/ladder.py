@@ -39,6 +39,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from llmload.analysis.health import health_path
 from llmload.analysis.reconcile import Tally, check_inputs, check_rung
+from llmload.core import exit_codes
 from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
 from llmload.core.records import RecordWriter
@@ -237,6 +238,8 @@ class LadderShape(LoadTestShape):
         self.run: RunState | None = None
         self._failed = False
         self.error = ""  # why the run could not start (bad config, failed preflight)
+        self.unfinished = False  # a run began (preflight included) and has not finished every rung
+        self.told_400 = False  # the server's first HTTP 400 reason was logged
         # called with (run, record dict) for each record, after it is written (e.g. the web UI's tab)
         self.record_hooks: list[Callable[[RunState, dict[str, Any]], None]] = []
 
@@ -251,12 +254,20 @@ class LadderShape(LoadTestShape):
         run.records_by_rung[rung] = run.records_by_rung.get(rung, 0) + 1
         if rung != WARMUP_RUNG:
             run.tallies.setdefault(rung, Tally()).add(data)
+        self._report_first_400(data)
         for p in run.progress:
             if p.stage.rung == rung:
                 p.records += 1
                 p.last_progress = time.time()
         for hook in self.record_hooks:
             hook(run, data)
+
+    def _report_first_400(self, data: dict[str, Any]) -> None:
+        """The server's reason for the run's first HTTP 400, once (the records hold every one)."""
+        if data.get("outcome") == "http_400" and not self.told_400:
+            self.told_400 = True
+            reason = " ".join(str(data.get("error") or "no reason given").split())
+            log.error("llmload: the server answered HTTP 400 (bad request): %s", reason)
 
     def on_health(self, environment: Any, msg: Any, **_: Any) -> None:
         if self.run is not None and self.run.health is not None:
@@ -296,6 +307,7 @@ class LadderShape(LoadTestShape):
 
     def _begin(self) -> RunState:
         env = self.runner.environment
+        self.told_400 = False
         options = env.parsed_options
         config = run_config(options)
         ctx = tls_context(getattr(options, "ca_bundle", ""), getattr(options, "tls_insecure", False))
@@ -305,6 +317,8 @@ class LadderShape(LoadTestShape):
             api_key=api_key(options),
             context=ctx,
             timeout=config.timeouts.connect,
+            max_tokens=config.max_tokens,
+            prompt_tokens=config.prompt_tokens,
         )
         prompt_words, prompt_vocab = self._prepare_workload(config, model, ctx)
         path = records_path(options)
@@ -356,22 +370,30 @@ class LadderShape(LoadTestShape):
         )
         if problem:
             log.error("llmload: token reconciliation failed: %s", problem)
-            self.runner.environment.process_exit_code = 3
+            self.runner.environment.process_exit_code = exit_codes.RECONCILIATION
         missed = check_inputs(progress.stage.name, tally, run.config.input_tolerance)
         if missed:
             log.error("llmload: input lengths not as asked: %s", missed)
-            self.runner.environment.process_exit_code = 3
+            self.runner.environment.process_exit_code = exit_codes.RECONCILIATION
 
     @staticmethod
     def _stall_limit(config: SweepConfig) -> float:
         """Seconds without any message after which a started stage has lost users."""
         return config.timeouts.total + STALL_MARGIN_S + (RETRY_WAIT_MAX_S if config.retries.max else 0.0)
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, code: int = exit_codes.BAD_INPUT) -> None:
         log.error("llmload: %s", message)
-        self.runner.environment.process_exit_code = 2
+        self.runner.environment.process_exit_code = code
         self._failed = True
+        self.unfinished = False  # the exit code already says why
         self.error = message
+
+    def on_quitting(self, environment: Any, **_: Any) -> None:
+        """A run stopped before its last rung (SIGINT, SIGTERM, the web UI's STOP, preflight cut
+        short) exits with the interrupted code, whatever Locust's own would be."""
+        if self.unfinished:
+            code = environment.process_exit_code = exit_codes.INTERRUPTED
+            log.error("llmload: the run stopped before its last rung finished (exit code %d)", code)
 
     def on_quit(self, **_: Any) -> None:
         """Repeat why the run never started as the last line, under Locust's (empty) summary."""
@@ -419,6 +441,7 @@ class LadderShape(LoadTestShape):
         if self._failed:
             return None
         if self.run is None:
+            self.unfinished = True
             try:
                 self.run = self._begin()
             except (ConfigError, PreflightError, OSError) as e:
@@ -447,7 +470,8 @@ class LadderShape(LoadTestShape):
             # Locust moved users mid-request): stop instead of waiting forever
             self._fail(
                 f"{current.stage.name}: no progress for {idle:.0f} s ({current.users_done} of "
-                f"{current.stage.users} users done); the run stops, the rung is partial"
+                f"{current.stage.users} users done); the run stops, the rung is partial",
+                exit_codes.INTERRUPTED,
             )
             run.write_run_file()
             return None
@@ -463,6 +487,7 @@ class LadderShape(LoadTestShape):
                 run.all_done_at = run.all_done_at or time.time()
                 if self._stats_caught_up() or time.time() - run.all_done_at > STATS_CATCH_UP_S:
                     run.write_run_file(finished=True)
+                    self.unfinished = False
                     return None
         return run.current.stage.users, run.config.spawn_rate
 
@@ -486,4 +511,5 @@ def register_messages(environment: Any) -> None:
         runner.register_message(MSG_USER_DONE, shape.on_user_done)
         runner.register_message(MSG_USER_READY, shape.on_user_ready)
         environment.events.quit.add_listener(shape.on_quit)
+        environment.events.quitting.add_listener(shape.on_quitting)
         runner.register_message(MSG_HEALTH, shape.on_health)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import unicodedata
 from argparse import Namespace
 from typing import Any
+from urllib.parse import urlsplit
 
 from llmload.core.config import ConfigError, SweepConfig, load_config
 from llmload.core.schema import add_flags, flag_overrides
@@ -111,9 +113,40 @@ def run_config(options: Namespace) -> SweepConfig:
     overrides = flag_overrides(options, SweepConfig, error=ConfigError)
     for key, (value, flag) in overrides.items():
         base.with_overrides(source=flag, **{key: value})
+    if getattr(options, "host", None):
+        check_host(options.host)
+    check_api_key(api_key(options))
     return base.with_overrides(**{key: value for key, (value, _) in overrides.items()})
 
 
 def api_key(options: Namespace) -> str:
     """The API key from --api-key / LOCUST_API_KEY, else OPENAI_API_KEY, else empty."""
     return getattr(options, "api_key", "") or os.environ.get("OPENAI_API_KEY", "")
+
+
+def check_host(host: str) -> None:
+    """ConfigError unless host is an http(s) URL with a host name and, if any, a port in 1-65535."""
+    what = "expected http://HOST[:PORT] or https://HOST[:PORT], scheme included"
+    try:
+        parts = urlsplit(host)
+        port = parts.port  # ValueError when not a number or out of range
+    except ValueError as e:
+        raise ConfigError(f"--host {host!r}: {e} ({what})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"--host {host!r}: {what}")
+    if port == 0:
+        raise ConfigError(f"--host {host!r}: port 0 is not a server port ({what})")
+
+
+def check_api_key(key: str) -> None:
+    """ConfigError when the key holds a character an HTTP header cannot carry (not Latin-1, or a
+    control character). The message names the character and its position, never the key."""
+    for i, ch in enumerate(key, start=1):
+        code = ord(ch)
+        if code > 0xFF or code < 0x20 or code == 0x7F:
+            name = unicodedata.name(ch, "a control character")
+            raise ConfigError(
+                f"--api-key / LOCUST_API_KEY / OPENAI_API_KEY: character {i} of the API key is "
+                f"U+{code:04X} ({name}), which an HTTP header cannot carry "
+                "(a pasted typographic quote or line break?)"
+            )

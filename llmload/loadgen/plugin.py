@@ -12,6 +12,7 @@ from typing import Any
 
 from locust import events
 
+from llmload.core import exit_codes
 from llmload.core.config import ConfigError
 from llmload.loadgen.health_sampler import start_sampling
 from llmload.loadgen.ladder import register_messages
@@ -41,4 +42,4 @@ def _on_init(environment: Any, **_: Any) -> None:
             run_config(options)
         except ConfigError as e:
             logging.getLogger("llmload").error("llmload: %s", e)
-            sys.exit(2)
+            sys.exit(exit_codes.BAD_INPUT)

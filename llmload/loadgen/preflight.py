@@ -42,8 +42,11 @@ def preflight(
     api_key: str = "",
     context: ssl.SSLContext | None = None,
     timeout: float = 10.0,
+    max_tokens: int | None = None,
+    prompt_tokens: int | None = None,
 ) -> str:
-    """Return the model to use, or raise PreflightError."""
+    """Return the model to use, or raise PreflightError. With max_tokens (and prompt_tokens, when
+    known), a model whose listed `max_model_len` cannot hold them stops the run here."""
     if not host:
         raise PreflightError("no target host: pass --host http://HOST:PORT (or set LOCUST_HOST)")
     url = host.rstrip("/") + "/v1/models"
@@ -67,13 +70,29 @@ def preflight(
         reason = getattr(e, "reason", e)
         raise PreflightError(f"{url}: cannot reach the server: {reason}") from None
     try:
-        served = [m["id"] for m in json.loads(body)["data"]]
+        cards = {str(m["id"]): m for m in json.loads(body)["data"]}
     except (ValueError, KeyError, TypeError):
         raise PreflightError(f"{url}: answer is not an OpenAI model list: {body[:80]!r}") from None
-    if model:
-        if model not in served:
-            raise PreflightError(f"model {model!r} is not served by {host}; it serves: {', '.join(served)}")
-        return model
-    if not served:
+    if model and model not in cards:
+        raise PreflightError(f"model {model!r} is not served by {host}; it serves: {', '.join(cards)}")
+    if not cards:
         raise PreflightError(f"{url}: the server lists no model")
-    return served[0]
+    chosen = model or next(iter(cards))
+    if max_tokens is not None:
+        check_context(url, chosen, cards[chosen], max_tokens, prompt_tokens)
+    return chosen
+
+
+def check_context(url: str, model: str, card: object, max_tokens: int, prompt_tokens: int | None) -> None:
+    """PreflightError when the model card's `max_model_len` (vLLM, the simulator) cannot hold the
+    prompt plus max_tokens: every request would fail with HTTP 400. A card without it passes."""
+    limit = card.get("max_model_len") if isinstance(card, dict) else None
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        return
+    needed = max_tokens + (prompt_tokens or 1)  # a prompt holds at least one token
+    if needed > limit:
+        prompt = f"{prompt_tokens} prompt tokens" if prompt_tokens else "the prompt"
+        raise PreflightError(
+            f"max_tokens {max_tokens} + {prompt} exceed the context of model {model!r}: "
+            f"{url} says max_model_len {limit}; lower --max-tokens / 'max_tokens'"
+        )

@@ -83,10 +83,14 @@ class StreamAccumulator:
             raise MalformedStream(f"data line is not a JSON object: {payload[:80]!r}")
         choices = obj.get("choices")
         usage = obj.get("usage")
+        if usage is not None:
+            _check_usage(usage, payload)
         if choices:
+            if not isinstance(choices, list) or not isinstance(choices[0], dict):
+                raise MalformedStream(f"choices is not a list of objects: {payload[:80]!r}")
             self._on_choice(choices[0], usage, t)
         elif "error" in obj:
-            raise StreamErrorEvent(str(obj["error"])[:200])
+            raise StreamErrorEvent(" ".join(str(obj["error"]).split())[:200])
         if usage:
             self.usage = usage
         return False
@@ -97,12 +101,16 @@ class StreamAccumulator:
         self.t_last = t
         if self.chat:
             delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise MalformedStream(f"delta is not an object: {str(delta)[:80]!r}")
             text = delta.get("content")
             role_only = text is None or (not text and "role" in delta)
         else:
             text = choice.get("text")
             role_only = text is None
         finish = choice.get("finish_reason")
+        if not isinstance(text, str | None) or not isinstance(finish, str | None):
+            raise MalformedStream(f"text or finish_reason is not a string: {str(choice)[:80]!r}")
         if finish:
             self.finish_reason = finish
         if not (text or (not role_only and not finish)):
@@ -118,11 +126,22 @@ class StreamAccumulator:
             self._usage_per_chunk = False
 
     @property
-    def completion_tokens(self) -> int | None:
+    def completion_tokens(self) -> int | None:  # int or None: _check_usage saw every usage
         """usage.completion_tokens if the server sent usage, else None."""
         if self.usage is None or self.usage.get("completion_tokens") is None:
             return None
         return int(self.usage["completion_tokens"])
+
+    def output_tokens(self, max_tokens: int) -> tuple[int, bool]:
+        """(output tokens, estimated): usage.completion_tokens when the server sent it; else an
+        estimate, never a chunk count passed off as tokens: max_tokens when finish_reason is
+        "length" (the server stopped at the limit), else the content chunks, a lower bound (a chunk
+        may carry several tokens: speculative decoding, servers that batch their writes)."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens, False
+        if self.finish_reason == "length" and len(self.chunk_times) <= max_tokens:
+            return max_tokens, True
+        return len(self.chunk_times), True
 
     @property
     def prompt_tokens(self) -> int | None:
@@ -135,3 +154,13 @@ class StreamAccumulator:
         if self._usage_per_chunk and self.chunk_times and len(self.chunk_tokens) == len(self.chunk_times):
             return list(self.chunk_tokens)
         return None
+
+
+def _check_usage(usage: Any, payload: bytes) -> None:
+    """MalformedStream unless usage is an object whose token counts are integers >= 0 (or absent)."""
+    if not isinstance(usage, dict):
+        raise MalformedStream(f"usage is not an object: {payload[:80]!r}")
+    for key in ("completion_tokens", "prompt_tokens"):
+        count = usage.get(key)
+        if count is not None and (type(count) is not int or count < 0):
+            raise MalformedStream(f"usage.{key} is not a count: {payload[:80]!r}")

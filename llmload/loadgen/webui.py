@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from flask import Response, make_response, request
+from werkzeug.datastructures import ImmutableMultiDict
 
 from llmload.analysis.postprocess import load_run, render_run
 from llmload.core.records import RecordFileError
@@ -48,6 +49,8 @@ def register_web_ui(environment: Any) -> LiveSweep | None:
     from `events.init`). Returns the live table, or None without a web UI or a ladder shape."""
     web_ui = environment.web_ui
     shape = environment.shape_class
+    if web_ui is not None:
+        protect_secrets(web_ui)
     if web_ui is None or not isinstance(shape, LadderShape):
         return None
     live = LiveSweep()
@@ -99,3 +102,41 @@ def register_web_ui(environment: Any) -> LiveSweep | None:
         ],
     }
     return live
+
+
+# --- secrets (issue 13): a key set on the server never leaves it ----------------------------------
+SECRET_PLACEHOLDER = "(set on the server: leave as is to keep it)"
+SECRET_OPTIONS = ("api_key",)  # llmload's is_secret options (llmload.loadgen.options)
+
+
+def protect_secrets(web_ui: Any) -> None:
+    """Locust renders every web-UI option's running value into the start page
+    (`templateArgs.extra_options.<name>.default_value`), secret ones included; a password field
+    only masks it on screen. Here a secret's value is replaced by SECRET_PLACEHOLDER (or '' when
+    unset) before any page is rendered, and a start form that sends the placeholder back, or
+    nothing, keeps the running value: only a new value typed into the form replaces it."""
+    update_template_args = web_ui.update_template_args
+
+    def scrub() -> None:
+        for option in (web_ui.template_args.get("extra_options") or {}).values():
+            if option.get("is_secret"):
+                option["default_value"] = SECRET_PLACEHOLDER if option.get("default_value") else ""
+
+    def update_without_secrets() -> None:
+        update_template_args()
+        scrub()
+
+    def keep_running_secrets() -> None:
+        if request.endpoint != "locust.swarm" or request.method != "POST":
+            return
+        extra = web_ui.template_args.get("extra_options") or {}
+        secrets = {*SECRET_OPTIONS, *(k for k, o in extra.items() if o.get("is_secret"))}
+        form = request.form.copy()
+        for name in secrets:
+            if form.get(name, "") in ("", SECRET_PLACEHOLDER):
+                form.pop(name, None)
+        request.form = ImmutableMultiDict(form)
+
+    scrub()  # Locust filled them in once already, when it created the web UI
+    web_ui.update_template_args = update_without_secrets
+    web_ui.app.before_request(keep_running_secrets)

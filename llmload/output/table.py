@@ -18,7 +18,7 @@ from dataclasses import asdict
 from tabulate import tabulate
 
 from llmload.analysis.metrics import LATENCY_NAMES, RungMetrics
-from llmload.analysis.sweep_rows import SweepRow
+from llmload.analysis.sweep_rows import MissingRung, SweepRow
 from llmload.core.config import SweepConfig
 from llmload.core.names import rung_name
 from llmload.core.stats import DEFAULT_PERCENTILES, Summary, percentile_label
@@ -80,8 +80,8 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
     notes = []
     if any(r.estimated for r in rows):
         notes.append(
-            f"{ESTIMATED_MARK} output tokens counted by the client on some requests "
-            "(the server sent no usage): approximate"
+            f"{ESTIMATED_MARK} the server sent no usage on some requests: their tokens are max_tokens "
+            "where finish_reason was 'length', else their content chunks (a lower bound)"
         )
     if any(r.partial for r in rows):
         partial = ", ".join(rung_name(r.rung, r.conc) for r in rows if r.partial)
@@ -253,9 +253,11 @@ def render(
     metrics: Sequence[RungMetrics] | None = None,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     wide: bool = False,
+    missing: Sequence[MissingRung] = (),
 ) -> str:
     """The sweep table in `fmt` (one of FORMATS). With `metrics` (one per row, same order):
-    table/markdown append the latency and rates tables, csv adds columns, json nests them."""
+    table/markdown append the latency and rates tables, csv adds columns, json nests them.
+    `missing` rungs (no record) are listed in ladder order, marked, with no figures."""
     if metrics is not None and len(metrics) != len(rows):
         raise ValueError("metrics must hold one entry per sweep row")
     paired: list[tuple[SweepRow, RungMetrics | None]] = list(
@@ -263,9 +265,10 @@ def render(
     )
     if fmt == "json":
         data = [asdict(r) | ({} if m is None else {"metrics": m.as_dict()}) for r, m in paired]
-        return json.dumps(data, indent=2)
+        data += [asdict(m) | {"not_run": not m.started, "partial": m.started} for m in missing]
+        return json.dumps(sorted(data, key=lambda d: d["rung"]), indent=2)
     if fmt == "csv":
-        flat = [_csv_row(r, m, percentiles, wide) for r, m in paired]
+        flat = _with_missing([(r.rung, _csv_row(r, m, percentiles, wide)) for r, m in paired], missing, wide)
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=list(flat[0]) if flat else list(CORE_COLUMNS))
         writer.writeheader()
@@ -274,8 +277,53 @@ def render(
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     header = CORE_COLUMNS + (WIDE_COLUMNS if wide else ())
-    table = _grid(header, [[c[h] for h in header] for c in _marked(rows, wide)], fmt)
-    parts = ["\n".join([table, *sweep_notes(rows)])]
+    cells = _with_missing(list(zip([r.rung for r in rows], _marked(rows, wide), strict=True)), missing, wide)
+    table = _grid(header, [[c[h] for h in header] for c in cells], fmt)
+    parts = ["\n".join([table, *sweep_notes(rows), *missing_notes(missing)])]
     if metrics is not None:
         parts.append(render_metrics(metrics, fmt, percentiles))
     return "\n\n".join(parts)
+
+
+# --- rungs without a record (issue 13): a stopped run never looks shorter than its ladder ----------
+NOT_RUN_MARK = "~"
+
+
+def _with_missing(
+    indexed: list[tuple[int, dict[str, str]]], missing: Sequence[MissingRung], wide: bool
+) -> list[dict[str, str]]:
+    """Row cells plus one row per missing rung, in ladder order: its concurrency marked `!`
+    (started, stopped before its first record) or `~` (not run), every figure '-'. In csv the
+    marks are the `partial` and `not_run` columns."""
+    if not missing:
+        return [cells for _, cells in indexed]
+    columns = list(indexed[0][1]) if indexed else [*CORE_COLUMNS, *(WIDE_COLUMNS if wide else ())]
+    csv_like = "partial" in columns
+    for _, cells in indexed:
+        if csv_like:
+            cells["not_run"] = "False"
+        elif cells["conc"][-1:] not in (PARTIAL_MARK, SATURATED_MARK, " "):
+            cells["conc"] += " "  # keep the digits aligned with the marked rows
+    for m in missing:
+        cells = dict.fromkeys(columns, "-") | {"conc": str(m.conc), "failures": "0"}
+        if wide:
+            cells |= {"rung": rung_name(m.rung, m.conc), "requests": "0", "partial_tokens": "0"}
+        if csv_like:
+            cells |= {"estimated": "False", "partial": str(m.started), "saturated": "False"}
+            cells["not_run"] = str(not m.started)
+        else:
+            cells["conc"] += PARTIAL_MARK if m.started else NOT_RUN_MARK
+        indexed.append((m.rung, cells))
+    return [cells for _, cells in sorted(indexed, key=lambda pair: pair[0])]
+
+
+def missing_notes(missing: Sequence[MissingRung]) -> list[str]:
+    """What the marks of the missing rungs mean, naming them."""
+    notes = []
+    started = ", ".join(rung_name(m.rung, m.conc) for m in missing if m.started)
+    if started:
+        notes.append(f"{PARTIAL_MARK} rung stopped before its first request ended (no record): {started}")
+    not_run = ", ".join(rung_name(m.rung, m.conc) for m in missing if not m.started)
+    if not_run:
+        notes.append(f"{NOT_RUN_MARK} rung not run (the run stopped before it began): {not_run}")
+    return notes

@@ -105,6 +105,14 @@ class ManagedProcess(StartStop):
             )
         finally:
             log.close()
+        try:
+            return self._wait_healthy()
+        except BaseException:  # not healthy, or interrupted (Ctrl+C, SIGTERM) while waiting: no orphan
+            self.stop()
+            raise
+
+    def _wait_healthy(self) -> ManagedProcess:
+        assert self.proc is not None
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -115,7 +123,6 @@ class ManagedProcess(StartStop):
             if http_ok(self.health_url, timeout=1.0):
                 return self
             time.sleep(0.05)
-        self.stop()
         raise ServerStartError(
             f"{self.cmd[0]} not healthy at {self.health_url} after {self.start_timeout:.0f} s; "
             f"see {self.log_path}:\n{self.log_tail()}"

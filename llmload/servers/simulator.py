@@ -62,6 +62,6 @@ class SimulatorProcess(StartStop):
         self.process.start()
         return self
 
-    def stop(self) -> int | None:
-        """SIGTERM (then SIGKILL) by PID; returns the exit code."""
-        return self.process.stop()
+    def stop(self, grace: float = 10.0) -> int | None:
+        """SIGTERM (then SIGKILL after grace seconds) by PID; returns the exit code."""
+        return self.process.stop(grace)

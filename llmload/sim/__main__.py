@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import NoReturn
 
 from llmload.core.schema import add_plain_flags, from_plain_flags
 from llmload.sim.config import FAULTS, SERVER, SimConfig
@@ -44,8 +45,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
+class SimFlagError(ValueError):
+    """A simulator flag the simulator would refuse; the message is one line."""
+
+
+def _raise_flag_error(message: str) -> NoReturn:
+    raise SimFlagError(message.replace("\r", "\\r").replace("\n", "\\n"))  # one line, whatever was typed
+
+
+def config_from_args(argv: Sequence[str] | None = None, *, exit_on_error: bool = True) -> SimConfig:
+    """The simulator's configuration from its command line. A bad flag prints the usage and exits 2,
+    or, with exit_on_error=False (checking flags before starting it), raises SimFlagError."""
     parser = build_parser()
+    if not exit_on_error:  # neither an error nor --help may end the process that checks
+        parser.error = _raise_flag_error  # type: ignore[method-assign]
+        parser.print_help = lambda file=None: None  # type: ignore[method-assign]
+        parser.exit = lambda status=0, message=None: _raise_flag_error("--help is not a setting")  # type: ignore[method-assign]
     args = parser.parse_args(argv)
     faults = dict(args.fault)
     try:

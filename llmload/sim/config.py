@@ -3,6 +3,7 @@ its flag and help (llmload.core.schema): `llmload sim --help` and the parser com
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,5 +90,9 @@ class SimConfig:
             raise ValueError("--keep-alive-timeout must be > 0")
         if self.max_requests_per_connection is not None and self.max_requests_per_connection < 1:
             raise ValueError("--max-requests-per-connection must be >= 1")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0-65535, got {self.port}")
+        if not (0.0 <= self.stall_s < math.inf and 0.0 <= self.slow_headers_s < math.inf):
+            raise ValueError("stall_s and slow_headers_s must be finite numbers >= 0")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError("--ssl-certfile and --ssl-keyfile go together")

@@ -15,6 +15,7 @@ bytes on the wire. When idle it waits on an event; there is no busy loop.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections import deque
@@ -54,6 +55,10 @@ class StepModel:
     )
 
     def __post_init__(self) -> None:
+        for name in ("base_ms", "per_seq_ms", "prefill_ms_per_token", "degrade_pct_per_min"):
+            value = getattr(self, name)
+            if not 0.0 <= value < math.inf:  # also false for NaN
+                raise ValueError(f"{name} must be a finite number >= 0, got {value}")
         if self.max_draft < 0:
             raise ValueError("max_draft must be >= 0")
         if not 1.0 <= self.accept_len <= 1 + self.max_draft:

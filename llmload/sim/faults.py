@@ -41,7 +41,7 @@ CLIENT_OUTCOME: dict[str, str] = {
     "slow_headers": "ok",  # only slower; a timeout if --slow-headers-s exceeds the first_token timeout
     "wrong_content_type": "wrong_content_type",
     "no_done": "no_done",
-    "no_usage": "ok",  # completed; output tokens counted by the client (tokens_estimated)
+    "no_usage": "ok",  # completed; output tokens estimated by the client (tokens_estimated)
 }
 # Faults answered before the request reaches the engine.
 PRE_ADMISSION = frozenset({"http_500", "http_503", "http_429", "reset", "wrong_content_type"})

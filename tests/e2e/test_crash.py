@@ -18,6 +18,7 @@ from fixtures.paths import REPO
 
 from llmload.analysis.locust_csv import read_stats_csv
 from llmload.cli.sweep_run import LOCUSTFILES, locust_command
+from llmload.core import exit_codes
 from llmload.core.records import read_records
 from llmload.servers.simulator import SimulatorProcess
 from llmload.sim.truth import load_truth
@@ -67,6 +68,7 @@ def test_killed_mid_rung_keeps_the_finished_rungs(tmp_path, sig):
                 proc.wait()
     output = (tmp_path / "locust.log").read_text()
     assert "Traceback" not in output, output[-3000:]
+    assert proc.returncode == exit_codes.INTERRUPTED  # a stopped run never looks like a success
 
     recs, skipped = read_records(records)
     assert not skipped

@@ -20,6 +20,7 @@ from fixtures.paths import REPO
 from locust.stats import RequestStats
 
 from llmload.analysis.soak import soak_report
+from llmload.core import exit_codes
 from llmload.core.config import ConfigError, load_config, parse_config
 from llmload.core.records import RequestRecord, write_records
 from llmload.loadgen.soak_monitor import HISTORY_MAX, KEEP_PER_SECOND_S, trim_stats
@@ -177,7 +178,7 @@ def test_a_crashed_run_is_judged_up_to_its_last_request(tmp_path):
     report = soak_report(prefix)
     assert len(report.windows) == 3  # the 4th window is not over: its last request ended at 39.75 s
     assert report.tail_requests == 20
-    assert report.status == "incomplete" and report.exit_code == 2
+    assert report.status == "incomplete" and report.exit_code == exit_codes.INTERRUPTED
     assert any("skipped 1 unreadable" in w for w in report.warnings)
 
 
@@ -247,7 +248,7 @@ def test_script_judges_with_another_config_and_reports_incomplete_runs_in_junit(
     strict.write_text("rungs: [4]\nduration: 600\nsoak: {window_s: 10, min_agg_tok_s: 1000}\n")
     strict_run = soak_report_main([str(prefix), "--config", str(strict), "--format", "json", "--no-png"])
     assert strict_run.returncode == 1 and json.loads(strict_run.stdout)["breached"] == ["min_agg_tok_s"]
-    assert soak_report_main([str(prefix), "--no-png"]).returncode == 2
+    assert soak_report_main([str(prefix), "--no-png"]).returncode == exit_codes.INTERRUPTED
     suite = ET.parse(f"{prefix}_soak.xml").getroot().find("testsuite")
     completed = [c for c in suite.findall("testcase") if c.get("name") == "run_completed"]
     assert completed and completed[0].find("error") is not None

@@ -79,7 +79,7 @@ def test_plain_table_marks_estimated_and_partial_figures():
         "  4!      42.5*          35.0*    170*    4.00        200.0         0",
     ]
     notes = "\n".join(out[4:])
-    assert "* output tokens counted by the client" in notes
+    assert "* the server sent no usage on some requests" in notes
     assert "! rung did not finish (partial): rung03 c4" in notes
     assert "rung02 c4: 1 of 4 requests failed (http_500 x1); their 37 partial tokens" in notes
 

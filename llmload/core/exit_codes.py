@@ -1,0 +1,26 @@
+"""The exit codes of every llmload command and of the Locust process it drives, in one place.
+
+A scheduler (cron, CI, Kubernetes) reads only the exit code, so each code means one thing
+everywhere: `locust -f <llmload locustfile>`, `llmload sweep`, `llmload table` and the other
+commands. `docs/errors-and-exit-codes.md` shows `EXIT_CODES` as a table (a unit test keeps the two
+equal). When several apply, the first of BAD_INPUT, INTERRUPTED, RECONCILIATION, REQUEST_FAILURES
+wins: a run stopped after a reconciliation failure exits INTERRUPTED.
+"""
+
+from __future__ import annotations
+
+OK = 0
+REQUEST_FAILURES = 1  # Locust's own convention (--exit-code-on-error)
+BAD_INPUT = 2
+RECONCILIATION = 3
+INTERRUPTED = 4
+
+EXIT_CODES: dict[int, str] = {
+    OK: "finished: every rung ran to its end, no request failed, the token accounts add up",
+    REQUEST_FAILURES: "finished, but some requests failed (the table counts them by kind)",
+    BAD_INPUT: "bad input (config file, option, records file) or the preflight stopped the run; "
+    "nothing was measured",
+    RECONCILIATION: "finished, but a rung's token accounts do not add up (token reconciliation)",
+    INTERRUPTED: "stopped before every rung finished: SIGINT/SIGTERM, the web UI's STOP, a stalled "
+    "rung, a killed Locust; the finished rungs' files are intact and the table marks the rest",
+}

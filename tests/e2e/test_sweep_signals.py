@@ -1,0 +1,122 @@
+"""`llmload sweep` owns its children: SIGTERM or SIGINT at any moment (while the simulator starts,
+during Locust's preflight, mid-rung, between rungs) stops Locust and then the simulator, leaves no
+process it started alive 10 s later, prints the table of the finished rungs with the rest marked,
+and exits with the interrupted code (4) without a traceback. Through the real command line
+(`python -m llmload sweep`), with the simulator's truth log as the witness of what ran."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from llmload.core import exit_codes
+from llmload.core.records import read_records
+from llmload.servers.process import LOOPBACK
+
+GONE_WITHIN_S = 10.0
+RUNGS = (2, 2, 3)
+PER_USER = 3
+# one token per 20 ms step: a request ~0.5 s, a rung ~1.5 s
+SLOW = ["--sim", "accept_len=1", "--sim", "base_ms=20", "--sim", "per_seq_ms=0"]
+LADDER = ["--rungs", ",".join(map(str, RUNGS)), "--requests-per-user", str(PER_USER), "--max-tokens", "24"]
+
+
+def start_sweep(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "llmload", "sweep", "--run-dir", str(tmp_path / "run"), *args]
+    return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(proc: subprocess.Popen[str], condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert proc.poll() is None, f"sweep ended ({proc.returncode}) before {what}: {proc.communicate()}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def stop_and_check(proc: subprocess.Popen[str], sig: int) -> tuple[str, str]:
+    """Signal the sweep; every process it started must be gone within GONE_WITHIN_S."""
+    children = psutil.Process(proc.pid).children(recursive=True)
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        out, err = proc.communicate(timeout=GONE_WITHIN_S)
+    finally:
+        alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+        for child in alive:  # never leave them behind, even when the test fails
+            child.kill()
+    assert alive == [], f"still running after {time.monotonic() - t0:.1f} s: {alive}"
+    assert proc.returncode == exit_codes.INTERRUPTED, err
+    assert "Traceback" not in out + err, err
+    assert f"llmload sweep: stopped by {signal.Signals(sig).name}" in err
+    return out, err
+
+
+def records_of(tmp_path: Path) -> list:
+    path = tmp_path / "run" / "run_records.jsonl"
+    return read_records(path)[0] if path.exists() else []
+
+
+def stages(tmp_path: Path) -> list[dict]:
+    try:
+        return json.loads((tmp_path / "run" / "run_run.json").read_text())["stages"]
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def test_sigterm_while_the_simulator_starts(tmp_path):
+    proc = start_sweep(tmp_path, *SLOW, *LADDER)
+    wait_for(proc, lambda: (tmp_path / "run" / "sim.log").exists(), "the simulator's start")
+    out, err = stop_and_check(proc, signal.SIGTERM)
+    assert not (tmp_path / "run" / "run_records.jsonl").exists()
+
+
+def test_sigterm_during_locusts_preflight(tmp_path):
+    """A server that accepts the connection and never answers: Locust sits in its preflight."""
+    with socket.create_server((LOOPBACK, 0)) as silent:
+        host = f"http://{LOOPBACK}:{silent.getsockname()[1]}"
+        proc = start_sweep(tmp_path, "--host", host, *LADDER)
+        silent.settimeout(60)
+        conn, _ = silent.accept()  # the preflight's GET /v1/models
+        with conn:
+            out, err = stop_and_check(proc, signal.SIGTERM)
+    assert "the run stopped before its last rung finished" in (tmp_path / "run" / "locust.log").read_text()
+    assert out == ""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_stopped_mid_rung_prints_the_finished_rungs(tmp_path, sig):
+    proc = start_sweep(tmp_path, *SLOW, *LADDER, "--warmup-requests", "0")
+    wait_for(proc, lambda: any(r.rung == 1 for r in records_of(tmp_path)), "a record of the second rung")
+    out, err = stop_and_check(proc, sig)
+    lines = out.splitlines()
+    assert lines[1].split()[:4] == [str(RUNGS[0]), *lines[1].split()[1:3], str(24 * RUNGS[0] * PER_USER)]
+    assert lines[2].split()[0] == f"{RUNGS[1]}!"  # the rung that was cut
+    assert lines[3].split()[0] == f"{RUNGS[2]}~"  # the rung that never started
+    assert "~ rung not run (the run stopped before it began): rung03 c3" in out
+    finished = [r for r in records_of(tmp_path) if r.rung == 0]
+    assert len(finished) == RUNGS[0] * PER_USER and all(r.ok for r in finished)
+    assert err.strip().splitlines()[-1] == "llmload sweep: the run did not finish every rung (exit code 4)"
+
+
+def test_sigterm_between_rungs(tmp_path):
+    proc = start_sweep(tmp_path, *SLOW, *LADDER, "--warmup-requests", "0")
+
+    def first_rung_done() -> bool:
+        done = stages(tmp_path)
+        return bool(done) and done[0]["finished"] is not None
+
+    wait_for(proc, first_rung_done, "the end of the first rung")
+    out, err = stop_and_check(proc, signal.SIGTERM)
+    notes = [line for line in out.splitlines() if line.startswith(("!", "~"))]
+    assert notes and not any(f"rung01 c{RUNGS[0]}" in line for line in notes)  # finished: no mark
+    assert out.splitlines()[3].split()[0] == f"{RUNGS[2]}~"

@@ -1,0 +1,391 @@
+"""Property-based fuzzing (hypothesis) of every input surface a user or a server controls.
+
+The property, for each surface: an input is accepted, or rejected with the module's own error type
+and a one-line message; never any other exception (a traceback for the user). Surfaces: the YAML
+ladder file (random mappings of known and unknown keys, every YAML type, unicode, duplicate keys,
+raw text), the Locust command-line options (`run_config`, as the CLI and the web UI's form give
+them), the sweep command's `--sim` flags and the simulator's own flags, the records reader and the
+post-processor behind it (random JSON lines, almost-records with wrong field types), Locust's CSV
+reader (random headers and cells) and the SSE parser (random `data:` lines, almost-chunks).
+
+1,000 examples per surface (`FUZZ`), derandomized so a CI run is repeatable, ~20 s in all. The
+last test plants a bare KeyError in the config parser and checks that the ladder property finds it.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from argparse import Namespace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmload.analysis.locust_csv import (
+    FAILURES_COLUMNS,
+    STATS_COLUMNS,
+    LocustCsvError,
+    cross_check,
+    read_failures_csv,
+    read_stats_csv,
+)
+from llmload.analysis.postprocess import load_run, render_run
+from llmload.analysis.sweep_rows import group_rungs
+from llmload.cli.sweep import sim_args
+from llmload.core import checks, config
+from llmload.core.config import ConfigError, load_config
+from llmload.core.records import RecordFileError, RequestRecord
+from llmload.core.schema import settings as config_settings
+from llmload.loadgen.options import run_config
+from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
+from llmload.output.table import FORMATS
+from llmload.sim.__main__ import SimFlagError, build_parser, config_from_args
+
+FUZZ = settings(
+    max_examples=1000,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def one_line(error: Exception) -> None:
+    message = str(error)
+    assert message and "\n" not in message, repr(message)
+
+
+# --- values of every type YAML and JSON can carry ----------------------------------------------
+numbers = st.one_of(
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, 1, -1, 0.5, 1e308, -0.0]),
+)
+scalars = st.one_of(st.none(), st.booleans(), numbers, st.text(max_size=12))
+
+CONFIG_KEYS = sorted(f.name for f, _ in config_settings(config.SweepConfig))
+SECTION_KEYS = ["connect", "first_token", "total", "max", "on_status", "backoff_s", "ttft_ms", "window_s"]
+KEYS = st.sampled_from(CONFIG_KEYS + SECTION_KEYS)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(KEYS | st.text(max_size=8), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+mappings = st.dictionaries(KEYS | st.text(max_size=10), values, max_size=6)
+
+
+@st.composite
+def ladder_texts(draw: st.DrawFn) -> str:
+    """YAML text: a dumped random mapping, the same with a key repeated, or raw text."""
+    kind = draw(st.sampled_from(["mapping", "duplicate", "raw", "yaml-ish"]))
+    if kind == "raw":
+        return draw(st.text(max_size=80))
+    if kind == "yaml-ish":
+        alphabet = string.ascii_letters + string.digits + ":-[]{},.#&*!|>'\"\n \t?%@`~"
+        return draw(st.text(alphabet=alphabet, max_size=80))
+    text = yaml.safe_dump(draw(mappings), allow_unicode=True)
+    if kind == "duplicate":
+        key = draw(KEYS)
+        text += f"{key}: 1\n{key}: 2\n"
+    return text
+
+
+def check_ladder(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+    try:
+        load_config(path)
+    except ConfigError as e:
+        one_line(e)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fuzz")
+
+
+def test_ladder_file(workdir):
+    @FUZZ
+    @given(ladder_texts())
+    def prop(text: str) -> None:
+        check_ladder(workdir / "ladder.yaml", text)
+
+    prop()
+
+
+# --- the Locust options (command line, environment, web-UI form: all text) ---------------------
+option_text = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["", "1", "0", "-1", "1,4", "nan", "inf", "1e999", "2.5", "true", "false", " 3 "]),
+)
+hosts = st.one_of(
+    st.text(max_size=20),
+    st.builds(
+        lambda scheme, host, port: f"{scheme}{host}{port}",
+        st.sampled_from(["http://", "https://", "", "ftp://", "http:/"]),
+        st.sampled_from(["127.0.0.1", "localhost", "[::1]", "[::1", "", "ä.example"]),
+        st.sampled_from(["", ":8000", ":0", ":99999", ":abc", ":", ":-1", "/v1"]),
+    ),
+)
+
+
+def test_locust_options():
+    @FUZZ
+    @given(
+        st.fixed_dictionaries(
+            {
+                "rungs": option_text,
+                "requests_per_user": option_text,
+                "rung_duration": option_text,
+                "warmup_requests": option_text,
+                "max_tokens": option_text,
+                "model": option_text,
+                "endpoint": option_text,
+                "stream": option_text,
+                "host": hosts,
+                "api_key": st.text(max_size=10),
+            }
+        )
+    )
+    def prop(options: dict[str, str]) -> None:
+        try:
+            run_config(Namespace(ladder="", **options))
+        except ConfigError as e:
+            one_line(e)
+
+    prop()
+
+
+# --- the simulator's flags, and the sweep's --sim KEY=VALUE ------------------------------------
+SIM_OPTIONS = sorted(
+    o.removeprefix("--") for a in build_parser()._actions for o in a.option_strings if o.startswith("--")
+)
+sim_keys = st.sampled_from([o.replace("-", "_") for o in SIM_OPTIONS if o != "help"]) | st.text(
+    alphabet=string.ascii_lowercase + "_", min_size=1, max_size=8
+)
+sim_values = st.one_of(option_text, st.sampled_from(["drop=0.5", "http_500=2", "x=1", "no_usage=1", "4.5"]))
+
+
+def test_sim_flags():
+    @FUZZ
+    @given(st.lists(st.tuples(sim_keys, sim_values), max_size=5))
+    def prop(flags: list[tuple[str, str]]) -> None:
+        try:
+            args = sim_args(flags)
+        except ConfigError as e:
+            one_line(e)
+            return
+        config_from_args(args, exit_on_error=False)  # what the sweep accepted, the simulator takes
+
+    prop()
+
+
+def test_simulator_command_line():
+    @FUZZ
+    @given(st.lists(st.sampled_from([f"--{o}" for o in SIM_OPTIONS if o != "help"]) | sim_values, max_size=6))
+    def prop(argv: list[str]) -> None:
+        try:
+            config_from_args(argv, exit_on_error=False)
+        except SimFlagError as e:
+            one_line(e)
+
+    prop()
+
+
+# --- the records reader and everything that reads its records ----------------------------------
+GOOD = RequestRecord(
+    request_id="r1",
+    rung=0,
+    users=2,
+    phase="measure",
+    endpoint="completions",
+    stream=True,
+    max_tokens=8,
+    t_start=1000.0,
+    t_end=1001.0,
+    t_first=1000.1,
+    t_first_content=1000.1,
+    output_tokens=8,
+    chunks=8,
+    finish_reason="length",
+    chunk_times=[0.1 * i for i in range(8)],
+).to_dict()
+
+
+@st.composite
+def record_lines(draw: st.DrawFn) -> str:
+    kind = draw(st.sampled_from(["record", "mutated", "json", "text"]))
+    if kind == "text":
+        return draw(st.text(max_size=40)).replace("\n", " ")
+    if kind == "json":
+        return json.dumps(draw(values))
+    data = dict(GOOD)
+    data |= draw(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "rung": st.integers(-3, 3),
+                "users": st.integers(-2, 5),
+                "t_start": st.floats(900, 1100),
+                "t_end": st.floats(900, 1100),
+                "t_first": st.none() | st.floats(900, 1100),
+                "output_tokens": st.integers(-5, 20),
+                "chunks": st.integers(-5, 20),
+                "outcome": st.sampled_from(["ok", "http_500", "drop", ""]),
+                "phase": st.sampled_from(["measure", "warmup", "x"]),
+                "tokens_estimated": st.booleans(),
+                "stream": st.booleans(),
+                "chunk_tokens": st.none() | st.lists(st.integers(-1, 5), max_size=9),
+                "chunk_times": st.lists(st.floats(-1, 5), max_size=9),
+                "prompt_tokens": st.none() | st.integers(0, 100),
+                "t_scheduled": st.none() | st.floats(900, 1100),
+            },
+        )
+    )
+    if kind == "mutated":  # one field of any type, or one field missing
+        field = draw(st.sampled_from(sorted(GOOD)))
+        if draw(st.booleans()):
+            data[field] = draw(values)
+        else:
+            data.pop(field)
+    return json.dumps(data)
+
+
+def test_records_reader_and_post_processor(workdir):
+    prefix = workdir / "run"
+
+    @FUZZ
+    @given(st.lists(record_lines(), max_size=8))
+    def prop(lines: list[str]) -> None:
+        Path(f"{prefix}_records.jsonl").write_text("".join(line + "\n" for line in lines))
+        try:
+            result = load_run(prefix, with_metrics=True)
+        except RecordFileError as e:
+            one_line(e)
+            return
+        for fmt in FORMATS:
+            render_run(result, fmt, wide=True)
+
+    prop()
+
+
+# --- Locust's CSVs --------------------------------------------------------------------------------
+cells = st.one_of(
+    st.text(max_size=8),
+    st.sampled_from(["POST", "rung01 c1", "rung02 c4", "3", "0", "-1", "nan", "inf", "2.5", "1e400", ""]),
+)
+
+
+COLUMN_CELLS = {
+    "Type": st.sampled_from(["POST", "TTFT", ""]),
+    "Method": st.sampled_from(["POST", "GET"]),
+    "Name": st.sampled_from(["rung01 c1", "rung01 c2", "rung02 c4", "warmup c1", "Aggregated"]),
+    "Error": st.sampled_from(["RequestFailure('http_500')", "drop", ""]),
+    "Request Count": st.integers(-1, 5).map(str),
+    "Failure Count": st.integers(-1, 5).map(str),
+    "Occurrences": st.integers(-1, 5).map(str),
+    "Average Content Size": st.sampled_from(["8", "8.0", "2.5", "nan", "inf", "-inf", "1e400", "x"]),
+}
+
+
+@st.composite
+def csv_texts(draw: st.DrawFn, columns: tuple[str, ...]) -> str:
+    """A Locust CSV: its columns (shuffled, one extra) with plausible or odd cells, or junk."""
+    header = draw(st.permutations([*columns, "Extra"]).map(list) | st.lists(st.text(max_size=6), max_size=4))
+    row = st.tuples(*(COLUMN_CELLS.get(c, cells) for c in header)).map(list)
+    rows = draw(st.lists(row | st.lists(cells, max_size=len(header) + 1), max_size=5))
+    text = "\n".join(",".join(map(json.dumps, r)) for r in [header, *rows])
+    return draw(st.sampled_from([text, text[: len(text) // 2], ""]))
+
+
+def test_locust_csv_reader(workdir):
+    prefix = workdir / "csvrun"
+    rungs = group_rungs([RequestRecord.from_dict(GOOD)])
+
+    @FUZZ
+    @given(csv_texts(STATS_COLUMNS), csv_texts(FAILURES_COLUMNS))
+    def prop(stats: str, failures: str) -> None:
+        Path(f"{prefix}_stats.csv").write_text(stats)
+        Path(f"{prefix}_failures.csv").write_text(failures)
+        for read, path in ((read_stats_csv, "_stats.csv"), (read_failures_csv, "_failures.csv")):
+            try:
+                read(Path(f"{prefix}{path}"))
+            except LocustCsvError as e:
+                one_line(e)
+        for warning in cross_check(prefix, rungs):
+            one_line(Exception(warning))
+
+    prop()
+
+
+# --- the SSE parser ---------------------------------------------------------------------------------
+@st.composite
+def sse_lines(draw: st.DrawFn) -> bytes:
+    kind = draw(st.sampled_from(["chunk", "json", "bytes", "done"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=30))
+    if kind == "done":
+        return b"data: [DONE]\n"
+    if kind == "json":
+        return b"data: " + json.dumps(draw(values)).encode() + b"\n"
+    choice = draw(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "text": values,
+                "delta": values,
+                "finish_reason": st.none() | st.sampled_from(["length", "stop"]) | values,
+                "index": values,
+            },
+        )
+    )
+    chunk = {"choices": draw(st.sampled_from([[choice], [], choice, "x", None]))}
+    if draw(st.booleans()):
+        chunk["usage"] = draw(
+            st.fixed_dictionaries({}, optional={"completion_tokens": values, "prompt_tokens": values})
+            | values
+        )
+    if draw(st.booleans()):
+        chunk["error"] = draw(values)
+    return b"data: " + json.dumps(chunk).encode() + b"\n"
+
+
+def test_sse_parser():
+    @FUZZ
+    @given(st.booleans(), st.lists(sse_lines(), max_size=8), st.integers(1, 64))
+    def prop(chat: bool, lines: list[bytes], max_tokens: int) -> None:
+        acc = StreamAccumulator(chat=chat)
+        try:
+            for i, line in enumerate(lines):
+                if acc.feed(line, 0.01 * i):
+                    break
+        except (MalformedStream, StreamErrorEvent) as e:
+            one_line(e)
+        tokens, _ = acc.output_tokens(max_tokens)
+        assert isinstance(tokens, int)
+        assert acc.prompt_tokens is None or isinstance(acc.prompt_tokens, int)
+        acc.tokens_per_chunk()
+
+    prop()
+
+
+# --- the property catches a planted bug -----------------------------------------------------------
+def test_a_planted_bare_key_error_in_the_config_parser_is_found(workdir, monkeypatch):
+    def planted(source: str, key: str, value: Any, *_: Any) -> Any:
+        raise KeyError(key)  # the kind of slip the property exists for: not a ConfigError
+
+    monkeypatch.setattr(checks, "expect", planted)  # under every typed check of every key
+
+    @FUZZ
+    @given(ladder_texts())
+    def prop(text: str) -> None:
+        check_ladder(workdir / "planted.yaml", text)
+
+    with pytest.raises(KeyError):
+        prop()
