@@ -165,7 +165,7 @@ def sweep_table(prefix: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def table_requests(stdout: str) -> list[int]:
     """The `requests` column of the --wide table (one line per rung: 'rungNN cN  requests ...')."""
-    return [int(m) for m in re.findall(r"rung\d+ c\d+\s+(\d+)", stdout)]
+    return [int(m) for m in re.findall(r"rung\d+ c\d+\s+(\d+)\s+\d+\s", stdout)]  # requests, partial_tokens
 
 
 def test_intact_run_has_no_warnings(finished_run, tmp_path):
