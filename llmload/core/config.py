@@ -19,7 +19,7 @@ DEFAULT_PROMPT = (
     "work together in a modern LLM inference server."
 )
 ENDPOINTS = ("completions", "chat")
-MODES = ("concurrency", "rate")  # rungs are user counts, or request rates (requests/s)
+MODES = ("concurrency", "rate", "capacity")  # user counts, request rates, or a search (CapacityConfig)
 ARRIVALS = ("poisson", "gamma")
 PROMPT_FORMATS = ("auto", "lines", "jsonl", "sharegpt")
 
@@ -79,6 +79,59 @@ class ReconcileConfig:
     max_disagree_ratio: float = 0.0  # usage vs chunks vs max_tokens vs finish_reason
 
 
+# --- capacity search and greedy-determinism check (llmload.analysis.capacity / .determinism) ---
+@dataclass(frozen=True, slots=True)
+class CapacityConfig:
+    """`mode: capacity`: search the largest concurrency meeting every `slo` bound at `percentile`."""
+
+    percentile: float = 90.0  # the SLO percentile, in (0, 100)
+    confidence: float = 0.95  # two-sided level of each probe's confidence intervals
+    max_failure_ratio: float = 0.0  # failed / sent requests a passing probe may have
+    start: int = 1  # first concurrency probed
+    max_users: int = 256  # highest concurrency probed
+    requests: int = 20  # requests of a new probe (at least one per user)
+    max_requests: int = 200  # an undecided probe is extended up to this many requests
+    max_probes: int = 20  # stages, extensions not counted
+    max_duration_s: float = 1800.0  # the search stops after this long (the ladder checks it)
+
+
+def _capacity(source: str, value: Any) -> CapacityConfig:
+    kwargs: dict[str, Any] = {}
+    for sub, v in _entries(source, "capacity", value, CapacityConfig):
+        key = f"capacity.{sub}"
+        if sub in ("start", "max_users", "requests", "max_requests", "max_probes"):
+            kwargs[sub] = _positive_int(source, key, v)
+        elif sub == "max_failure_ratio":
+            kwargs[sub] = _ratio(source, key, v, below_one=True)
+        elif sub == "max_duration_s":
+            kwargs[sub] = _positive_float(source, key, v)
+        else:
+            scale = 100.0 if sub == "percentile" else 1.0
+            _expect(source, key, v, (int, float), f"a number in (0, {scale:g})")
+            if not 0 < v < scale:
+                raise ConfigError(f"{source}: '{key}' must be a number in (0, {scale:g}), got {v!r}")
+            kwargs[sub] = float(v)
+    cfg = CapacityConfig(**kwargs)
+    if cfg.max_requests < cfg.requests or cfg.max_users < cfg.start:
+        raise ConfigError(
+            f"{source}: 'capacity.max_requests' must be >= 'capacity.requests' and "
+            "'capacity.max_users' >= 'capacity.start'"
+        )
+    return cfg
+
+
+def _check_capacity_and_determinism(config: SweepConfig) -> None:
+    source = config.source
+    if config.mode == "capacity" and not any(dataclasses.astuple(config.slo)):
+        raise ConfigError(f"{source}: 'mode: capacity' needs a bound in 'slo' (ttft_ms, tpot_ms or e2el_ms)")
+    if config.check_determinism and (config.temperature != 0 or config.unique_prompts):
+        # an explicit `true`; None (the default) turns the check on only where it can work
+        raise ConfigError(
+            f"{source}: 'check_determinism' needs 'temperature: 0' and the same prompts at every rung "
+            "('unique_prompts: false')"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SweepConfig:
     """One run: the ladder and the request every user sends."""
@@ -113,11 +166,22 @@ class SweepConfig:
     retries: RetryConfig = field(default_factory=RetryConfig)
     soak: SoakConfig | None = None  # a soak run: one time-based rung judged by windows and thresholds
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
+    # capacity search and greedy-determinism check (llmload.analysis.capacity / .determinism)
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)
+    check_determinism: bool | None = None  # None: on when temperature is 0 and unique_prompts is off
+    record_text: bool = False  # keep each request's generated text in its record
     source: str = "<defaults>"
 
     @property
     def rate_mode(self) -> bool:
         return self.mode == "rate"
+
+    @property
+    def determinism(self) -> bool:
+        """Whether the greedy-determinism check runs (`check_determinism`, or its default)."""
+        if self.check_determinism is not None:
+            return self.check_determinism
+        return self.temperature == 0 and not self.unique_prompts
 
     def with_overrides(self, source: str | None = None, **overrides: Any) -> SweepConfig:
         """A copy with the given fields replaced (None values are ignored), re-validated; errors
@@ -131,6 +195,7 @@ class SweepConfig:
         raw["reconcile"] = dataclasses.asdict(self.reconcile)
         raw["retries"] = dataclasses.asdict(self.retries)
         raw["soak"] = dataclasses.asdict(self.soak) if self.soak else None
+        raw["capacity"] = dataclasses.asdict(self.capacity)
         raw.update(changed)
         return parse_config(raw, source=source or f"{self.source} (with command-line overrides)")
 
@@ -358,6 +423,9 @@ _VALIDATORS: dict[str, Any] = {
     "prompt_format": _choice("prompt_format", PROMPT_FORMATS),
     "continuous_usage": _bool("continuous_usage"),
     "reconcile": _reconcile,
+    "capacity": _capacity,
+    "check_determinism": _optional(_bool("check_determinism")),
+    "record_text": _bool("record_text"),
 }
 
 
@@ -376,6 +444,7 @@ def parse_config(raw: Any, source: str) -> SweepConfig:
     if config.soak is not None and (config.duration is None or len(config.rungs) != 1):
         raise ConfigError(f"{source}: 'soak' needs one time-based rung: set 'rungs: [N]' and 'duration'")
     _check_mode(config)
+    _check_capacity_and_determinism(config)
     return config
 
 

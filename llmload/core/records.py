@@ -51,6 +51,11 @@ class RequestRecord:
     rate: float | None = None  # rate mode: the rung's target request rate (requests/s)
     stamps: str = "user"  # "kernel": message times are kernel receive stamps; "user": read times
     read_delay_ms: float | None = None  # kernel stamps: longest arrival-to-read delay of the generator
+    # greedy-determinism check (llmload.analysis.determinism); None when it is off
+    prompt_hash: str | None = None  # BLAKE2b-64 of the prompt sent, hex
+    text_hash: str | None = None  # BLAKE2b-64 of the generated text, hex
+    chunk_hashes: str | None = None  # 16 bits of CRC-32 of each content chunk's text, 4 hex digits each
+    text: str | None = None  # the generated text, with `record_text: true`
 
     @property
     def ok(self) -> bool:

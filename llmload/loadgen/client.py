@@ -34,6 +34,7 @@ import gevent
 from geventhttpclient.client import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
+from llmload.analysis.determinism import text_digests
 from llmload.core.config import RetryConfig
 from llmload.core.records import OUTCOME_OK, RequestRecord
 from llmload.loadgen.receive_stamps import KERNEL, ReceiveClock
@@ -55,6 +56,8 @@ class RequestContext:
     stream: bool
     max_tokens: int
     worker: str
+    prompt_hash: str | None = None  # set when the greedy-determinism check runs: texts are hashed
+    record_text: bool = False  # keep the generated text in the record
 
 
 class RequestFailed(Exception):
@@ -99,6 +102,9 @@ def _read_body(resp: Any, acc: StreamAccumulator, clock: ReceiveClock) -> None:
     acc.finish_reason = choices[0].get("finish_reason")
     acc.t_first = acc.t_first_content = acc.t_last = t
     acc.chunk_times.append(t)
+    if acc.texts is not None:
+        message = choices[0].get("message") or {}
+        acc.texts.append(str(choices[0].get("text") or message.get("content") or ""))
     acc.done = True
 
 
@@ -200,7 +206,7 @@ def _attempt(
     total_timeout: float,
 ) -> tuple[RequestRecord, str | None]:
     """One HTTP exchange -> its record and the server's Retry-After, if any."""
-    acc = StreamAccumulator(chat=ctx.endpoint == "chat")
+    acc = StreamAccumulator(chat=ctx.endpoint == "chat", keep_text=ctx.prompt_hash is not None)
     outcome, error, status, retry_after = OUTCOME_OK, None, None, None
     t_wall = time.time()
     clock = ReceiveClock(t_wall, time.perf_counter())
@@ -242,4 +248,8 @@ def _attempt(
         stamps=clock.source,
         read_delay_ms=round(clock.max_delay * 1000.0, 3) if clock.source == KERNEL else None,
     )
+    if acc.texts is not None:
+        record.prompt_hash = ctx.prompt_hash
+        record.text_hash, record.chunk_hashes = text_digests(acc.texts)
+        record.text = "".join(acc.texts) if ctx.record_text else None
     return record, retry_after

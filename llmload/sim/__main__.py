@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=m.degrade_pct_per_min,
         help="step time grows linearly by this percent per minute since start (soak drift)",
     )
+    eng.add_argument(
+        "--batch-variance",
+        type=float,
+        default=d.batch_variance,
+        help="chance that a generated token differs when its step's batch holds more than one "
+        "sequence (drawn from prompt, position and batch size; the truth log lists the flips)",
+    )
     flt = p.add_argument_group("faults")
     flt.add_argument(
         "--fault",
@@ -144,6 +151,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
             api_key=args.api_key,
             ssl_certfile=args.ssl_certfile,
             ssl_keyfile=args.ssl_keyfile,
+            batch_variance=args.batch_variance,
         )
     except ValueError as err:
         parser.error(str(err))

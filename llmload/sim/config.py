@@ -32,6 +32,7 @@ class SimConfig:
     api_key: str = ""  # when set, /v1/* answers 401 unless `Authorization: Bearer <api_key>`
     ssl_certfile: Path | None = None  # serve HTTPS with this certificate chain (PEM) ...
     ssl_keyfile: Path | None = None  # ... and this private key (PEM)
+    batch_variance: float = 0.0  # chance that a token of a step with batch > 1 is flipped
 
     def __post_init__(self) -> None:
         if self.usage_style not in USAGE_STYLES:
@@ -40,5 +41,7 @@ class SimConfig:
             raise ValueError("drop_after must be >= 0")
         if self.max_num_seqs < 1 or self.max_model_len < 1:
             raise ValueError("max_num_seqs and max_model_len must be >= 1")
+        if not 0.0 <= self.batch_variance <= 1.0:
+            raise ValueError("--batch-variance must be in [0, 1]")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError("--ssl-certfile and --ssl-keyfile go together")
