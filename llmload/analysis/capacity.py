@@ -32,7 +32,7 @@ from llmload.analysis.metrics import e2el_ms, tpot_ms, ttft_ms
 from llmload.analysis.sweep_rows import Rung
 from llmload.core.config import CapacityConfig, SloConfig
 from llmload.core.records import RequestRecord
-from llmload.core.stats import percentile
+from llmload.core.stats import mean, percentile
 
 PASS, FAIL, UNDECIDED = "pass", "fail", "undecided"
 _METRICS: dict[str, Callable[[RequestRecord], float | None]] = {
@@ -166,6 +166,23 @@ class Probe:
     def extended(self) -> bool:
         return len(self.rungs) > 1
 
+    @property
+    def agg_tok_s(self) -> float:
+        """Output tokens of completed requests over the summed wall time of the probe's stages
+        (each stage: first start to last end, as the sweep table's wall_s)."""
+        walls: dict[int, tuple[float, float]] = {}
+        for r in self.records:
+            lo, hi = walls.get(r.rung, (r.t_start, r.t_end))
+            walls[r.rung] = (min(lo, r.t_start), max(hi, r.t_end))
+        wall = sum(hi - lo for lo, hi in walls.values())
+        return sum(r.output_tokens for r in self.records if r.ok) / wall if wall > 0 else 0.0
+
+    @property
+    def per_req_tok_s(self) -> float | None:
+        """Mean over completed requests of output_tokens / E2EL (the sweep table's per_req_tok/s)."""
+        rates = [r.output_tokens / r.e2e_s for r in self.records if r.ok and r.e2e_s > 0]
+        return mean(rates) if rates else None
+
     def binding(self) -> Criterion | None:
         """The failing criterion furthest past its limit (None unless the probe failed)."""
         failing = [c for c in self.criteria if c.verdict == FAIL or (self.by_point and c.excess > 1)]
@@ -178,6 +195,8 @@ class Probe:
             "requests": self.requests,
             "verdict": self.verdict,
             "by_point": self.by_point,
+            "agg_tok_s": self.agg_tok_s,
+            "per_req_tok_s": self.per_req_tok_s,
             "criteria": [
                 {
                     "key": c.key,
@@ -220,6 +239,21 @@ class CapacityResult:
     @property
     def at_capacity(self) -> Probe | None:
         return next((p for p in self.probes if p.users == self.capacity), None)
+
+    def as_dict(self) -> dict[str, Any]:
+        at = self.at_capacity
+        binding = self.binding
+        return {
+            "capacity": self.capacity,
+            "complete": self.complete,
+            "reason": self.reason,
+            "binding": None if binding is None else binding.key,
+            "percentile": self.percentile,
+            "confidence": self.confidence,
+            "agg_tok_s": None if at is None else at.agg_tok_s,
+            "per_req_tok_s": None if at is None else at.per_req_tok_s,
+            "probes": [p.as_dict() for p in self.probes],
+        }
 
 
 class CapacitySearch:

@@ -33,6 +33,8 @@ from llmload.core.records import RequestRecord
 from llmload.core.stats import percentile
 
 CHUNK_HASH_DIGITS = 4
+# exit status of `llmload sweep` / `llmload table` with --fail-on-divergence when a rung diverged
+EXIT_DIVERGENCE = 6
 
 
 def digest(text: str) -> str:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmload.analysis.determinism import RungDivergence, divergence, divergence_notes
 from llmload.analysis.health import flag_saturated, health_path, read_health
 from llmload.analysis.locust_csv import cross_check
 from llmload.analysis.metrics import RungMetrics, all_rung_metrics
@@ -34,6 +35,7 @@ class RunResult:
     metrics: list[RungMetrics] | None
     warnings: list[str]
     run_info: dict[str, Any] | None  # the parsed <prefix>_run.json, when present
+    divergence: list[RungDivergence] = field(default_factory=list)  # greedy-determinism check
 
 
 def read_run_info(prefix: str | Path) -> dict[str, Any] | None:
@@ -77,7 +79,10 @@ def load_run(
     if skipped:
         lines = ", ".join(map(str, skipped))
         warnings.insert(0, f"{records_path}: skipped {len(skipped)} unreadable lines: {lines}")
-    return RunResult(prefix, records, rungs, rows, metrics, warnings, info)
+    checked = any(r.text_hash is not None for r in records)
+    return RunResult(
+        prefix, records, rungs, rows, metrics, warnings, info, divergence(rungs) if checked else []
+    )
 
 
 def render_run(
@@ -88,4 +93,5 @@ def render_run(
     wide: bool = False,
 ) -> str:
     """The run's table(s) in fmt, without the warnings."""
-    return render(result.rows, fmt, metrics=result.metrics, percentiles=percentiles, wide=wide)
+    notes = divergence_notes(result.divergence)
+    return render(result.rows, fmt, metrics=result.metrics, percentiles=percentiles, wide=wide, notes=notes)

@@ -17,6 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from llmload.analysis.determinism import EXIT_DIVERGENCE, diverged
 from llmload.analysis.postprocess import load_run, render_run
 from llmload.cli.sweep_run import default_run_dir, run_sweep
 from llmload.core.records import RecordFileError
@@ -50,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
     p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table")
+    p.add_argument(
+        "--fail-on-divergence",
+        action="store_true",
+        help=f"exit {EXIT_DIVERGENCE} when the greedy-determinism check finds a rung whose texts differ",
+    )
     args, passed_on = p.parse_known_args(own)
     locust_args = [*passed_on, *locust_args]
     if args.ladder:
@@ -77,4 +83,6 @@ def main(argv: list[str] | None = None) -> int:
     print(render_run(result, args.format))
     for line in result.warnings:
         print(f"warning: {line}", file=sys.stderr)
+    if args.fail_on_divergence and diverged(result.divergence) and run.returncode == 0:
+        return EXIT_DIVERGENCE
     return run.returncode

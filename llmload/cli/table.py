@@ -5,7 +5,8 @@
         [--percentiles 50,90,99] [--slo-ttft-ms X] [--slo-tpot-ms X] [--slo-e2el-ms X]
         [--requests-per-user N] [--wide]
 
-Exit status: 0 on success, 2 when the records file is missing or holds no measured record.
+Exit status: 0 on success, 2 when the records file is missing or holds no measured record,
+6 with --fail-on-divergence when a rung's greedy texts differ from the reference (EXIT_DIVERGENCE).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from llmload.analysis.determinism import EXIT_DIVERGENCE, diverged
 from llmload.analysis.metrics import SLO_KEYS
 from llmload.analysis.postprocess import load_run, render_run
 from llmload.core.records import RecordFileError
@@ -40,6 +42,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slo-e2el-ms", type=float, help="goodput SLO on E2EL (ms)")
     p.add_argument("--requests-per-user", type=int, help="flag rungs with fewer requests as partial")
     p.add_argument("--wide", action="store_true", help="add rung, requests, partial_tokens, failure kinds")
+    p.add_argument(
+        "--fail-on-divergence",
+        action="store_true",
+        help=f"exit {EXIT_DIVERGENCE} when the greedy-determinism check finds a rung whose texts differ",
+    )
     return p.parse_args(argv)
 
 
@@ -62,4 +69,4 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stderr if args.format in ("csv", "json") else sys.stdout
     for line in result.warnings:
         print(f"warning: {line}", file=out)
-    return 0
+    return EXIT_DIVERGENCE if args.fail_on_divergence and diverged(result.divergence) else 0

@@ -217,9 +217,11 @@ def render(
     metrics: Sequence[RungMetrics] | None = None,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     wide: bool = False,
+    notes: Sequence[str] = (),
 ) -> str:
     """The sweep table in `fmt` (one of FORMATS). With `metrics` (one per row, same order):
-    table/markdown append the latency and rates tables, csv adds columns, json nests them."""
+    table/markdown append the latency and rates tables, csv adds columns, json nests them.
+    `notes` (e.g. the greedy-determinism check's) go under the table's own notes."""
     if metrics is not None and len(metrics) != len(rows):
         raise ValueError("metrics must hold one entry per sweep row")
     paired = list(zip(rows, metrics or [None] * len(rows), strict=True))
@@ -237,7 +239,7 @@ def render(
         raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     header = CORE_COLUMNS + (WIDE_COLUMNS if wide else ())
     table = _grid(header, [[c[h] for h in header] for c in _marked(rows, wide)], fmt)
-    parts = ["\n".join([table, *sweep_notes(rows)])]
+    parts = ["\n".join([table, *sweep_notes(rows), *notes])]
     if metrics is not None:
         parts.append(render_metrics(metrics, fmt, percentiles))
     return "\n\n".join(parts)
