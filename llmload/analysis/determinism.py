@@ -53,7 +53,7 @@ class RungDivergence:
 
     rung: int
     conc: int
-    reference: str | None  # the rung that gave most of its references (None: nothing compared)
+    references: tuple[str, ...]  # the rungs its compared requests' references came from
     compared: int
     differing: int
     first_diff_median: float | None  # median first differing token (or chunk) index
@@ -88,11 +88,11 @@ def _checkable(rec: RequestRecord) -> bool:
 
 def divergence(rungs: Sequence[Rung]) -> list[RungDivergence]:
     """Per rung, how many requests' texts differ from their prompt's reference."""
-    references: dict[str, tuple[RequestRecord, str]] = {}
+    references: dict[str, tuple[RequestRecord, Rung]] = {}
     for rung in sorted(rungs, key=lambda r: (r.users, r.index)):
         for rec in sorted(rung.records, key=lambda r: r.t_start):
             if _checkable(rec) and rec.prompt_hash not in references:
-                references[rec.prompt_hash] = (rec, rung_name(rung.index, rung.users))
+                references[rec.prompt_hash] = (rec, rung)
     out = []
     for rung in rungs:
         pairs = [
@@ -103,12 +103,12 @@ def divergence(rungs: Sequence[Rung]) -> list[RungDivergence]:
         pairs = [(rec, ref) for rec, ref in pairs if ref[0] is not rec]
         differing = [(rec, ref) for rec, (ref, _) in pairs if rec.text_hash != ref.text_hash]
         firsts = [first_difference(rec, ref) for rec, ref in differing]
-        origins = [name for _, (_, name) in pairs]
+        origins = {origin.index: origin for _, (_, origin) in pairs}
         out.append(
             RungDivergence(
                 rung=rung.index,
                 conc=rung.users,
-                reference=max(sorted(set(origins)), key=origins.count) if origins else None,
+                references=tuple(rung_name(i, r.users) for i, r in sorted(origins.items())),
                 compared=len(pairs),
                 differing=len(differing),
                 first_diff_median=percentile([i for i, _ in firsts], 50.0) if firsts else None,
@@ -131,7 +131,7 @@ def divergence_notes(divs: Sequence[RungDivergence]) -> list[str]:
         median = "-" if d.first_diff_median is None else f"{d.first_diff_median:g}"
         notes.append(
             f"{rung_name(d.rung, d.conc)}: greedy text differs from the same prompt's text at "
-            f"{d.reference} on {d.differing} of {d.compared} requests ({100 * d.share:.0f} %); "
-            f"median first differing {d.unit} {median}"
+            f"{' / '.join(d.references)} on {d.differing} of {d.compared} requests "
+            f"({100 * d.share:.0f} %); median first differing {d.unit} {median}"
         )
     return notes

@@ -1,0 +1,87 @@
+"""The greedy-determinism check through a real `locust` run against the simulator, checked against
+the simulator's truth log: which token positions batch variance really flipped in each request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmload.analysis.determinism import EXIT_DIVERGENCE, digest, divergence, first_difference
+from llmload.analysis.sweep_rows import group_rungs
+from llmload.cli import table
+from llmload.cli.sweep_run import run_sweep
+from llmload.core.records import read_records
+from llmload.core.stats import percentile
+from llmload.sim.truth import load_truth
+
+# one token per chunk (no speculative decoding) so the first differing chunk is the first token
+SIM = {"accept_len": 1, "max_draft": 0, "base_ms": 2, "per_seq_ms": 0.5}
+LADDER = "rungs: [1, 2, 4]\nrequests_per_user: 2\nmax_tokens: 64\nprompt_tokens: 16\n"
+
+
+def sweep(tmp_path: Path, variance: float, extra: str = ""):
+    ladder = tmp_path / "ladder.yaml"
+    ladder.write_text(LADDER + extra)
+    run = run_sweep(
+        run_dir=tmp_path / "run",
+        locust_args=["--ladder", str(ladder), "--scrape-interval", "0"],
+        sim={**SIM, "batch_variance": variance},
+        timeout=120,
+    )
+    assert run.returncode == 0, run.log.read_text()[-3000:]
+    records, _ = read_records(run.records)
+    truth, _ = load_truth(run.truth_log)
+    return run, group_rungs(records), truth
+
+
+def test_no_batch_variance_no_divergence(tmp_path):
+    run, rungs, truth = sweep(tmp_path, 0.0, "record_text: true\n")
+    for rec in (r for rung in rungs for r in rung.records):
+        assert rec.text is not None and len(rec.text.split()) == 64 and digest(rec.text) == rec.text_hash
+    divs = divergence(rungs)
+    assert [d.conc for d in divs] == [1, 2, 4]
+    assert [d.differing for d in divs] == [0, 0, 0]
+    assert [d.compared for d in divs] == [0, 2, 4]  # c1's requests are the references
+    assert not any(t["flipped"] for t in truth.values())
+    # every rung sent the same prompts: prompt i of a rung is prompt i of the others
+    prompts = [[r.prompt_hash for r in sorted(rung.records, key=lambda r: r.t_start)] for rung in rungs]
+    assert set(prompts[0]) < set(prompts[1]) < set(prompts[2])
+    assert table.main([str(run.prefix), "--fail-on-divergence"]) == 0
+
+
+def expected_first_flip(flipped: list[int], reference_flipped: list[int]) -> int | None:
+    """The first position where two texts of one prompt differ: a flipped word is the same word
+    whatever the batch size, so the texts differ exactly where one of them was flipped alone."""
+    different = set(flipped) ^ set(reference_flipped)
+    return min(different) if different else None
+
+
+def test_batch_variance_diverges_above_conc_1_where_the_truth_flipped(tmp_path, capsys):
+    run, rungs, truth = sweep(tmp_path, 0.01)
+    measured = [r for rung in rungs for r in rung.records]
+    assert all(r.text_hash and r.chunks == r.output_tokens == 64 for r in measured)
+    assert not any(truth[r.request_id]["flipped"] for r in rungs[0].records)  # batch 1 never flips
+    assert sum(len(truth[r.request_id]["flipped"]) for r in measured) > 0
+
+    # the reference of a prompt: its earliest request at the lowest concurrency that sent it
+    reference = {}
+    for rung in rungs:
+        for rec in sorted(rung.records, key=lambda r: r.t_start):
+            reference.setdefault(rec.prompt_hash, rec)
+    divs = divergence(rungs)
+    assert divs[0].differing == 0
+    for rung, div in zip(rungs[1:], divs[1:], strict=True):
+        firsts = []
+        for rec in rung.records:
+            ref = reference[rec.prompt_hash]
+            if ref is rec:
+                continue
+            first = expected_first_flip(truth[rec.request_id]["flipped"], truth[ref.request_id]["flipped"])
+            assert (rec.text_hash != ref.text_hash) == (first is not None)
+            if first is not None:
+                assert first_difference(rec, ref) == (first, "token")
+                firsts.append(first)
+        assert div.differing == len(firsts)
+        assert div.first_diff_median == (percentile(firsts, 50.0) if firsts else None)
+    assert sum(d.differing for d in divs) > 0
+    assert table.main([str(run.prefix), "--fail-on-divergence"]) == EXIT_DIVERGENCE
+    assert "greedy text differs" in capsys.readouterr().out
