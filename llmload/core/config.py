@@ -122,6 +122,10 @@ def _capacity(source: str, value: Any) -> CapacityConfig:
 
 def _check_capacity_and_determinism(config: SweepConfig) -> None:
     source = config.source
+    if config.mode == "capacity" and config.duration is not None:
+        raise ConfigError(
+            f"{source}: 'mode: capacity' sizes probes by 'capacity.requests'; remove 'duration'"
+        )
     if config.mode == "capacity" and not any(dataclasses.astuple(config.slo)):
         raise ConfigError(f"{source}: 'mode: capacity' needs a bound in 'slo' (ttft_ms, tpot_ms or e2el_ms)")
     if config.check_determinism and (config.temperature != 0 or config.unique_prompts):
