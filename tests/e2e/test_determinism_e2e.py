@@ -85,3 +85,22 @@ def test_batch_variance_diverges_above_conc_1_where_the_truth_flipped(tmp_path, 
     assert sum(d.differing for d in divs) > 0
     assert table.main([str(run.prefix), "--fail-on-divergence"]) == EXIT_DIVERGENCE
     assert "greedy text differs" in capsys.readouterr().out
+
+
+def test_warmup_sends_every_prompt_a_rung_will_send_once():
+    from llmload.core.config import parse_config
+    from llmload.loadgen.ladder import plan_stages  # imports Locust (gevent patching): not in unit
+
+    def warmup(raw: dict, prompts: int) -> tuple[int, int]:
+        stage = plan_stages(parse_config(raw, "x"), "m", None, prompts)[0]
+        return stage.users, stage.requests_per_user
+
+    # the largest rung sends 10 prompts of a pool of 1024: one user sends all 10 in the warm-up
+    assert warmup({"rungs": [1, 4, 10]}, 1024) == (1, 10)
+    assert warmup({"rungs": [2, 4, 10], "requests_per_user": 2}, 1024) == (2, 10)
+    assert warmup({"rungs": [1, 4, 10]}, 1) == (1, 1)  # one fixed prompt: once is enough
+    assert warmup({"rungs": [1, 4, 10], "check_determinism": False}, 1024) == (1, 1)
+    assert warmup({"rungs": [1, 4], "duration": 5}, 1024) == (1, 1)  # time-based: count unknown
+    cap = {"mode": "capacity", "slo": {"tpot_ms": 9}, "capacity": {"start": 2, "requests": 9}}
+    assert warmup(cap, 1024) == (2, 5)
+    assert len(plan_stages(parse_config(cap, "x"), "m", None, 1024)) == 1  # probes come from the search
