@@ -23,6 +23,7 @@ Definitions, per rung (completed requests with a text hash):
 from __future__ import annotations
 
 import hashlib
+import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,7 +45,8 @@ def digest(text: str) -> str:
 
 def text_digests(chunks: Sequence[str]) -> tuple[str, str]:
     """(text_hash, chunk_hashes) of a completion given the text of each content chunk."""
-    return digest("".join(chunks)), "".join(f"{zlib.crc32(c.encode()) & 0xFFFF:04x}" for c in chunks)
+    crcs = [zlib.crc32(c.encode()) & 0xFFFF for c in chunks]
+    return digest("".join(chunks)), struct.pack(f">{len(crcs)}H", *crcs).hex()
 
 
 @dataclass(frozen=True, slots=True)
