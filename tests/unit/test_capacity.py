@@ -162,3 +162,22 @@ def test_undecided_at_max_requests_is_decided_by_the_point_estimate():
     probe = s.observe(1, 1, [record(1, 1, v) for v in (21, 26, 28, 32, 36, 41)])
     assert probe.by_point and probe.verdict == PASS and probe.rungs == [0, 1]  # median 28.5 <= 30
     assert s.next_probe() is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "--ladder: a ladder file with 'mode: capacity' is needed"),
+        (["--ladder", "{ladder}"], "'mode' must be capacity, got 'concurrency'"),
+        (["--prefix", "{missing}"], "_run.json: no run file"),
+    ],
+)
+def test_capacity_command_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    from llmload.cli import capacity
+
+    ladder = tmp_path / "ladder.yaml"
+    ladder.write_text("rungs: [1]\n")
+    argv = [a.format(ladder=ladder, missing=tmp_path / "nope") for a in argv]
+    assert capacity.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and err.startswith("llmload capacity: error: ")
