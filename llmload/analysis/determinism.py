@@ -90,7 +90,7 @@ def _checkable(rec: RequestRecord) -> bool:
 
 def divergence(rungs: Sequence[Rung]) -> list[RungDivergence]:
     """Per rung, how many requests' texts differ from their prompt's reference."""
-    references: dict[str, tuple[RequestRecord, Rung]] = {}
+    references: dict[str | None, tuple[RequestRecord, Rung]] = {}  # by prompt hash
     for rung in sorted(rungs, key=lambda r: (r.users, r.index)):
         for rec in sorted(rung.records, key=lambda r: r.t_start):
             if _checkable(rec) and rec.prompt_hash not in references:

@@ -105,29 +105,31 @@ def capacity_plot(result: CapacityResult, path: Path) -> Path:
     FigureCanvasAgg(fig)
     for i, key in enumerate(keys):
         ax = fig.add_subplot(len(keys), 1, i + 1)
+        # (users, point, lower, upper, verdict, limit) of each probe judged on this metric
         points = sorted(
-            (p.users, c, p.verdict)
+            (p.users, c.point, c.lower, c.upper, p.verdict, c.limit)
             for p in result.probes
             for c in p.criteria
             if c.key == key and c.point is not None
         )
-        top = 2 * max((c.point for _, c, _ in points), default=0.0)  # where an unbounded bar ends
+        top = 2 * max((pt[1] for pt in points), default=0.0)  # where an unbounded bar ends
         for verdict, color in (("pass", "tab:green"), ("fail", "tab:red")):
-            chosen = [(u, c) for u, c, v in points if v == verdict]
+            chosen = [pt for pt in points if pt[4] == verdict]
             if chosen:
-                low = [c.point - max(c.lower, 0.0) for _, c in chosen]
-                high = [max(min(c.upper, top) - c.point, 0.0) for _, c in chosen]
                 ax.errorbar(
-                    [u for u, _ in chosen],
-                    [c.point for _, c in chosen],
-                    yerr=[low, high],
+                    [users for users, *_ in chosen],
+                    [point for _, point, *_ in chosen],
+                    yerr=[
+                        [point - max(lower, 0.0) for _, point, lower, *_ in chosen],
+                        [max(min(upper, top) - point, 0.0) for _, point, _, upper, *_ in chosen],
+                    ],
                     fmt="o",
                     color=color,
                     capsize=3,
                     label=verdict,
                 )
-        limit = next(c.limit for _, c, _ in points) if points else None
-        if limit is not None:
+        if points:
+            limit = points[0][5]
             ax.axhline(limit, color="black", linestyle="--", linewidth=1, label=f"SLO {limit:g} ms")
         if result.capacity:
             ax.axvline(result.capacity, color="tab:blue", alpha=0.4, label=f"capacity {result.capacity}")
