@@ -5,8 +5,8 @@ concurrency with its SLO line.
 The text answer reads, for example:
 
     capacity: 11 users (p50 at 95 % confidence per probe; bracketed: 11 users pass, 12 fail)
-    binding SLO: tpot_ms (p50 34.1 ms > 33 at 12 users)
-    at capacity: 357.1 tok/s aggregate, 31.0 tok/s per request
+    binding SLO: tpot_ms (p50 58.1 ms > 56 at 12 users)
+    at capacity: 200.8 tok/s aggregate, 18.3 tok/s per request
 
 An interval bound shown as `-` means the probe had too few requests to bound that side at the
 confidence; a verdict with `~` was decided by the point estimate after `max_requests` requests.
