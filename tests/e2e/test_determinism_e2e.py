@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmload.analysis.determinism import EXIT_DIVERGENCE, digest, divergence, first_difference
-from llmload.analysis.sweep_rows import group_rungs
+from llmload.analysis.sweep_rows import Rung, group_rungs
+from llmload.cli import sweep as sweep_command
 from llmload.cli import table
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.records import read_records
 from llmload.core.stats import percentile
 from llmload.sim.truth import load_truth
@@ -18,23 +18,23 @@ SIM = {"accept_len": 1, "max_draft": 0, "base_ms": 2, "per_seq_ms": 0.5}
 LADDER = "rungs: [1, 2, 4]\nrequests_per_user: 2\nmax_tokens: 64\nprompt_tokens: 16\n"
 
 
-def sweep(tmp_path: Path, variance: float, extra: str = ""):
+def sweep(tmp_path: Path, variance: float, extra: str = "") -> tuple[int, Path, list[Rung], dict]:
+    """`llmload sweep --fail-on-divergence` against a simulator with this batch variance:
+    (exit code, records prefix, rungs, truth requests by id)."""
     ladder = tmp_path / "ladder.yaml"
     ladder.write_text(LADDER + extra)
-    run = run_sweep(
-        run_dir=tmp_path / "run",
-        locust_args=["--ladder", str(ladder), "--scrape-interval", "0"],
-        sim={**SIM, "batch_variance": variance},
-        timeout=120,
-    )
-    assert run.returncode == 0, run.log.read_text()[-3000:]
-    records, _ = read_records(run.records)
-    truth, _ = load_truth(run.truth_log)
-    return run, group_rungs(records), truth
+    flags = [f"--sim={k}={v}" for k, v in {**SIM, "batch_variance": variance}.items()]
+    run_dir = tmp_path / "run"
+    argv = ["--run-dir", str(run_dir), "--ladder", str(ladder), *flags, "--fail-on-divergence"]
+    code = sweep_command.main([*argv, "--scrape-interval", "0"])
+    records, _ = read_records(run_dir / "run_records.jsonl")
+    truth, _ = load_truth(run_dir / "sim_truth.jsonl")
+    return code, run_dir / "run", group_rungs(records), truth
 
 
 def test_no_batch_variance_no_divergence(tmp_path):
-    run, rungs, truth = sweep(tmp_path, 0.0, "record_text: true\n")
+    code, prefix, rungs, truth = sweep(tmp_path, 0.0, "record_text: true\n")
+    assert code == 0
     for rec in (r for rung in rungs for r in rung.records):
         assert rec.text is not None and len(rec.text.split()) == 64 and digest(rec.text) == rec.text_hash
     divs = divergence(rungs)
@@ -45,7 +45,7 @@ def test_no_batch_variance_no_divergence(tmp_path):
     # every rung sent the same prompts: prompt i of a rung is prompt i of the others
     prompts = [[r.prompt_hash for r in sorted(rung.records, key=lambda r: r.t_start)] for rung in rungs]
     assert set(prompts[0]) < set(prompts[1]) < set(prompts[2])
-    assert table.main([str(run.prefix), "--fail-on-divergence"]) == 0
+    assert table.main([str(prefix), "--fail-on-divergence"]) == 0
 
 
 def expected_first_flip(flipped: list[int], reference_flipped: list[int]) -> int | None:
@@ -56,7 +56,8 @@ def expected_first_flip(flipped: list[int], reference_flipped: list[int]) -> int
 
 
 def test_batch_variance_diverges_above_conc_1_where_the_truth_flipped(tmp_path, capsys):
-    run, rungs, truth = sweep(tmp_path, 0.01)
+    code, prefix, rungs, truth = sweep(tmp_path, 0.01)
+    assert code == EXIT_DIVERGENCE
     measured = [r for rung in rungs for r in rung.records]
     assert all(r.text_hash and r.chunks == r.output_tokens == 64 for r in measured)
     assert not any(truth[r.request_id]["flipped"] for r in rungs[0].records)  # batch 1 never flips
@@ -83,7 +84,7 @@ def test_batch_variance_diverges_above_conc_1_where_the_truth_flipped(tmp_path, 
         assert div.differing == len(firsts)
         assert div.first_diff_median == (percentile(firsts, 50.0) if firsts else None)
     assert sum(d.differing for d in divs) > 0
-    assert table.main([str(run.prefix), "--fail-on-divergence"]) == EXIT_DIVERGENCE
+    assert table.main([str(prefix), "--fail-on-divergence"]) == EXIT_DIVERGENCE
     assert "greedy text differs" in capsys.readouterr().out
 
 
