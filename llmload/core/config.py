@@ -89,8 +89,8 @@ class CapacityConfig:
     max_failure_ratio: float = 0.0  # failed / sent requests a passing probe may have
     start: int = 1  # first concurrency probed
     max_users: int = 256  # highest concurrency probed
-    requests: int = 20  # requests of a new probe (at least one per user)
-    max_requests: int = 200  # an undecided probe is extended up to this many requests
+    requests: int = 40  # requests of a new probe (at least one per user; p90 needs 36 to bound)
+    max_requests: int = 400  # an undecided probe is extended up to this many requests
     max_probes: int = 20  # stages, extensions not counted
     max_duration_s: float = 1800.0  # the search stops after this long (the ladder checks it)
 
