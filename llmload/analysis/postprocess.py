@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmload.analysis.determinism import RungDivergence, divergence, divergence_notes
 from llmload.analysis.health import flag_saturated, health_path, read_health
 from llmload.analysis.locust_csv import cross_check
 from llmload.analysis.metrics import RungMetrics, all_rung_metrics
@@ -35,6 +36,7 @@ class RunResult:
     warnings: list[str]
     run_info: dict[str, Any] | None  # the parsed <prefix>_run.json, when present
     missing: list[MissingRung] = field(default_factory=list)  # ladder rungs without any record
+    divergence: list[RungDivergence] = field(default_factory=list)  # greedy-determinism check
 
 
 def read_run_info(prefix: str | Path) -> dict[str, Any] | None:
@@ -108,7 +110,18 @@ def load_run(
     if skipped:
         lines = ", ".join(map(str, skipped))
         warnings.insert(0, f"{records_path}: skipped {len(skipped)} unreadable lines: {lines}")
-    return RunResult(prefix, records, rungs, rows, metrics, warnings, info, missing_rungs(info, rungs))
+    checked = any(r.text_hash is not None for r in records)
+    return RunResult(
+        prefix,
+        records,
+        rungs,
+        rows,
+        metrics,
+        warnings,
+        info,
+        missing_rungs(info, rungs),
+        divergence(rungs) if checked else [],
+    )
 
 
 def render_run(
@@ -120,5 +133,11 @@ def render_run(
 ) -> str:
     """The run's table(s) in fmt, without the warnings."""
     return render(
-        result.rows, fmt, metrics=result.metrics, percentiles=percentiles, wide=wide, missing=result.missing
+        result.rows,
+        fmt,
+        metrics=result.metrics,
+        percentiles=percentiles,
+        wide=wide,
+        missing=result.missing,
+        notes=divergence_notes(result.divergence),
     )

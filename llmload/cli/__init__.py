@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run the concurrency sweep and print its table (the simulator when no --host)",
     ),
     "table": ("llmload.cli.table", "print a finished run's sweep table and latency metrics"),
+    "capacity": ("llmload.cli.capacity", "search the largest concurrency meeting SLOs, with confidence"),
     "report": ("llmload.cli.report", "write a run's plots and self-contained HTML report"),
     "compare": ("llmload.cli.compare", "compare two runs rung by rung (A/B of a change)"),
     "budget": ("llmload.cli.budget", "where a step's time goes: Amdahl bound of a component"),

@@ -27,10 +27,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from llmload.analysis.determinism import diverged
 from llmload.analysis.postprocess import load_run, render_run
 from llmload.cli.sweep_run import SweepRun, default_run_dir, run_sweep
 from llmload.core.config import ConfigError, load_config
-from llmload.core.exit_codes import BAD_INPUT, EXIT_CODES, INTERRUPTED
+from llmload.core.exit_codes import BAD_INPUT, DIVERGED, EXIT_CODES, INTERRUPTED, OK
 from llmload.core.records import RecordFileError
 from llmload.loadgen.options import check_api_key, check_host, options_help
 from llmload.sim.__main__ import SimFlagError, config_from_args
@@ -118,9 +119,10 @@ def locust_errors(log: Path) -> list[str]:
     return list(dict.fromkeys(CAUSE.findall(log.read_text(errors="replace")))) if log.exists() else []
 
 
-def report(run: SweepRun, fmt: str) -> int:
+def report(run: SweepRun, fmt: str, *, fail_on_divergence: bool = False) -> int:
     """Print the table of what was measured, and the one line that says how the run ended;
-    returns the exit code."""
+    returns the exit code (with `fail_on_divergence`, DIVERGED for a clean run whose greedy texts
+    differ across rungs)."""
     code = run.returncode if run.returncode in EXIT_CODES else INTERRUPTED  # killed, crashed
     errors = locust_errors(run.log)
     if run.stopped_by is not None:
@@ -145,6 +147,8 @@ def report(run: SweepRun, fmt: str) -> int:
         print(f"warning: {line}", file=sys.stderr)
     for line in errors:
         print(f"{PROG}: {line}", file=sys.stderr)
+    if fail_on_divergence and code == OK and diverged(result.divergence):
+        code = DIVERGED
     if code == INTERRUPTED:
         print(f"{PROG}: the run did not finish every rung (exit code {code})", file=sys.stderr)
     return code
@@ -172,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
     p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table")
+    p.add_argument(
+        "--fail-on-divergence",
+        action="store_true",
+        help=f"exit {DIVERGED} when the greedy-determinism check finds a rung whose texts differ",
+    )
     args, passed_on = p.parse_known_args(own)
     locust_args = [*passed_on, *locust_args]
     if args.ladder:
@@ -192,4 +201,4 @@ def main(argv: list[str] | None = None) -> int:
         endpoint=args.endpoint,
         progress=True,
     )
-    return report(run, args.format)
+    return report(run, args.format, fail_on_divergence=args.fail_on_divergence)

@@ -6,7 +6,8 @@
         [--requests-per-user N] [--wide]
 
 Exit status: 0 on success, 2 (`llmload.core.exit_codes.BAD_INPUT`) when the records file is missing
-or holds no measured record.
+or holds no measured record, 5 (`DIVERGED`) with --fail-on-divergence when a rung's greedy texts
+differ from the reference.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from llmload.analysis.determinism import diverged
 from llmload.analysis.metrics import SLO_KEYS
 from llmload.analysis.postprocess import load_run, render_run
-from llmload.core.exit_codes import BAD_INPUT, OK
+from llmload.core.exit_codes import BAD_INPUT, DIVERGED, OK
 from llmload.core.records import RecordFileError
 from llmload.output.html_report import find_prefix
 from llmload.output.table import FORMATS
@@ -43,6 +45,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slo-e2el-ms", type=float, help="goodput SLO on E2EL (ms)")
     p.add_argument("--requests-per-user", type=int, help="flag rungs with fewer requests as partial")
     p.add_argument("--wide", action="store_true", help="add rung, requests, partial_tokens, failure kinds")
+    p.add_argument(
+        "--fail-on-divergence",
+        action="store_true",
+        help=f"exit {DIVERGED} when the greedy-determinism check finds a rung whose texts differ",
+    )
     return p.parse_args(argv)
 
 
@@ -65,4 +72,4 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stderr if args.format in ("csv", "json") else sys.stdout
     for line in result.warnings:
         print(f"warning: {line}", file=out)
-    return OK
+    return DIVERGED if args.fail_on_divergence and diverged(result.divergence) else OK

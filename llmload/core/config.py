@@ -40,7 +40,7 @@ DEFAULT_PROMPT = (
     "work together in a modern LLM inference server."
 )
 ENDPOINTS = ("completions", "chat")
-MODES = ("concurrency", "rate")  # rungs are user counts, or request rates (requests/s)
+MODES = ("concurrency", "rate", "capacity")  # user counts, request rates, or a search (CapacityConfig)
 ARRIVALS = ("poisson", "gamma")
 PROMPT_FORMATS = ("auto", "lines", "jsonl", "sharegpt")
 CONNECTION_KEEP_ALIVE, CONNECTION_CLOSE = "keep-alive", "close"
@@ -156,6 +156,60 @@ class ReconcileConfig:
     )
 
 
+# --- capacity search and greedy-determinism check (llmload.analysis.capacity / .determinism) ---
+def _open_percent(source: str, key: str, value: Any) -> float:
+    expect(source, key, value, (int, float), "a number in (0, 100)")
+    if not 0 < value < 100:
+        raise ConfigError(f"{source}: '{key}' must be a number in (0, 100), got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityConfig:
+    """`mode: capacity`: search the largest concurrency meeting every `slo` bound at `percentile`."""
+
+    percentile: float = setting(90.0, help="the percentile the SLOs apply to", check=_open_percent)
+    confidence: float = setting(
+        0.95, help="two-sided level of each probe's confidence intervals", check=open_unit_interval
+    )
+    max_failure_ratio: float = setting(
+        0.0, help="failed / sent requests a passing probe may have", check=ratio(below_one=True)
+    )
+    start: int = setting(1, help="first concurrency probed", check=integer())
+    max_users: int = setting(256, help="highest concurrency probed", check=integer())
+    requests: int = setting(
+        40, help="requests of a new probe (at least one per user; p90 needs 36 to bound)", check=integer()
+    )
+    max_requests: int = setting(
+        400, help="an undecided probe is extended up to this many requests", check=integer()
+    )
+    max_probes: int = setting(20, help="concurrencies tried (extensions not counted)", check=integer())
+    max_duration_s: float = setting(
+        1800.0, help="no new probe starts after this long, s", check=positive_number
+    )
+
+
+def _check_capacity_and_determinism(config: SweepConfig) -> None:
+    source, cap = config.source, config.capacity
+    if cap.max_requests < cap.requests or cap.max_users < cap.start:
+        raise ConfigError(
+            f"{source}: 'capacity.max_requests' must be >= 'capacity.requests' and "
+            "'capacity.max_users' >= 'capacity.start'"
+        )
+    if config.mode == "capacity" and config.duration is not None:
+        raise ConfigError(
+            f"{source}: 'mode: capacity' sizes probes by 'capacity.requests'; remove 'duration'"
+        )
+    if config.mode == "capacity" and not any(dataclasses.astuple(config.slo)):
+        raise ConfigError(f"{source}: 'mode: capacity' needs a bound in 'slo' (ttft_ms, tpot_ms or e2el_ms)")
+    if config.check_determinism and (config.temperature != 0 or config.unique_prompts):
+        # an explicit `true`; None (the default) turns the check on only where it can work
+        raise ConfigError(
+            f"{source}: 'check_determinism' needs 'temperature: 0' and the same prompts at every rung "
+            "('unique_prompts: false')"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SweepConfig:
     """One run: the ladder and the request every user sends. Every key is declared once here
@@ -170,7 +224,7 @@ class SweepConfig:
     )
     mode: str = setting(
         "concurrency",
-        help="`concurrency` (rungs are users) or `rate` (rungs are requests/s)",
+        help="`concurrency` (rungs are users), `rate` (rungs are requests/s) or `capacity` (a search)",
         check=one_of(MODES),
     )
     max_concurrency: int = setting(
@@ -308,11 +362,30 @@ class SweepConfig:
         help="a rung whose mean input tokens miss `prompt_tokens` by more than this share fails the run",
         check=ratio(),
     )
+    # capacity search and greedy-determinism check (llmload.analysis.capacity / .determinism)
+    capacity: CapacityConfig = setting(
+        default_factory=CapacityConfig,
+        help="`mode: capacity`: the search (docs/capacity-and-determinism.md)",
+        check=section(CapacityConfig),
+    )
+    check_determinism: bool | None = setting(
+        None,
+        help="compare each prompt's greedy text across rungs; null: on at temperature 0, no unique_prompts",
+        check=optional(boolean),
+    )
+    record_text: bool = setting(False, help="keep each request's generated text in its record", check=boolean)
     source: str = "<defaults>"
 
     @property
     def rate_mode(self) -> bool:
         return self.mode == "rate"
+
+    @property
+    def determinism(self) -> bool:
+        """Whether the greedy-determinism check runs (`check_determinism`, or its default)."""
+        if self.check_determinism is not None:
+            return self.check_determinism
+        return self.temperature == 0 and not self.unique_prompts
 
     def with_overrides(self, source: str | None = None, **overrides: Any) -> SweepConfig:
         """A copy with the given fields replaced (None values are ignored), re-validated; errors
@@ -321,8 +394,9 @@ class SweepConfig:
         if not changed:
             return self
         raw = {f.name: getattr(self, f.name) for f, _ in settings(SweepConfig)}
-        for name in ("slo", "timeouts", "reconcile", "retries", "soak"):
-            raw[name] = dataclasses.asdict(raw[name]) if raw[name] is not None else None
+        for name, value in raw.items():
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a section
+                raw[name] = dataclasses.asdict(value)
         raw.update(changed)
         return parse_config(raw, source=source or f"{self.source} (with command-line overrides)")
 
@@ -361,6 +435,7 @@ def parse_config(raw: Any, source: str) -> SweepConfig:
         raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
     config = SweepConfig(**parse_section(SweepConfig, raw, source, error=ConfigError), source=source)
     _check_mode(config)
+    _check_capacity_and_determinism(config)
     return config
 
 

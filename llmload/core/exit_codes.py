@@ -14,6 +14,7 @@ REQUEST_FAILURES = 1  # Locust's own convention (--exit-code-on-error)
 BAD_INPUT = 2
 RECONCILIATION = 3
 INTERRUPTED = 4
+DIVERGED = 5  # --fail-on-divergence (llmload.analysis.determinism)
 
 EXIT_CODES: dict[int, str] = {
     OK: "finished: every rung ran to its end, no request failed, the token accounts add up",
@@ -23,4 +24,6 @@ EXIT_CODES: dict[int, str] = {
     RECONCILIATION: "finished, but a rung's token accounts do not add up (token reconciliation)",
     INTERRUPTED: "stopped before every rung finished: SIGINT/SIGTERM, the web UI's STOP, a stalled "
     "rung, a killed Locust; the finished rungs' files are intact and the table marks the rest",
+    DIVERGED: "finished, but with --fail-on-divergence a rung's greedy texts differ from the same "
+    "prompts' reference texts (the greedy-determinism check)",
 }

@@ -43,6 +43,7 @@ import gevent
 from geventhttpclient.client import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
+from llmload.analysis.determinism import text_digests
 from llmload.core.config import RetryConfig
 from llmload.core.records import OUTCOME_OK, RequestRecord
 from llmload.loadgen.connections import UserConnections
@@ -67,6 +68,8 @@ class RequestContext:
     max_tokens: int
     worker: str
     prompt_tokens_asked: int | None = None  # synthetic prompts: the configured prompt_tokens
+    prompt_hash: str | None = None  # set when the greedy-determinism check runs: texts are hashed
+    record_text: bool = False  # keep the generated text in the record
 
 
 class RequestFailed(Exception):
@@ -111,6 +114,9 @@ def _read_body(resp: Any, acc: StreamAccumulator, clock: ReceiveClock) -> None:
     acc.finish_reason = choices[0].get("finish_reason")
     acc.t_first = acc.t_first_content = acc.t_last = t
     acc.chunk_times.append(t)
+    if acc.texts is not None:
+        message = choices[0].get("message") or {}
+        acc.texts.append(str(choices[0].get("text") or message.get("content") or ""))
     acc.done = True
 
 
@@ -241,7 +247,7 @@ def _attempt(
     """One HTTP exchange -> its record and the server's Retry-After, if any."""
     if conns is not None:
         conns.lease = None
-    acc = StreamAccumulator(chat=ctx.endpoint == "chat")
+    acc = StreamAccumulator(chat=ctx.endpoint == "chat", keep_text=ctx.prompt_hash is not None)
     outcome, error, status, retry_after = OUTCOME_OK, None, None, None
     t_wall = time.time()
     clock = ReceiveClock(t_wall, time.perf_counter())
@@ -291,4 +297,8 @@ def _attempt(
         conn_port=None if lease is None else lease.port,
         prompt_tokens_asked=ctx.prompt_tokens_asked,
     )
+    if acc.texts is not None:
+        record.prompt_hash = ctx.prompt_hash
+        record.text_hash, record.chunk_hashes = text_digests(acc.texts)
+        record.text = "".join(acc.texts) if ctx.record_text else None
     return record, retry_after

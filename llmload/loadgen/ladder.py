@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -37,17 +38,18 @@ from gevent.event import Event
 from locust import LoadTestShape
 from locust.runners import MasterRunner, WorkerRunner
 
+from llmload.analysis.capacity import CapacitySearch
 from llmload.analysis.health import health_path
 from llmload.analysis.reconcile import Tally, check_inputs, check_rung
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
-from llmload.core.records import RecordWriter
+from llmload.core.records import RecordWriter, RequestRecord
 from llmload.loadgen.arrivals import arrival_count, slot_ranges
 from llmload.loadgen.health_sampler import MSG_HEALTH
 from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.preflight import PreflightError, auth_headers, preflight, tls_context
-from llmload.loadgen.workload import calibrate, load_prompt_file
+from llmload.loadgen.workload import calibrate, load_prompt_file, workload_for
 
 log = logging.getLogger("llmload")
 
@@ -166,6 +168,10 @@ class RunState:
     all_done_at: float | None = None
     health: RecordWriter | None = None  # the generator's health samples (llmload.analysis.health)
     tallies: dict[int, Tally] = field(default_factory=dict)  # token reconciliation per rung
+    # mode: capacity: the search (llmload.analysis.capacity) and the running probe's records
+    search: CapacitySearch | None = None
+    probe_records: list[RequestRecord] = field(default_factory=list)
+    prompt_words: int | None = None
 
     @property
     def current(self) -> _StageProgress | None:
@@ -203,18 +209,45 @@ def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
     return None if stage.deadline else stage.users * stage.requests_per_user
 
 
+def warmup_per_user(config: SweepConfig, users: int, prompts: int) -> int:
+    """Warm-up requests per user. With the greedy-determinism check, enough for the warm-up to
+    send every prompt a count-based rung will send (of a pool of `prompts`) once, so a prefix
+    cache holds each prompt alike at every measured rung (see docs/capacity-and-determinism.md)."""
+    if not config.determinism or config.duration is not None:
+        return config.warmup_requests
+    if config.mode == "capacity":
+        most = config.capacity.requests
+    elif config.rate_mode:
+        most = config.requests_per_rung or 0
+    else:
+        most = int(max(config.rungs)) * config.requests_per_user
+    return max(config.warmup_requests, math.ceil(min(prompts, most) / users))
+
+
 def plan_stages(
-    config: SweepConfig, model: str, prompt_words: int | None = None, prompt_vocab: list[str] | None = None
+    config: SweepConfig,
+    model: str,
+    prompt_words: int | None = None,
+    prompt_vocab: list[str] | None = None,
+    prompts: int = 1,
 ) -> list[Stage]:
     """Warm-up (if any) then one stage per rung; deadlines are filled in when announced. In rate
     mode every stage has `max_concurrency` users (the client slots); the warm-up is a concurrency
-    stage of them."""
+    stage of them. In capacity mode the probes come from the search (`LadderShape._plan_probe`).
+    `prompts` is the size of the workload's prompt pool (`warmup_per_user`)."""
     cfg = config_to_dict(config)
     stages = []
-    first_users = config.max_concurrency if config.rate_mode else int(config.rungs[0])
+    first_users = (
+        config.max_concurrency
+        if config.rate_mode
+        else config.capacity.start
+        if config.mode == "capacity"
+        else int(config.rungs[0])
+    )
     if config.warmup_requests:
-        stages.append(Stage(0, WARMUP_RUNG, first_users, config.warmup_requests, model, cfg))
-    for i, value in enumerate(config.rungs):
+        per_user = warmup_per_user(config, first_users, prompts)
+        stages.append(Stage(0, WARMUP_RUNG, first_users, per_user, model, cfg))
+    for i, value in enumerate(() if config.mode == "capacity" else config.rungs):
         users, rate = (config.max_concurrency, float(value)) if config.rate_mode else (int(value), None)
         stages.append(Stage(len(stages), i, users, config.requests_per_user, model, cfg, rate=rate))
     return [dataclasses.replace(s, prompt_words=prompt_words, prompt_vocab=prompt_vocab) for s in stages]
@@ -254,6 +287,8 @@ class LadderShape(LoadTestShape):
         run.records_by_rung[rung] = run.records_by_rung.get(rung, 0) + 1
         if rung != WARMUP_RUNG:
             run.tallies.setdefault(rung, Tally()).add(data)
+            if run.search is not None:
+                run.probe_records.append(RequestRecord.from_dict(data))
         self._report_first_400(data)
         for p in run.progress:
             if p.stage.rung == rung:
@@ -323,11 +358,15 @@ class LadderShape(LoadTestShape):
         prompt_words, prompt_vocab = self._prepare_workload(config, model, ctx)
         path = records_path(options)
         run_file = Path(str(path).removesuffix("_records.jsonl").removesuffix(".jsonl") + "_run.json")
-        stages = plan_stages(config, model, prompt_words, prompt_vocab)
+        prompts = len(workload_for(config, prompt_words, prompt_vocab).pool)
+        stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts)
         # a new run starts new files, as Locust rewrites its CSVs (a second start from the web UI)
         state = RunState(
             config, env.host, model, RecordWriter(path, fsync=False, truncate=True), run_file, stages
         )
+        if config.mode == "capacity":
+            state.search, state.prompt_words = CapacitySearch(config.capacity, config.slo), prompt_words
+            self._plan_probe(state)
         state.health = RecordWriter(health_path(path), fsync=False, truncate=True)
         log.info("llmload: model %s, rungs %s, records in %s", model, list(config.rungs), path)
         return state
@@ -375,6 +414,31 @@ class LadderShape(LoadTestShape):
         if missed:
             log.error("llmload: input lengths not as asked: %s", missed)
             self.runner.environment.process_exit_code = exit_codes.RECONCILIATION
+
+    # --- mode: capacity -------------------------------------------------------------------
+    def _plan_probe(self, run: RunState) -> None:
+        """Append the search's next probe to the stages, or log the answer when it is over."""
+        assert run.search is not None
+        elapsed = time.time() - run.progress[0].started if run.progress else 0.0
+        limit = run.config.capacity.max_duration_s
+        probe = run.search.next_probe() if elapsed <= limit else None
+        if probe is None:
+            result = run.search.result(None if elapsed <= limit else f"max_duration_s ({limit:g} s) reached")
+            log.info("llmload: capacity %d users (%s)", result.capacity, result.reason)
+            run.search = None
+            return
+        rung = sum(1 for s in run.stages if s.rung != WARMUP_RUNG)
+        cfg = config_to_dict(run.config)
+        stage = Stage(len(run.stages), rung, probe.users, probe.requests_per_user, run.model, cfg)
+        run.stages.append(dataclasses.replace(stage, prompt_words=run.prompt_words))
+
+    def _observe_probe(self, run: RunState, progress: _StageProgress) -> None:
+        """A finished probe stage: judge it (llmload.analysis.capacity), then plan the next."""
+        assert run.search is not None
+        probe = run.search.observe(progress.stage.users, progress.stage.rung, run.probe_records)
+        run.probe_records = []
+        log.info("llmload: %s: %s", progress.stage.name, probe.verdict)
+        self._plan_probe(run)
 
     @staticmethod
     def _stall_limit(config: SweepConfig) -> float:
@@ -481,6 +545,8 @@ class LadderShape(LoadTestShape):
                 run.write_run_file()
                 log.info("llmload: %s done: %d requests", current.stage.name, current.records)
                 self._reconcile(current)
+                if run.search is not None and current.stage.rung != WARMUP_RUNG:
+                    self._observe_probe(run, current)
             if len(run.progress) < len(run.stages):
                 self._announce(run.stages[len(run.progress)])
             else:

@@ -13,6 +13,8 @@ Definitions (as vLLM `bench serve`, see docs/metrics.md):
 - a *token chunk* is a `choices` message that carries generated text, or empty text without a
   finish_reason (vLLM sends a token whose bytes are not yet a full character that way); the
   role-only chat delta and llama.cpp's closing `text: ""` + finish_reason message are not.
+- `texts` (only when built with `keep_text`): the text of each token chunk, in order (one list
+  append per chunk; the greedy-determinism check hashes them when the request ends).
 """
 
 from __future__ import annotations
@@ -49,10 +51,12 @@ class StreamAccumulator:
         "usage",
         "_usage_per_chunk",
         "_last_completion_tokens",
+        "texts",
     )
 
-    def __init__(self, chat: bool = False) -> None:
+    def __init__(self, chat: bool = False, keep_text: bool = False) -> None:
         self.chat = chat
+        self.texts: list[str] | None = [] if keep_text else None
         self.done = False
         self.t_first: float | None = None
         self.t_first_content: float | None = None
@@ -118,6 +122,8 @@ class StreamAccumulator:
         if text and self.t_first_content is None:
             self.t_first_content = t
         self.chunk_times.append(t)
+        if self.texts is not None:
+            self.texts.append(text or "")
         if usage and self._usage_per_chunk:
             tokens = int(usage.get("completion_tokens") or 0)
             self.chunk_tokens.append(tokens - self._last_completion_tokens)

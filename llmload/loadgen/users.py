@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,6 +21,7 @@ import gevent
 from locust import FastHttpUser, constant, task
 from locust.runners import WorkerRunner
 
+from llmload.analysis.determinism import digest
 from llmload.core.config import SweepConfig
 from llmload.core.names import REQUEST_TYPE
 from llmload.core.records import RequestRecord
@@ -35,7 +37,18 @@ from llmload.loadgen.workload import workload_for
 
 STAGE_POLL_S = 1.0
 _ARRIVALS: dict[int, ArrivalQueue] = {}  # rate mode: this process's arrivals of the current stage
-_PROMPT_INDEX = itertools.count()  # concurrency mode: prompts are taken in turn by the process's users
+# concurrency mode: the process's users take prompts in turn, from prompt 0 at every stage, so
+# prompt i of a rung is the same prompt at every rung (the greedy-determinism check compares them)
+_PROMPT_INDEX: dict[tuple[int, float | None], Iterator[int]] = {}
+
+
+def next_prompt_index(stage: Stage) -> int:
+    """The next prompt index of this process for the stage (0, 1, 2, ... per stage)."""
+    key = (stage.seq, stage.start_at)  # a new run restarts seq at 0; start_at tells it apart
+    if key not in _PROMPT_INDEX:
+        _PROMPT_INDEX.clear()
+        _PROMPT_INDEX[key] = itertools.count()
+    return next(_PROMPT_INDEX[key])
 
 
 def arrival_queue(stage: Stage, config: SweepConfig, process: str) -> ArrivalQueue:
@@ -142,7 +155,7 @@ class LLMUser(FastHttpUser):
         `index` picks the prompt (default: the process's next); `t_scheduled` is the rate-mode arrival."""
         config = self._stage_config(stage)
         request_id = uuid.uuid4().hex
-        index = next(_PROMPT_INDEX) if index is None else index
+        index = next_prompt_index(stage) if index is None else index
         prompt = workload_for(config, stage.prompt_words, stage.prompt_vocab).prompt(index, request_id)
         ctx = RequestContext(
             request_id,
@@ -154,6 +167,8 @@ class LLMUser(FastHttpUser):
             config.max_tokens,
             self._worker,
             config.prompt_tokens,
+            digest(prompt) if config.determinism else None,
+            config.record_text,
         )
         self._conns.mode = config.connection
         return send_request(

@@ -254,10 +254,12 @@ def render(
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     wide: bool = False,
     missing: Sequence[MissingRung] = (),
+    notes: Sequence[str] = (),
 ) -> str:
     """The sweep table in `fmt` (one of FORMATS). With `metrics` (one per row, same order):
     table/markdown append the latency and rates tables, csv adds columns, json nests them.
-    `missing` rungs (no record) are listed in ladder order, marked, with no figures."""
+    `missing` rungs (no record) are listed in ladder order, marked, with no figures; `notes` (e.g.
+    the greedy-determinism check's) go under the table's own notes."""
     if metrics is not None and len(metrics) != len(rows):
         raise ValueError("metrics must hold one entry per sweep row")
     paired: list[tuple[SweepRow, RungMetrics | None]] = list(
@@ -279,7 +281,7 @@ def render(
     header = CORE_COLUMNS + (WIDE_COLUMNS if wide else ())
     cells = _with_missing(list(zip([r.rung for r in rows], _marked(rows, wide), strict=True)), missing, wide)
     table = _grid(header, [[c[h] for h in header] for c in cells], fmt)
-    parts = ["\n".join([table, *sweep_notes(rows), *missing_notes(missing)])]
+    parts = ["\n".join([table, *sweep_notes(rows), *missing_notes(missing), *notes])]
     if metrics is not None:
         parts.append(render_metrics(metrics, fmt, percentiles))
     return "\n\n".join(parts)

@@ -70,9 +70,16 @@ class SimConfig:
     )
     step: StepModel = setting(default_factory=StepModel, help="the step model")
     max_num_seqs: int = setting(
-        256, help="running batch limit; the rest wait (FIFO)", parse=int, group="engine"
+        256, help="running batch limit; the rest wait (FIFO)", parse=int, group=ENGINE
     )
     seed: int = setting(0, help="seed of the per-prompt acceptance pattern", parse=int, group=ENGINE)
+    batch_variance: float = setting(
+        0.0,
+        help="chance that a generated token differs when its step's batch holds more than one "
+        "sequence (drawn from prompt, position and batch size; the truth log lists the flips)",
+        parse=float,
+        group=ENGINE,
+    )
     faults: dict[str, float] = field(default_factory=dict)  # from the repeatable --fault KIND=RATE
     fault_seed: int = setting(0, help="seed of the per-request fault draw", parse=int, group=FAULTS)
     stall_s: float = setting(30.0, help="pause of the stall fault, s", parse=float, group=FAULTS)
@@ -94,5 +101,7 @@ class SimConfig:
             raise ValueError(f"port must be in 0-65535, got {self.port}")
         if not (0.0 <= self.stall_s < math.inf and 0.0 <= self.slow_headers_s < math.inf):
             raise ValueError("stall_s and slow_headers_s must be finite numbers >= 0")
+        if not 0.0 <= self.batch_variance <= 1.0:
+            raise ValueError("--batch-variance must be in [0, 1]")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError("--ssl-certfile and --ssl-keyfile go together")

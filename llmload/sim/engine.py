@@ -5,7 +5,9 @@ Each step admits waiting sequences (FIFO, up to `max_num_seqs` running), lasts
 milliseconds, and at its end gives every running sequence `k = 1 + Binomial(max_draft, p)`
 tokens (speculative decoding: one verified token plus the accepted draft tokens), capped at
 what the sequence still has to generate. Steps are scheduled at absolute deadlines on the loop
-clock (next start = previous end), so timer lateness does not accumulate into drift.
+clock (next start = previous end), so timer lateness does not accumulate into drift. With
+`batch_variance` > 0, each token of a step whose batch holds more than one sequence may be
+flipped (llmload.sim.tokens.flips); the positions go on the sequence and into its truth line.
 
 The engine never writes to a client: it posts events to each sequence's queue (`ADMITTED`, a
 token count, or `STOPPED` when the engine shuts down) and the HTTP handler turns them into
@@ -22,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from llmload.core.schema import setting
+from llmload.sim.tokens import flips
 from llmload.sim.truth import TruthLog
 
 ADMITTED = 0  # event: the sequence joined the running batch (its first step started)
@@ -87,6 +90,7 @@ class Sequence:
     generated: int = 0
     admitted_at: float | None = None  # epoch seconds
     aborted: bool = False
+    flipped: list[int] = field(default_factory=list)  # token positions changed by batch variance
 
     def abort(self) -> None:
         """Called by the handler when the client is gone: the engine drops it at the next step."""
@@ -116,9 +120,13 @@ class Engine:
         max_num_seqs: int = 256,
         max_model_len: int = 32768,
         truth: TruthLog | None = None,
+        batch_variance: float = 0.0,
     ) -> None:
         if max_num_seqs < 1:
             raise ValueError("max_num_seqs must be >= 1")
+        if not 0.0 <= batch_variance <= 1.0:
+            raise ValueError("batch_variance must be in [0, 1]")
+        self.batch_variance = batch_variance
         self.model = model
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
@@ -199,12 +207,14 @@ class Engine:
         c = self.counters
         total = 0
         still_running = []
+        batch = len(self.running)
         for seq in self.running:
             if self._dropped_if_aborted(seq):
                 continue
             rng = seq.rng.random
             k = 1 + sum(1 for _ in range(drafts) if rng() < p) if p > 0 else 1
             k = min(k, seq.target_tokens - seq.generated)
+            seq.flipped += flips(seq.prompt_hash, seq.generated, k, batch, self.batch_variance)
             seq.generated += k
             total += k
             c.spec_drafts += 1

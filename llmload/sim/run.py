@@ -48,7 +48,11 @@ async def serve(config: SimConfig) -> None:
     """Run the simulator until SIGTERM or SIGINT."""
     truth = TruthLog(config.truth_log) if config.truth_log else None
     engine = Engine(
-        config.step, max_num_seqs=config.max_num_seqs, max_model_len=config.max_model_len, truth=truth
+        config.step,
+        max_num_seqs=config.max_num_seqs,
+        max_model_len=config.max_model_len,
+        truth=truth,
+        batch_variance=config.batch_variance,
     )
     sim = SimServer(config, engine, truth)
     keep_alive = {} if config.keep_alive_timeout is None else {"keepalive_timeout": config.keep_alive_timeout}

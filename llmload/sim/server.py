@@ -246,6 +246,7 @@ class SimServer:
             seq.abort()  # no-op for a finished sequence; frees the batch slot otherwise
             rec.admitted = seq.admitted_at
             rec.completion_tokens = seq.generated
+            rec.flipped = seq.flipped
         return resp
 
     def _sequence(self, req: GenerationRequest) -> Sequence:
@@ -306,7 +307,7 @@ class SimServer:
             if cut_at is not None:
                 k = min(k, cut_at - sent)
             done = sent + k == target
-            text = completion_text(seq.prompt_hash, sent, k)
+            text = completion_text(seq.prompt_hash, sent, k, seq.flipped)
             await resp.write(fmt.content_chunk(text, sent + k, seq.finish_reason if done else None))
             rec.content_written(time.time(), k)
             sent += k
@@ -347,7 +348,7 @@ class SimServer:
         last = time.time()
         if fault == "stall":
             await asyncio.sleep(cfg.stall_s)
-        text = completion_text(seq.prompt_hash, 0, seq.generated)
+        text = completion_text(seq.prompt_hash, 0, seq.generated, seq.flipped)
         first = first or last
         timings = shapes.Timings(
             rec.prompt_tokens or 0, (first - rec.arrival) * 1000.0, seq.generated, (last - first) * 1000.0

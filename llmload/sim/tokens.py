@@ -11,6 +11,11 @@ words, so `len(text.split())` of a completion equals its `usage.completion_token
 Everything here is a pure function of the prompt (and the seed for the acceptance pattern), so
 the same prompt always gets the same text, the same natural stop length and the same
 speculative-decoding step pattern, like a greedy model on a real server.
+
+Batch variance (`--batch-variance P`, the ground truth of the greedy-determinism check): a token
+generated in a step whose batch holds more than one sequence is replaced by another word with
+probability P, drawn from (prompt hash, position, batch size) alone (`flips`), so a rerun with
+the same batch sizes flips the same tokens, and batch 1 never flips.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import hashlib
 import random
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 # Plain ASCII words with no characters JSON would escape, so a chunk's text can be built by
 # concatenation and the token count survives any client-side whitespace split.
@@ -86,14 +91,34 @@ def natural_length(phash: int) -> int:
     return NATURAL_MIN_TOKENS + (phash >> 20) % span
 
 
-def completion_text(phash: int, start: int, count: int) -> str:
-    """The generated tokens at positions start .. start+count-1, concatenated (" word" each)."""
+def _mix(phash: int, pos: int) -> int:
+    return ((phash ^ (pos * 0x9E3779B97F4A7C15)) * 0xBF58476D1CE4E5B9) & _MASK64
+
+
+def completion_text(phash: int, start: int, count: int, flipped: Collection[int] = ()) -> str:
+    """The generated tokens at positions start .. start+count-1, concatenated (" word" each);
+    a position in `flipped` gets another word than the prompt's own (batch variance)."""
     n = len(VOCAB)
     words = []
     for pos in range(start, start + count):
-        mixed = ((phash ^ (pos * 0x9E3779B97F4A7C15)) * 0xBF58476D1CE4E5B9) & _MASK64
-        words.append(VOCAB[(mixed >> 32) % n])
+        mixed = _mix(phash, pos)
+        shift = 1 + (mixed & 0xFFFF) % (n - 1) if pos in flipped else 0
+        words.append(VOCAB[((mixed >> 32) + shift) % n])
     return " " + " ".join(words) if words else ""
+
+
+def flips(phash: int, start: int, count: int, batch: int, probability: float) -> list[int]:
+    """Positions among start .. start+count-1 that a step of `batch` sequences flips: each with
+    `probability`, drawn from (prompt hash, position, batch size); none when batch is 1."""
+    if batch <= 1 or probability <= 0.0:
+        return []
+    out = []
+    for pos in range(start, start + count):
+        key = f"{phash}:{pos}:{batch}".encode()
+        draw = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2.0**64
+        if draw < probability:
+            out.append(pos)
+    return out
 
 
 def acceptance_rng(seed: int, prompt: str) -> random.Random:

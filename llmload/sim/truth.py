@@ -6,8 +6,10 @@ Two kinds of line, each flushed as soon as it is written:
   (the step's scheduled boundaries on the engine clock, as epoch seconds).
 - `{"type": "request", "id", "endpoint", "stream", "arrival", "admitted", "first_token",
   "last_token", "prompt_tokens", "completion_tokens", "tokens_sent", "finish_reason", "fault",
-  "chunk_times", "chunk_tokens", "status"}` (plus `"role_sent"` for chat) when a request ends,
-  faulted, rejected or not; `"connection"` names the connection that carried it.
+  "chunk_times", "chunk_tokens", "status", "flipped"}` (plus `"role_sent"` for chat) when a
+  request ends, faulted, rejected or not; `"connection"` names the connection that carried it.
+  `flipped`: token positions (0-based) that batch variance changed (llmload.sim.tokens.flips),
+  in order.
 - `{"type": "connection", "id", "accepted", "peer_port", "tls"}` when a connection is
   established (llmload.sim.connections). Times are `time.time()` read right after the bytes
   were handed to the transport.
@@ -43,6 +45,7 @@ class RequestTruth:
     status: int | None = None  # HTTP status sent; None when the connection was reset before headers
     connection: int | None = None  # id of the connection that carried it (llmload.sim.connections)
     received: float | None = None  # when its first bytes were received, before the handler ran
+    flipped: list[int] = field(default_factory=list)  # token positions changed by batch variance
 
     def content_written(self, t: float, tokens: int) -> None:
         """Record one content chunk (or a non-streamed body) carrying `tokens` tokens."""

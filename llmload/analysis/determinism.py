@@ -1,0 +1,138 @@
+"""The greedy-determinism check: does the same prompt get the same text at every rung?
+
+Greedy decoding (temperature 0) is a function of the prompt, yet many servers return different
+text for one prompt depending on what else is in the batch (the batch shape changes the order of
+floating-point reductions). With `check_determinism` every rung sends the same pool of prompts
+(prompt i of a rung is the same prompt at every rung) and each record keeps `prompt_hash`,
+`text_hash` (64-bit BLAKE2b of the generated text) and `chunk_hashes` (16 bits of CRC-32 per
+content chunk, four hex digits each; see llmload.loadgen.client).
+
+Definitions, per rung (completed requests with a text hash):
+- reference of a prompt: its text at the lowest-concurrency rung that sent it (the earliest such
+  rung on a tie, its earliest request). Warm-up requests are never a reference.
+- compared: requests of the rung whose prompt has a reference, other than the reference itself.
+- differing: compared requests whose text hash differs from the reference's; `share` is
+  differing / compared.
+- first differing token: the index (0-based) of the first token of the first content chunk whose
+  hash differs from the reference's chunk at the same position (or where one text ends). Tokens
+  before that chunk are counted from `chunk_tokens` when the server reported them, else as one
+  per chunk when the request has as many chunks as tokens (vLLM, llama.cpp without speculative
+  decoding); otherwise the index counts chunks and `unit` says "chunk".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llmload.analysis.sweep_rows import Rung
+from llmload.core.names import rung_name
+from llmload.core.records import RequestRecord
+from llmload.core.stats import percentile
+
+CHUNK_HASH_DIGITS = 4
+# exit status of `llmload sweep` / `llmload table` with --fail-on-divergence when a rung diverged
+
+
+def digest(text: str) -> str:
+    """64-bit BLAKE2b of a text, hex (a prompt's or a completion's identity)."""
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def text_digests(chunks: Sequence[str]) -> tuple[str, str]:
+    """(text_hash, chunk_hashes) of a completion given the text of each content chunk."""
+    crcs = [zlib.crc32(c.encode()) & 0xFFFF for c in chunks]
+    return digest("".join(chunks)), struct.pack(f">{len(crcs)}H", *crcs).hex()
+
+
+@dataclass(frozen=True, slots=True)
+class RungDivergence:
+    """The determinism figures of one rung (see the module docstring)."""
+
+    rung: int
+    conc: int
+    references: tuple[str, ...]  # the rungs its compared requests' references came from
+    compared: int
+    differing: int
+    first_diff_median: float | None  # median first differing token (or chunk) index
+    unit: str  # "token" or "chunk"
+
+    @property
+    def share(self) -> float:
+        return self.differing / self.compared if self.compared else 0.0
+
+
+def _chunks(rec: RequestRecord) -> list[str]:
+    h = rec.chunk_hashes or ""
+    return [h[i : i + CHUNK_HASH_DIGITS] for i in range(0, len(h), CHUNK_HASH_DIGITS)]
+
+
+def first_difference(rec: RequestRecord, ref: RequestRecord) -> tuple[int, str]:
+    """(index, unit) of the first token of `rec` that differs from `ref` (module docstring)."""
+    mine, theirs = _chunks(rec), _chunks(ref)
+    chunk = next(
+        (i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b),
+        min(len(mine), len(theirs)),
+    )
+    tokens = rec.chunk_tokens
+    if tokens is not None and len(tokens) == rec.chunks:
+        return sum(tokens[:chunk]), "token"
+    return chunk, "token" if rec.output_tokens == rec.chunks else "chunk"
+
+
+def _checkable(rec: RequestRecord) -> bool:
+    return rec.ok and rec.text_hash is not None and rec.prompt_hash is not None
+
+
+def divergence(rungs: Sequence[Rung]) -> list[RungDivergence]:
+    """Per rung, how many requests' texts differ from their prompt's reference."""
+    references: dict[str | None, tuple[RequestRecord, Rung]] = {}  # by prompt hash
+    for rung in sorted(rungs, key=lambda r: (r.users, r.index)):
+        for rec in sorted(rung.records, key=lambda r: r.t_start):
+            if _checkable(rec) and rec.prompt_hash not in references:
+                references[rec.prompt_hash] = (rec, rung)
+    out = []
+    for rung in rungs:
+        pairs = [
+            (rec, references[rec.prompt_hash])
+            for rec in rung.records
+            if _checkable(rec) and rec.prompt_hash in references
+        ]
+        pairs = [(rec, ref) for rec, ref in pairs if ref[0] is not rec]
+        differing = [(rec, ref) for rec, (ref, _) in pairs if rec.text_hash != ref.text_hash]
+        firsts = [first_difference(rec, ref) for rec, ref in differing]
+        origins = {origin.index: origin for _, (_, origin) in pairs}
+        out.append(
+            RungDivergence(
+                rung=rung.index,
+                conc=rung.users,
+                references=tuple(rung_name(i, r.users) for i, r in sorted(origins.items())),
+                compared=len(pairs),
+                differing=len(differing),
+                first_diff_median=percentile([i for i, _ in firsts], 50.0) if firsts else None,
+                unit="chunk" if any(u == "chunk" for _, u in firsts) else "token",
+            )
+        )
+    return out
+
+
+def diverged(divs: Sequence[RungDivergence]) -> bool:
+    return any(d.differing for d in divs)
+
+
+def divergence_notes(divs: Sequence[RungDivergence]) -> list[str]:
+    """Lines for under the sweep table: one per diverging rung, or none when every text matched."""
+    notes = []
+    for d in divs:
+        if not d.differing:
+            continue
+        median = "-" if d.first_diff_median is None else f"{d.first_diff_median:g}"
+        notes.append(
+            f"{rung_name(d.rung, d.conc)}: greedy text differs from the same prompt's text at "
+            f"{' / '.join(d.references)} on {d.differing} of {d.compared} requests "
+            f"({100 * d.share:.0f} %); median first differing {d.unit} {median}"
+        )
+    return notes

@@ -1,0 +1,102 @@
+"""Find the largest concurrency that meets the SLOs, and say how sure that is: `llmload capacity`.
+
+    llmload capacity --ladder capacity.yaml                      # search a fresh simulator
+    llmload capacity --ladder capacity.yaml --host http://127.0.0.1:8000
+    llmload capacity --prefix reports/capacity-x/run             # the answer of a finished run
+
+The ladder file sets `mode: capacity`, the bounds in `slo:` and the search in `capacity:` (see
+docs/capacity-and-determinism.md). The search runs as one Locust run like `llmload sweep`
+(each probe a rung of the records file; other options go to locust), then the answer is
+replayed from the records (llmload.analysis.capacity.replay), printed with the probes table,
+and plotted to `<prefix>_capacity.png`.
+
+Exit status: locust's (0 when the run finished cleanly), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from llmload.analysis.capacity import CapacityResult, replay
+from llmload.analysis.postprocess import read_run_info
+from llmload.analysis.sweep_rows import group_rungs
+from llmload.cli.sweep import _sim_flag
+from llmload.cli.sweep_run import default_run_dir, run_sweep
+from llmload.core.config import ConfigError, load_config, parse_config
+from llmload.core.records import RecordFileError, read_records
+from llmload.output.capacity import FORMATS, capacity_plot, render_capacity
+
+
+def capacity_of_run(prefix: str | Path) -> CapacityResult:
+    """The search's answer from a run's records and run file (its config names the SLOs)."""
+    info = read_run_info(prefix)
+    if info is None or "config" not in info:
+        raise RecordFileError(f"{prefix}_run.json: no run file: cannot tell the run's SLOs")
+    config = parse_config(info["config"], source=f"{prefix}_run.json")
+    if config.mode != "capacity":
+        raise ConfigError(f"{prefix}_run.json: the run is 'mode: {config.mode}', not a capacity search")
+    records, _ = read_records(Path(f"{prefix}_records.jsonl"))
+    return replay(config.capacity, config.slo, group_rungs(records))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    locust_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(prog="llmload capacity", description=__doc__.split("\n\n")[0])
+    p.add_argument("--ladder", default="", help="ladder file with 'mode: capacity', 'slo:' and 'capacity:'")
+    p.add_argument(
+        "--prefix", default="", help="report the search of this finished run instead of running one"
+    )
+    p.add_argument("--host", default="", help="server URL (default: a fresh simulator)")
+    p.add_argument("--run-dir", type=Path, default=None, help="where the run's files go")
+    p.add_argument("--sim", type=_sim_flag, action="append", default=[], help="simulator flag KEY=VALUE")
+    p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--plot", type=Path, default=None, help="plot file (default: <prefix>_capacity.png)")
+    args, passed_on = p.parse_known_args(own)
+    returncode = 0
+    prefix: str | Path = args.prefix
+    if not prefix:
+        if not args.ladder:
+            print(
+                "llmload capacity: error: --ladder: a ladder file with 'mode: capacity' is needed",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            mode = load_config(args.ladder).mode
+        except ConfigError as exc:
+            print(f"llmload capacity: error: {exc}", file=sys.stderr)
+            return 2
+        if mode != "capacity":
+            print(
+                f"llmload capacity: error: {args.ladder}: 'mode' must be capacity, got {mode!r}",
+                file=sys.stderr,
+            )
+            return 2
+        run_dir = args.run_dir or default_run_dir()
+        print(
+            f"llmload capacity: searching {args.host or 'the simulator'}; files in {run_dir}", file=sys.stderr
+        )
+        run = run_sweep(
+            host=args.host or None,
+            run_dir=run_dir,
+            locust_args=["--ladder", args.ladder, *passed_on, *locust_args],
+            sim=dict(args.sim),
+            endpoint=args.endpoint,
+        )
+        prefix, returncode = run.prefix, run.returncode
+        if returncode != 0:
+            print(f"llmload capacity: locust exited with code {returncode}; see {run.log}", file=sys.stderr)
+    try:
+        result = capacity_of_run(prefix)
+    except (RecordFileError, ConfigError) as exc:
+        print(f"llmload capacity: error: {exc}", file=sys.stderr)
+        return returncode or 2
+    print(render_capacity(result, args.format))
+    plot = capacity_plot(result, args.plot or Path(f"{prefix}_capacity.png"))
+    print(f"llmload capacity: plot in {plot}", file=sys.stderr)
+    return returncode

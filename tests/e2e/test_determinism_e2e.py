@@ -1,0 +1,108 @@
+"""The greedy-determinism check through a real `locust` run against the simulator, checked against
+the simulator's truth log: which token positions batch variance really flipped in each request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmload.analysis.determinism import digest, divergence, first_difference
+from llmload.analysis.sweep_rows import Rung, group_rungs
+from llmload.cli import sweep as sweep_command
+from llmload.cli import table
+from llmload.core.exit_codes import DIVERGED
+from llmload.core.records import read_records
+from llmload.core.stats import percentile
+from llmload.sim.truth import load_truth
+
+# one token per chunk (no speculative decoding) so the first differing chunk is the first token
+SIM = {"accept_len": 1, "max_draft": 0, "base_ms": 2, "per_seq_ms": 0.5}
+LADDER = "rungs: [1, 2, 4]\nrequests_per_user: 2\nmax_tokens: 64\nprompt_tokens: 16\n"
+
+
+def sweep(tmp_path: Path, variance: float, extra: str = "") -> tuple[int, Path, list[Rung], dict]:
+    """`llmload sweep --fail-on-divergence` against a simulator with this batch variance:
+    (exit code, records prefix, rungs, truth requests by id)."""
+    ladder = tmp_path / "ladder.yaml"
+    ladder.write_text(LADDER + extra)
+    flags = [f"--sim={k}={v}" for k, v in {**SIM, "batch_variance": variance}.items()]
+    run_dir = tmp_path / "run"
+    argv = ["--run-dir", str(run_dir), "--ladder", str(ladder), *flags, "--fail-on-divergence"]
+    code = sweep_command.main([*argv, "--scrape-interval", "0"])
+    records, _ = read_records(run_dir / "run_records.jsonl")
+    truth, _ = load_truth(run_dir / "sim_truth.jsonl")
+    return code, run_dir / "run", group_rungs(records), truth
+
+
+def test_no_batch_variance_no_divergence(tmp_path):
+    code, prefix, rungs, truth = sweep(tmp_path, 0.0, "record_text: true\n")
+    assert code == 0
+    for rec in (r for rung in rungs for r in rung.records):
+        assert rec.text is not None and len(rec.text.split()) == 64 and digest(rec.text) == rec.text_hash
+    divs = divergence(rungs)
+    assert [d.conc for d in divs] == [1, 2, 4]
+    assert [d.differing for d in divs] == [0, 0, 0]
+    assert [d.compared for d in divs] == [0, 2, 4]  # c1's requests are the references
+    assert not any(t["flipped"] for t in truth.values())
+    # every rung sent the same prompts: prompt i of a rung is prompt i of the others
+    prompts = [[r.prompt_hash for r in sorted(rung.records, key=lambda r: r.t_start)] for rung in rungs]
+    assert set(prompts[0]) < set(prompts[1]) < set(prompts[2])
+    assert table.main([str(prefix), "--fail-on-divergence"]) == 0
+
+
+def expected_first_flip(flipped: list[int], reference_flipped: list[int]) -> int | None:
+    """The first position where two texts of one prompt differ: a flipped word is the same word
+    whatever the batch size, so the texts differ exactly where one of them was flipped alone."""
+    different = set(flipped) ^ set(reference_flipped)
+    return min(different) if different else None
+
+
+def test_batch_variance_diverges_above_conc_1_where_the_truth_flipped(tmp_path, capsys):
+    code, prefix, rungs, truth = sweep(tmp_path, 0.01)
+    assert code == DIVERGED
+    measured = [r for rung in rungs for r in rung.records]
+    assert all(r.text_hash and r.chunks == r.output_tokens == 64 for r in measured)
+    assert not any(truth[r.request_id]["flipped"] for r in rungs[0].records)  # batch 1 never flips
+    assert sum(len(truth[r.request_id]["flipped"]) for r in measured) > 0
+
+    # the reference of a prompt: its earliest request at the lowest concurrency that sent it
+    reference = {}
+    for rung in rungs:
+        for rec in sorted(rung.records, key=lambda r: r.t_start):
+            reference.setdefault(rec.prompt_hash, rec)
+    divs = divergence(rungs)
+    assert divs[0].differing == 0
+    for rung, div in zip(rungs[1:], divs[1:], strict=True):
+        firsts = []
+        for rec in rung.records:
+            ref = reference[rec.prompt_hash]
+            if ref is rec:
+                continue
+            first = expected_first_flip(truth[rec.request_id]["flipped"], truth[ref.request_id]["flipped"])
+            assert (rec.text_hash != ref.text_hash) == (first is not None)
+            if first is not None:
+                assert first_difference(rec, ref) == (first, "token")
+                firsts.append(first)
+        assert div.differing == len(firsts)
+        assert div.first_diff_median == (percentile(firsts, 50.0) if firsts else None)
+    assert sum(d.differing for d in divs) > 0
+    assert table.main([str(prefix), "--fail-on-divergence"]) == DIVERGED
+    assert "greedy text differs" in capsys.readouterr().out
+
+
+def test_warmup_sends_every_prompt_a_rung_will_send_once():
+    from llmload.core.config import parse_config
+    from llmload.loadgen.ladder import plan_stages  # imports Locust (gevent patching): not in unit
+
+    def warmup(raw: dict, prompts: int) -> tuple[int, int]:
+        stage = plan_stages(parse_config(raw, "x"), "m", None, prompts)[0]
+        return stage.users, stage.requests_per_user
+
+    # the largest rung sends 10 prompts of a pool of 1024: one user sends all 10 in the warm-up
+    assert warmup({"rungs": [1, 4, 10]}, 1024) == (1, 10)
+    assert warmup({"rungs": [2, 4, 10], "requests_per_user": 2}, 1024) == (2, 10)
+    assert warmup({"rungs": [1, 4, 10]}, 1) == (1, 1)  # one fixed prompt: once is enough
+    assert warmup({"rungs": [1, 4, 10], "check_determinism": False}, 1024) == (1, 1)
+    assert warmup({"rungs": [1, 4], "duration": 5}, 1024) == (1, 1)  # time-based: count unknown
+    cap = {"mode": "capacity", "slo": {"tpot_ms": 9}, "capacity": {"start": 2, "requests": 9}}
+    assert warmup(cap, 1024) == (2, 5)
+    assert len(plan_stages(parse_config(cap, "x"), "m", None, 1024)) == 1  # probes come from the search
