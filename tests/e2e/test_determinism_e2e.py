@@ -94,7 +94,7 @@ def test_warmup_sends_every_prompt_a_rung_will_send_once():
     from llmload.loadgen.ladder import plan_stages  # imports Locust (gevent patching): not in unit
 
     def warmup(raw: dict, prompts: int) -> tuple[int, int]:
-        stage = plan_stages(parse_config(raw, "x"), "m", None, prompts)[0]
+        stage = plan_stages(parse_config(raw, "x"), "m", None, prompts=prompts)[0]
         return stage.users, stage.requests_per_user
 
     # the largest rung sends 10 prompts of a pool of 1024: one user sends all 10 in the warm-up
@@ -105,4 +105,4 @@ def test_warmup_sends_every_prompt_a_rung_will_send_once():
     assert warmup({"rungs": [1, 4], "duration": 5}, 1024) == (1, 1)  # time-based: count unknown
     cap = {"mode": "capacity", "slo": {"tpot_ms": 9}, "capacity": {"start": 2, "requests": 9}}
     assert warmup(cap, 1024) == (2, 5)
-    assert len(plan_stages(parse_config(cap, "x"), "m", None, 1024)) == 1  # probes come from the search
+    assert len(plan_stages(parse_config(cap, "x"), "m", None, prompts=1024)) == 1  # probes come from the search
