@@ -87,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=m.degrade_pct_per_min,
         help="step time grows linearly by this percent per minute since start (soak drift)",
     )
+    eng.add_argument(
+        "--prefix-cache-blocks",
+        type=int,
+        default=d.prefix_cache_blocks,
+        help="prefix cache capacity in blocks (LRU); cached prompt tokens are not prefilled and are "
+        "reported as usage.prompt_tokens_details.cached_tokens; 0: no cache",
+    )
+    eng.add_argument("--block-size", type=int, default=d.block_size, help="tokens per prefix-cache block")
     flt = p.add_argument_group("faults")
     flt.add_argument(
         "--fault",
@@ -144,6 +152,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
             api_key=args.api_key,
             ssl_certfile=args.ssl_certfile,
             ssl_keyfile=args.ssl_keyfile,
+            prefix_cache_blocks=args.prefix_cache_blocks,
+            block_size=args.block_size,
         )
     except ValueError as err:
         parser.error(str(err))

@@ -32,6 +32,8 @@ class SimConfig:
     api_key: str = ""  # when set, /v1/* answers 401 unless `Authorization: Bearer <api_key>`
     ssl_certfile: Path | None = None  # serve HTTPS with this certificate chain (PEM) ...
     ssl_keyfile: Path | None = None  # ... and this private key (PEM)
+    prefix_cache_blocks: int = 0  # prefix cache capacity in blocks; 0: no prefix cache (issue 16)
+    block_size: int = 16  # tokens per prefix-cache block
 
     def __post_init__(self) -> None:
         if self.usage_style not in USAGE_STYLES:
@@ -40,5 +42,7 @@ class SimConfig:
             raise ValueError("drop_after must be >= 0")
         if self.max_num_seqs < 1 or self.max_model_len < 1:
             raise ValueError("max_num_seqs and max_model_len must be >= 1")
+        if self.prefix_cache_blocks < 0 or self.block_size < 1:
+            raise ValueError("--prefix-cache-blocks must be >= 0 and --block-size >= 1")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError("--ssl-certfile and --ssl-keyfile go together")

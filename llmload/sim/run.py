@@ -19,6 +19,7 @@ from aiohttp import web
 
 from llmload.sim.config import SimConfig
 from llmload.sim.engine import Engine
+from llmload.sim.prefix_cache import PrefixCache
 from llmload.sim.server import SimServer
 from llmload.sim.truth import TruthLog
 
@@ -46,8 +47,13 @@ def server_tls(config: SimConfig) -> ssl.SSLContext | None:
 async def serve(config: SimConfig) -> None:
     """Run the simulator until SIGTERM or SIGINT."""
     truth = TruthLog(config.truth_log) if config.truth_log else None
+    cache = PrefixCache(config.block_size, config.prefix_cache_blocks) if config.prefix_cache_blocks else None
     engine = Engine(
-        config.step, max_num_seqs=config.max_num_seqs, max_model_len=config.max_model_len, truth=truth
+        config.step,
+        max_num_seqs=config.max_num_seqs,
+        max_model_len=config.max_model_len,
+        truth=truth,
+        prefix_cache=cache,
     )
     runner = web.AppRunner(
         SimServer(config, engine, truth).app(), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S
