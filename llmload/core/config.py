@@ -19,7 +19,7 @@ DEFAULT_PROMPT = (
     "work together in a modern LLM inference server."
 )
 ENDPOINTS = ("completions", "chat")
-MODES = ("concurrency", "rate")  # rungs are user counts, or request rates (requests/s)
+MODES = ("concurrency", "rate", "trace")  # rungs are user counts, request rates, or a trace file
 ARRIVALS = ("poisson", "gamma")
 PROMPT_FORMATS = ("auto", "lines", "jsonl", "sharegpt")
 
@@ -79,6 +79,22 @@ class ReconcileConfig:
     max_disagree_ratio: float = 0.0  # usage vs chunks vs max_tokens vs finish_reason
 
 
+# trace replay and multi-turn sessions (issue 16): llmload.loadgen.trace, llmload.loadgen.sessions
+THINK_TIMES = ("constant", "exponential")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """Multi-turn sessions: each user plays conversations whose every turn resends the history."""
+
+    turns: int = 4  # requests per session; turn k sends turns 1..k-1 and their replies, plus a new message
+    per_user: int = 1  # sessions each user plays per count-based rung (time-based: until the deadline)
+    user_tokens: int = 64  # tokens of each new user message (synthetic)
+    system_tokens: int = 0  # tokens of a system message unique to the session (sent with every turn)
+    think_time_s: float = 0.0  # mean pause between a reply and the next turn
+    think_time: str = "constant"  # constant | exponential (mean think_time_s)
+
+
 @dataclass(frozen=True, slots=True)
 class SweepConfig:
     """One run: the ladder and the request every user sends."""
@@ -113,6 +129,12 @@ class SweepConfig:
     retries: RetryConfig = field(default_factory=RetryConfig)
     soak: SoakConfig | None = None  # a soak run: one time-based rung judged by windows and thresholds
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
+    # trace replay and multi-turn sessions (issue 16)
+    trace_file: str | None = None  # mode trace: Mooncake JSONL or CSV (llmload.core.trace_file)
+    speed: float = 1.0  # mode trace: replay speed factor (2 = twice as fast)
+    start_s: float = 0.0  # mode trace: window start, seconds after the trace's first line
+    duration_s: float | None = None  # mode trace: window length in trace seconds (None: to the end)
+    sessions: SessionConfig | None = None  # multi-turn chat sessions instead of single requests
     source: str = "<defaults>"
 
     @property
@@ -131,6 +153,7 @@ class SweepConfig:
         raw["reconcile"] = dataclasses.asdict(self.reconcile)
         raw["retries"] = dataclasses.asdict(self.retries)
         raw["soak"] = dataclasses.asdict(self.soak) if self.soak else None
+        raw["sessions"] = dataclasses.asdict(self.sessions) if self.sessions else None
         raw.update(changed)
         return parse_config(raw, source=source or f"{self.source} (with command-line overrides)")
 
@@ -257,17 +280,59 @@ def _reconcile(source: str, value: Any) -> ReconcileConfig:
     return ReconcileConfig(**{k: _ratio(source, f"reconcile.{k}", v) for k, v in entries})
 
 
+def _non_negative(source: str, key: str, value: Any) -> float:
+    _expect(source, key, value, (int, float), "a number >= 0")
+    if value < 0:
+        raise ConfigError(f"{source}: '{key}' must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _trace_file(source: str, value: Any) -> str:
+    _expect(source, "trace_file", value, (str,), "a file path")
+    if not value.strip():
+        raise ConfigError(f"{source}: 'trace_file' must be a file path")
+    return value
+
+
+def _sessions(source: str, value: Any) -> SessionConfig:
+    kwargs: dict[str, Any] = {}
+    for sub, v in _entries(source, "sessions", value, SessionConfig):
+        key = f"sessions.{sub}"
+        if sub == "think_time":
+            kwargs[sub] = _choice(key, THINK_TIMES)(source, v)
+        elif sub == "think_time_s":
+            kwargs[sub] = _non_negative(source, key, v)
+        else:
+            kwargs[sub] = _positive_int(source, key, v, allow_zero=sub == "system_tokens")
+    return SessionConfig(**kwargs)
+
+
+def _check_trace_and_sessions(config: SweepConfig) -> None:
+    """Trace replay and sessions: which other keys they need or exclude."""
+    source = config.source
+    if (config.mode == "trace") != (config.trace_file is not None):
+        raise ConfigError(f"{source}: 'mode: trace' and 'trace_file' go together")
+    if config.mode == "trace" and (config.prompt_tokens is not None or config.prompt_file is not None):
+        raise ConfigError(f"{source}: 'mode: trace' takes its prompts from 'trace_file', not 'prompt_*'")
+    if config.sessions is not None:
+        if config.mode != "concurrency":
+            raise ConfigError(f"{source}: 'sessions' run in 'mode: concurrency' (users play sessions)")
+        if config.endpoint != "chat" or not config.stream:
+            raise ConfigError(f"{source}: 'sessions' need 'endpoint: chat' and 'stream: true'")
+
+
 def _check_mode(config: SweepConfig) -> None:
     """Rules that tie several keys together (rate mode, workloads)."""
     source = config.source
-    if not config.rate_mode:
+    _check_trace_and_sessions(config)
+    if config.mode == "concurrency":
         for i, v in enumerate(config.rungs):
             if not isinstance(v, int):
                 raise ConfigError(
                     f"{source}: 'rungs[{i}]' must be an integer user count, got {v!r} "
                     "(request rates need 'mode: rate')"
                 )
-    elif config.requests_per_rung is None and config.duration is None:
+    elif config.rate_mode and config.requests_per_rung is None and config.duration is None:
         raise ConfigError(f"{source}: 'mode: rate' needs 'requests_per_rung' or 'duration' per rung")
     if config.arrival == "poisson" and config.burstiness != 1.0:
         raise ConfigError(f"{source}: 'burstiness' applies to 'arrival: gamma' (poisson is burstiness 1)")
@@ -358,6 +423,12 @@ _VALIDATORS: dict[str, Any] = {
     "prompt_format": _choice("prompt_format", PROMPT_FORMATS),
     "continuous_usage": _bool("continuous_usage"),
     "reconcile": _reconcile,
+    # trace replay and multi-turn sessions (issue 16)
+    "trace_file": _optional(_trace_file),
+    "speed": lambda s, v: _positive_float(s, "speed", v),
+    "start_s": lambda s, v: _non_negative(s, "start_s", v),
+    "duration_s": _optional(lambda s, v: _positive_float(s, "duration_s", v)),
+    "sessions": _optional(_sessions),
 }
 
 
@@ -399,4 +470,6 @@ def load_config(path: str | Path) -> SweepConfig:
     if config.prompt_file and not Path(config.prompt_file).is_absolute():
         # relative to the config file, so a config and its prompt file travel together
         config = dataclasses.replace(config, prompt_file=str(path.parent.resolve() / config.prompt_file))
+    if config.trace_file and not Path(config.trace_file).is_absolute():  # the same for a trace (issue 16)
+        config = dataclasses.replace(config, trace_file=str(path.parent.resolve() / config.trace_file))
     return config

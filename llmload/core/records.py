@@ -51,6 +51,11 @@ class RequestRecord:
     rate: float | None = None  # rate mode: the rung's target request rate (requests/s)
     stamps: str = "user"  # "kernel": message times are kernel receive stamps; "user": read times
     read_delay_ms: float | None = None  # kernel stamps: longest arrival-to-read delay of the generator
+    # trace replay and multi-turn sessions (issue 16)
+    cached_tokens: int | None = None  # prompt tokens the server served from its prefix cache, if it says
+    trace_line: int | None = None  # mode trace: the line of the trace file this request replays
+    session: str | None = None  # sessions: the session id
+    turn: int | None = None  # sessions: the turn (1-based); turn k resends turns 1..k-1 and their replies
 
     @property
     def ok(self) -> bool:

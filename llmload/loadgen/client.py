@@ -37,7 +37,7 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from llmload.core.config import RetryConfig
 from llmload.core.records import OUTCOME_OK, RequestRecord
 from llmload.loadgen.receive_stamps import KERNEL, ReceiveClock
-from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
+from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent, TextCollector
 
 MAX_RETRY_WAIT_S = 60.0  # a longer Retry-After is cut to this
 NO_RETRIES = RetryConfig()
@@ -164,9 +164,11 @@ def send_request(
     total_timeout: float,
     retries: RetryConfig = NO_RETRIES,
     report: Callable[[RequestRecord], None],
+    on_reply: Callable[[str], None] | None = None,
 ) -> int:
     """Send a request, retrying as configured; `report` gets each attempt's record as it ends
-    (failures are recorded, not raised). Returns the number of attempts (records)."""
+    (failures are recorded, not raised), `on_reply` (sessions) the text of a completed reply.
+    Returns the number of attempts (records)."""
     body = json.dumps(payload).encode()
     if ctx.stream:
         # one connection per streamed request: llama-server closes the connection after every
@@ -176,6 +178,8 @@ def send_request(
     retry = 0
     while True:
         request_id = f"{ctx.request_id}-retry{retry}" if retry else ctx.request_id
+        chat = ctx.endpoint == "chat"
+        acc = StreamAccumulator(chat) if on_reply is None else TextCollector(chat)
         rec, retry_after = _attempt(
             http,
             path,
@@ -183,8 +187,11 @@ def send_request(
             {**headers, "X-Request-Id": request_id},
             dataclasses.replace(ctx, request_id=request_id),
             total_timeout,
+            acc,
         )
         report(rec)
+        if rec.ok and isinstance(acc, TextCollector) and on_reply is not None:
+            on_reply(acc.text)
         if rec.ok or retry >= retries.max or rec.status not in retries.on_status:
             return retry + 1
         retry += 1
@@ -198,9 +205,9 @@ def _attempt(
     headers: dict[str, str],
     ctx: RequestContext,
     total_timeout: float,
+    acc: StreamAccumulator,
 ) -> tuple[RequestRecord, str | None]:
-    """One HTTP exchange -> its record and the server's Retry-After, if any."""
-    acc = StreamAccumulator(chat=ctx.endpoint == "chat")
+    """One HTTP exchange read into `acc` -> its record and the server's Retry-After, if any."""
     outcome, error, status, retry_after = OUTCOME_OK, None, None, None
     t_wall = time.time()
     clock = ReceiveClock(t_wall, time.perf_counter())
@@ -241,5 +248,6 @@ def _attempt(
         worker=ctx.worker,
         stamps=clock.source,
         read_delay_ms=round(clock.max_delay * 1000.0, 3) if clock.source == KERNEL else None,
+        cached_tokens=acc.cached_tokens,
     )
     return record, retry_after

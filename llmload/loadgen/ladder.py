@@ -46,6 +46,7 @@ from llmload.loadgen.arrivals import arrival_count, slot_ranges
 from llmload.loadgen.health_sampler import MSG_HEALTH
 from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.preflight import PreflightError, auth_headers, preflight, tls_context
+from llmload.loadgen.trace import trace_workload
 from llmload.loadgen.workload import calibrate, load_prompt_file
 
 log = logging.getLogger("llmload")
@@ -76,6 +77,7 @@ class Stage:
     rate: float | None = None  # rate mode: requests/s (users are the client slots); None: concurrency
     slots: dict[str, list[int]] | None = None  # rate mode, with start_at: each process's [lo, hi) slots
     prompt_words: int | None = None  # synthetic prompts: words per prompt (calibrated on the server)
+    tokens_per_word: float | None = None  # trace and sessions: the server's tokens per synthetic word
 
     @property
     def phase(self) -> str:
@@ -196,24 +198,33 @@ class RunState:
 
 def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
     """Requests a finished stage holds; None for a time-based concurrency rung."""
+    if config.mode == "trace" and stage.rate is not None:  # the trace window's lines
+        return len(trace_workload(config, stage.tokens_per_word).offsets)
     if stage.rate is not None:
         return arrival_count(stage.rate, config.requests_per_rung, config.duration)
     return None if stage.deadline else stage.users * stage.requests_per_user
 
 
-def plan_stages(config: SweepConfig, model: str, prompt_words: int | None = None) -> list[Stage]:
+def plan_stages(
+    config: SweepConfig, model: str, prompt_words: int | None = None, tokens_per_word: float | None = None
+) -> list[Stage]:
     """Warm-up (if any) then one stage per rung; deadlines are filled in when announced. In rate
     mode every stage has `max_concurrency` users (the client slots); the warm-up is a concurrency
-    stage of them."""
+    stage of them. Trace mode has one stage: the trace window at its mean rate."""
     cfg = config_to_dict(config)
     stages = []
-    first_users = config.max_concurrency if config.rate_mode else int(config.rungs[0])
+    first_users = config.max_concurrency if config.mode != "concurrency" else int(config.rungs[0])
     if config.warmup_requests:
         stages.append(Stage(0, WARMUP_RUNG, first_users, config.warmup_requests, model, cfg))
-    for i, value in enumerate(config.rungs):
+    if config.mode == "trace":
+        rate = trace_workload(config, tokens_per_word).rate
+        stages.append(Stage(len(stages), 0, config.max_concurrency, 1, model, cfg, rate=rate))
+    for i, value in enumerate(config.rungs if config.mode != "trace" else ()):
         users, rate = (config.max_concurrency, float(value)) if config.rate_mode else (int(value), None)
         stages.append(Stage(len(stages), i, users, config.requests_per_user, model, cfg, rate=rate))
-    return [dataclasses.replace(s, prompt_words=prompt_words) for s in stages]
+    return [
+        dataclasses.replace(s, prompt_words=prompt_words, tokens_per_word=tokens_per_word) for s in stages
+    ]
 
 
 def records_path(options: Any) -> Path:
@@ -303,10 +314,10 @@ class LadderShape(LoadTestShape):
             context=ctx,
             timeout=config.timeouts.connect,
         )
-        prompt_words = self._prepare_workload(config, model, ctx)
+        prompt_words, tokens_per_word = self._prepare_workload(config, model, ctx)
         path = records_path(options)
         run_file = Path(str(path).removesuffix("_records.jsonl").removesuffix(".jsonl") + "_run.json")
-        stages = plan_stages(config, model, prompt_words)
+        stages = plan_stages(config, model, prompt_words, tokens_per_word)
         # a new run starts new files, as Locust rewrites its CSVs (a second start from the web UI)
         state = RunState(
             config, env.host, model, RecordWriter(path, fsync=False, truncate=True), run_file, stages
@@ -315,16 +326,21 @@ class LadderShape(LoadTestShape):
         log.info("llmload: model %s, rungs %s, records in %s", model, list(config.rungs), path)
         return state
 
-    def _prepare_workload(self, config: SweepConfig, model: str, ctx: Any) -> int | None:
-        """Check the prompt file; for synthetic prompts, the words per prompt (llmload.loadgen.workload)."""
+    def _prepare_workload(self, config: SweepConfig, model: str, ctx: Any) -> tuple[int | None, float | None]:
+        """Check the prompt file; for synthetic prompts, the words per prompt (llmload.loadgen.workload);
+        for traces and sessions, the server's tokens per word (llmload.loadgen.trace, .sessions)."""
         if config.prompt_file is not None:
             load_prompt_file(config.prompt_file, config.prompt_format)
-        if config.prompt_tokens is None:
-            return None
+        per_word_needed = config.mode == "trace" or config.sessions is not None
+        if config.prompt_tokens is None and not per_word_needed:
+            return None, None
         options = self.runner.environment.parsed_options
         cal = calibrate(
             self.runner.environment.host or "", model, config.endpoint, auth_headers(api_key(options)), ctx
         )
+        if config.prompt_tokens is None:
+            log.info("llmload: %.3f tokens per synthetic word (by %s)", cal.per_word, cal.method)
+            return None, cal.per_word
         words = cal.words_for(config.prompt_tokens)
         log.info(
             "llmload: prompt_tokens %d -> %d words (%.3f tokens/word + %.1f, by %s)",
@@ -334,7 +350,7 @@ class LadderShape(LoadTestShape):
             cal.overhead,
             cal.method,
         )
-        return words
+        return words, cal.per_word if per_word_needed else None
 
     def _reconcile(self, progress: _StageProgress) -> None:
         """A finished rung whose token accounts do not add up fails the run (exit code 3)."""
