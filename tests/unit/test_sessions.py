@@ -6,13 +6,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from fixtures.runs import make_record
 
 from llmload.analysis.production_traffic import replay_warnings, turn_metrics
 from llmload.analysis.sweep_rows import group_rungs
 from llmload.core.config import ConfigError, SessionConfig, parse_config
 from llmload.loadgen.sessions import Session, play_sessions
 from llmload.loadgen.sse import StreamAccumulator, TextCollector
-from tests.fixtures.runs import make_record
 
 
 def test_each_turn_resends_the_history_as_answered():

@@ -6,9 +6,9 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from fixtures.paths import REPO
 
 from llmload.analysis.trace_stats import block_ids, predicted_cached_tokens, rate_bins, trace_stats
 from llmload.cli.trace_stats import main as trace_stats_main
@@ -18,7 +18,6 @@ from llmload.loadgen.trace import TraceWorkload
 from llmload.sim.prefix_cache import PrefixCache, block_keys, prompt_units
 from llmload.sim.tokens import chat_prompt, count_tokens
 
-REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "config" / "sample-trace.jsonl"
 
 JSONL = """\
