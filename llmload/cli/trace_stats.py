@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
+from typing import Any
 
 from tabulate import tabulate
 
@@ -35,34 +37,24 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def _block_size(text: str) -> int:
-    try:
-        size = int(text)
-    except ValueError:
-        size = 0
-    if size < 1 or BLOCK_TOKENS % size:
-        raise argparse.ArgumentTypeError(f"must divide {BLOCK_TOKENS} (1, 2, 4, ..., 512), got {text!r}")
-    return size
+def _checked(parse: Callable[[str], float], ok: Callable[[float], bool], what: str) -> Callable[[str], Any]:
+    """An argparse type: `parse` the text, which must then satisfy `ok`."""
+
+    def check(text: str) -> Any:
+        try:
+            value = parse(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return check
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
-    return value
+_positive = _checked(float, lambda v: v > 0, "a number > 0")
+_non_negative = _checked(float, lambda v: v >= 0, "a number >= 0")
+_block_size = _checked(int, lambda v: v >= 1 and BLOCK_TOKENS % v == 0, f"a divisor of {BLOCK_TOKENS}")
 
 
 def render(stats: TraceStats) -> str:

@@ -92,7 +92,7 @@ def _trace_line(where: str, number: int, obj: Any) -> TraceLine:
     if not isinstance(obj, dict):
         raise ConfigError(f"{where}: expected an object with timestamp, input_length, output_length")
     input_length = _int_field(where, obj, "input_length")
-    text = obj.get("input_text")
+    text = obj.get("input_text") or None  # an empty CSV cell is no text
     if text is not None and (not isinstance(text, str) or not text.strip()):
         raise ConfigError(f"{where}: 'input_text' must be a non-empty string")
     return TraceLine(
@@ -108,6 +108,8 @@ def _trace_line(where: str, number: int, obj: Any) -> TraceLine:
 def parse_trace(text: str, source: str) -> list[TraceLine]:
     """The lines of a trace's text (JSONL if it starts with `{`, else CSV), sorted by timestamp."""
     lines: list[TraceLine] = []
+    if not text.strip():
+        raise ConfigError(f"{source}: 'trace_file' holds no request")
     if text.lstrip().startswith("{"):
         for number, raw in enumerate(text.splitlines(), start=1):
             if not raw.strip():
