@@ -2,8 +2,8 @@
 
     python scripts/make_sample_trace.py [--lines 500] [--rate 10] [--seed 16] [--out FILE]
 
-Arrivals are Poisson at `--rate` requests/s with gaps of at least 20 ms (so a replay at speed 5
-still sends every request at least 4 ms after the previous one, and the server sees them in
+Arrivals are Poisson at `--rate` requests/s with gaps of at least 40 ms (so a replay at speed 5
+still sends every request at least 8 ms after the previous one, and the server sees them in
 trace order). Prompts are built from 512-token blocks with shared prefixes the way production
 traffic shares them: 30 % of requests continue one of the 50 requests before them (its full
 blocks, as a later turn of a conversation would), 50 % start with one of 8 system prompts (1-4
@@ -53,7 +53,7 @@ def sample_trace(lines: int, rate: float, seed: int) -> list[dict[str, object]]:
                 "hash_ids": hash_ids,
             }
         )
-        t_ms += max(20.0, rng.expovariate(rate) * 1000.0)
+        t_ms += max(40.0, rng.expovariate(rate) * 1000.0)
     return out
 
 

@@ -200,6 +200,8 @@ def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
     """Requests a finished stage holds; None for a time-based concurrency rung."""
     if config.mode == "trace" and stage.rate is not None:  # the trace window's lines
         return len(trace_workload(config, stage.tokens_per_word).offsets)
+    if config.sessions is not None and stage.phase == "measure" and not stage.deadline:
+        return stage.users * config.sessions.per_user * config.sessions.turns  # unless a turn fails
     if stage.rate is not None:
         return arrival_count(stage.rate, config.requests_per_rung, config.duration)
     return None if stage.deadline else stage.users * stage.requests_per_user

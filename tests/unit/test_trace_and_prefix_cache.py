@@ -183,7 +183,7 @@ def test_sample_trace_is_what_its_script_writes(tmp_path):
 def test_trace_stats_command(capsys, tmp_path):
     assert trace_stats_main([str(SAMPLE), "--cache-blocks", "1024", "--speed", "5", "--bin-s", "5"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("500 requests over 10.02 s;")
+    assert out.startswith("500 requests over 10.55 s;")
     assert "ideal prefix cache, 16-token blocks, LRU:" in out
     assert trace_stats_main([str(SAMPLE), "--format", "json", "--cache-blocks", "1024"]) == 0
     data = json.loads(capsys.readouterr().out)
