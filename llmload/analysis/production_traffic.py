@@ -1,6 +1,7 @@
 """Results of production-shaped traffic: metrics per session turn, and a trace replay's lateness.
 
-Per turn (sessions; completed measured requests whose record has a `turn`, grouped by it):
+Per rung and turn (sessions; completed measured requests whose record has a `turn`, grouped by
+rung and turn index):
 - requests: completed turns with that index;
 - ttft_ms / ttft_content_ms: median TTFT (first message with choices) and median time to the
   first content, as in `llmload.analysis.metrics` (a chat server that sends the role-only delta
@@ -31,6 +32,8 @@ VERY_LATE_MS = 100.0
 
 @dataclass(frozen=True, slots=True)
 class TurnMetrics:
+    rung: int
+    users: int
     turn: int
     requests: int
     ttft_ms: float | None
@@ -45,19 +48,21 @@ def _median(values: list[float]) -> float | None:
 
 
 def turn_metrics(records: Iterable[RequestRecord]) -> list[TurnMetrics]:
-    """One row per turn index of the completed measured session turns (module docstring)."""
-    by_turn: dict[int, list[RequestRecord]] = {}
+    """One row per rung and turn index of the completed measured session turns (module docstring)."""
+    by_turn: dict[tuple[int, int, int], list[RequestRecord]] = {}
     for r in records:
         if r.turn is not None and r.ok and r.phase == "measure":
-            by_turn.setdefault(r.turn, []).append(r)
+            by_turn.setdefault((r.rung, r.users, r.turn), []).append(r)
     rows = []
-    for turn, recs in sorted(by_turn.items()):
+    for (rung, users, turn), recs in sorted(by_turn.items()):
         prompts = [r.prompt_tokens for r in recs if r.prompt_tokens is not None]
         reported = [r for r in recs if r.cached_tokens is not None]
         cached = [r.cached_tokens or 0 for r in reported]
         prompt_of_reported = sum(r.prompt_tokens or 0 for r in reported)
         rows.append(
             TurnMetrics(
+                rung=rung,
+                users=users,
                 turn=turn,
                 requests=len(recs),
                 ttft_ms=_median([v for v in map(ttft_ms, recs) if v is not None]),

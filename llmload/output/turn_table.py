@@ -1,5 +1,5 @@
 """Presentation of session metrics per turn (`llmload.analysis.production_traffic.turn_metrics`):
-one row per turn index, in the table or markdown format of the sweep table."""
+one row per rung and turn index, in the table or markdown format of the sweep table."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from llmload.analysis.production_traffic import TurnMetrics
 from llmload.output.table import fmt_num
 
 COLUMNS = (
+    "conc",
     "turn",
     "requests",
     "ttft_p50_ms",
@@ -27,6 +28,7 @@ def render_turns(rows: Sequence[TurnMetrics], fmt: str = "table") -> str:
         return ""
     body = [
         [
+            str(r.users),
             str(r.turn),
             str(r.requests),
             fmt_num(r.ttft_ms),
@@ -44,4 +46,4 @@ def render_turns(rows: Sequence[TurnMetrics], fmt: str = "table") -> str:
         disable_numparse=True,
         colalign=["right"] * len(COLUMNS),
     )
-    return f"sessions, by turn (completed turns; medians, token means):\n{table}"
+    return f"sessions, by rung and turn (completed turns; medians, token means):\n{table}"

@@ -130,9 +130,10 @@ def test_turn_metrics_and_replay_lateness():
         make_record(2.0, 3.0, 8, 0.1, turn=2, session="s", prompt_tokens=120, cached_tokens=96),
         make_record(4.0, 5.0, 8, 0.3, turn=2, session="t", prompt_tokens=140, cached_tokens=None),
         make_record(6.0, 7.0, 8, 0.2, turn=2, session="t", outcome="timeout"),
+        make_record(8.0, 9.0, 8, 0.4, turn=1, session="u", rung=1, users=4),
     ]
     rows = turn_metrics(recs)
-    assert [(r.turn, r.requests) for r in rows] == [(1, 1), (2, 2)]
+    assert [(r.rung, r.users, r.turn, r.requests) for r in rows] == [(0, 1, 1, 1), (0, 1, 2, 2), (1, 4, 1, 1)]
     assert rows[1].ttft_ms == pytest.approx(200.0) and rows[1].prompt_tokens == 130.0
     assert rows[1].cached_tokens == 96.0 and rows[1].cached_share == pytest.approx(96 / 120)
     on_time = [make_record(t, t + 1, 8, 0.1, trace_line=1, t_scheduled=t - 0.001) for t in range(100)]
