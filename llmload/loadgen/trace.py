@@ -13,8 +13,9 @@ are drawn by a generator seeded with (seed, block id), so the same id always giv
 and a partial last block is a prefix of the full block's text. A block has round(512 /
 tokens_per_word) words, where tokens_per_word is the server's calibrated tokens per synthetic
 word (`llmload.loadgen.workload.calibrate`; exactly 1 on the simulator, so its blocks are
-exactly 512 tokens). Lines without `hash_ids` get blocks of their own. All block texts of the
-window are built once per process before the stage starts, never on the timed path.
+exactly 512 tokens). Lines without `hash_ids` get blocks of their own. The prompts of the window
+are built once per process that sends them (`prepare`, before the stage's go), never on the timed
+path; the master only reads the schedule.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import json
 import random
 from collections.abc import Hashable
 
-from llmload.core.config import SweepConfig
+from llmload.core.config import ConfigError, SweepConfig
 from llmload.core.trace_file import BLOCK_TOKENS, TraceLine, read_trace, replay_window
 from llmload.loadgen.workload import synthetic_text
 
@@ -39,12 +40,23 @@ class TraceWorkload:
             duration_s=config.duration_s,
             speed=config.speed,
         )
+        if not window:
+            raise ConfigError(
+                f"{config.trace_file}: no line in the window 'start_s' {config.start_s:g} + "
+                f"'duration_s' {config.duration_s} (seconds after the first line)"
+            )
         self.offsets = [off for off, _ in window]
         self.lines = [t for _, t in window]
         self._seed = config.seed
         self._words_per_token = 1.0 / tokens_per_word
         self._blocks: dict[tuple[Hashable, int], str] = {}
-        self.prompts = [t.input_text or self._synthetic(t) for t in self.lines]
+        self._prompts: list[str] | None = None
+
+    def prepare(self) -> list[str]:
+        """Every prompt of the window, built on the first call (before the stage's go)."""
+        if self._prompts is None:
+            self._prompts = [t.input_text or self._synthetic(t) for t in self.lines]
+        return self._prompts
 
     @property
     def rate(self) -> float:
@@ -73,7 +85,7 @@ class TraceWorkload:
     def request(self, index: int) -> tuple[str, int, int]:
         """(prompt, max_tokens, trace line number) of the window's line `index`."""
         t = self.lines[index]
-        return self.prompts[index], t.output_length, t.line
+        return self.prepare()[index], t.output_length, t.line
 
 
 _CACHE: dict[str, TraceWorkload] = {}

@@ -119,7 +119,7 @@ class LLMUser(FastHttpUser):
                 config = self._stage_config(stage)
                 workload_for(config, stage.prompt_words)  # built before the go
                 if config.mode == "trace":
-                    trace_workload(config, stage.tokens_per_word)
+                    trace_workload(config, stage.tokens_per_word).prepare()
                 ready = {"seq": stage.seq, "user": self._uid, "worker": self._worker}
                 self.environment.runner.send_message(MSG_USER_READY, ready)
                 self._ready_seq = stage.seq

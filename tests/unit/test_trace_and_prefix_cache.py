@@ -170,6 +170,8 @@ def test_trace_workload_prompts_share_blocks_exactly_where_hash_ids_do(tmp_path)
     # a tokenizer with 1.25 tokens per word: 512 tokens are ~410 words
     assert len(TraceWorkload(config, 1.25).request(0)[0].split()) == 2 * round(512 / 1.25)
     assert count_tokens(prompts[1][0]) == 600
+    with pytest.raises(ConfigError, match=re.escape(f"{trace}: no line in the window 'start_s' 100")):
+        TraceWorkload(SweepConfig(mode="trace", trace_file=str(trace), start_s=100), 1.0)
 
 
 def test_sample_trace_is_what_its_script_writes(tmp_path):
