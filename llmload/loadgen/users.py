@@ -132,7 +132,8 @@ class LLMUser(FastHttpUser):
             queue = arrival_queue(stage, self._stage_config(stage), self._worker)
             while (arrival := queue.take()) is not None:
                 index, due = arrival
-                gevent.sleep(max(0.0, due - time.time()))
+                if (delay := due - time.time()) > 0:  # an arrival already due is sent without yielding
+                    gevent.sleep(delay)
                 sent += self.send_one(stage, index, t_scheduled=due)
         elif (sessions := self._stage_config(stage).sessions) is not None and stage.phase == "measure":
             sent += play_sessions(
