@@ -18,10 +18,12 @@ from llmload.analysis.determinism import RungDivergence, divergence, divergence_
 from llmload.analysis.health import flag_saturated, health_path, read_health
 from llmload.analysis.locust_csv import cross_check
 from llmload.analysis.metrics import RungMetrics, all_rung_metrics
+from llmload.analysis.production_traffic import replay_warnings, turn_metrics
 from llmload.analysis.sweep_rows import MissingRung, Rung, SweepRow, group_rungs, sweep_rows
 from llmload.core.records import RecordFileError, RequestRecord, read_records
 from llmload.core.stats import DEFAULT_PERCENTILES
 from llmload.output.table import render
+from llmload.output.turn_table import render_turns
 
 
 @dataclass(slots=True)
@@ -106,7 +108,7 @@ def load_run(
     if slo is None:  # the run's own `slo:` from its config file
         slo = {k: v for k, v in ((info or {}).get("config", {}).get("slo") or {}).items() if v is not None}
     metrics = all_rung_metrics(rungs, percentiles=percentiles, slo=slo) if with_metrics else None
-    warnings = cross_check(prefix, rungs)
+    warnings = cross_check(prefix, rungs) + replay_warnings(rungs)  # trace replay: fell behind?
     if skipped:
         lines = ", ".join(map(str, skipped))
         warnings.insert(0, f"{records_path}: skipped {len(skipped)} unreadable lines: {lines}")
@@ -131,8 +133,8 @@ def render_run(
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     wide: bool = False,
 ) -> str:
-    """The run's table(s) in fmt, without the warnings."""
-    return render(
+    """The run's table(s) in fmt, without the warnings; with session turns, the per-turn table."""
+    text = render(
         result.rows,
         fmt,
         metrics=result.metrics,
@@ -141,3 +143,5 @@ def render_run(
         missing=result.missing,
         notes=divergence_notes(result.divergence),
     )
+    turns = render_turns(turn_metrics(result.records), fmt) if fmt in ("table", "markdown") else ""
+    return f"{text}\n\n{turns}" if turns else text

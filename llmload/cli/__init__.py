@@ -21,6 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "llmload.cli.sweep",
         "run the concurrency sweep and print its table (the simulator when no --host)",
     ),
+    "trace-stats": (
+        "llmload.cli.trace_stats",
+        "a trace file's lengths, request rate and ideal prefix-cache hit rate",
+    ),
     "table": ("llmload.cli.table", "print a finished run's sweep table and latency metrics"),
     "capacity": ("llmload.cli.capacity", "search the largest concurrency meeting SLOs, with confidence"),
     "report": ("llmload.cli.report", "write a run's plots and self-contained HTML report"),

@@ -40,7 +40,8 @@ DEFAULT_PROMPT = (
     "work together in a modern LLM inference server."
 )
 ENDPOINTS = ("completions", "chat")
-MODES = ("concurrency", "rate", "capacity")  # user counts, request rates, or a search (CapacityConfig)
+MODES = ("concurrency", "rate", "capacity", "trace")  # users, request rates, a search, or a trace file
+THINK_TIMES = ("constant", "exponential")  # sessions: the pause between a reply and the next turn
 ARRIVALS = ("poisson", "gamma")
 PROMPT_FORMATS = ("auto", "lines", "jsonl", "sharegpt")
 CONNECTION_KEEP_ALIVE, CONNECTION_CLOSE = "keep-alive", "close"
@@ -211,6 +212,46 @@ def _check_capacity_and_determinism(config: SweepConfig) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """Multi-turn sessions: each user plays conversations whose every turn resends the history."""
+
+    turns: int = setting(
+        4,
+        help="requests per session; turn k resends turns 1..k-1 and their replies, plus a new message",
+        check=integer(),
+    )
+    per_user: int = setting(
+        1,
+        help="sessions each user plays per count-based rung (time-based: until the deadline)",
+        check=integer(),
+    )
+    user_tokens: int = setting(64, help="tokens of each new user message (synthetic)", check=integer())
+    system_tokens: int = setting(
+        0, help="tokens of a system message unique to the session, sent with every turn", check=integer(0)
+    )
+    think_time_s: float = setting(
+        0.0, help="mean pause between a reply and the next turn, s", check=non_negative_number
+    )
+    think_time: str = setting(
+        "constant", help="`constant`, or `exponential` with mean think_time_s", check=one_of(THINK_TIMES)
+    )
+
+
+def _check_trace_and_sessions(config: SweepConfig) -> None:
+    """Trace replay and sessions: which other keys they need or exclude."""
+    source = config.source
+    if (config.mode == "trace") != (config.trace_file is not None):
+        raise ConfigError(f"{source}: 'mode: trace' and 'trace_file' go together")
+    if config.mode == "trace" and (config.prompt_tokens is not None or config.prompt_file is not None):
+        raise ConfigError(f"{source}: 'mode: trace' takes its prompts from 'trace_file', not 'prompt_*'")
+    if config.sessions is not None:
+        if config.mode != "concurrency":
+            raise ConfigError(f"{source}: 'sessions' run in 'mode: concurrency' (users play sessions)")
+        if config.endpoint != "chat" or not config.stream:
+            raise ConfigError(f"{source}: 'sessions' need 'endpoint: chat' and 'stream: true'")
+
+
+@dataclass(frozen=True, slots=True)
 class SweepConfig:
     """One run: the ladder and the request every user sends. Every key is declared once here
     (`llmload.core.schema`): its check, help, command-line flag and docs row follow."""
@@ -374,6 +415,30 @@ class SweepConfig:
         check=optional(boolean),
     )
     record_text: bool = setting(False, help="keep each request's generated text in its record", check=boolean)
+    # trace replay and multi-turn sessions (llmload.loadgen.trace, llmload.loadgen.sessions)
+    trace_file: str | None = setting(
+        None,
+        help="`mode: trace`: a Mooncake JSONL or CSV trace (relative to the config file)",
+        check=optional(non_empty("a file path")),
+    )
+    speed: float = setting(
+        1.0, help="`mode: trace`: replay speed factor (2 = twice as fast)", check=positive_number
+    )
+    start_s: float = setting(
+        0.0,
+        help="`mode: trace`: window start, seconds after the trace's first line",
+        check=non_negative_number,
+    )
+    duration_s: float | None = setting(
+        None,
+        help="`mode: trace`: window length in trace seconds (null: to the end)",
+        check=optional(positive_number),
+    )
+    sessions: SessionConfig | None = setting(
+        None,
+        help="multi-turn chat sessions instead of single requests (docs/traces-and-sessions.md)",
+        check=optional(section(SessionConfig)),
+    )
     source: str = "<defaults>"
 
     @property
@@ -404,16 +469,17 @@ class SweepConfig:
 def _check_mode(config: SweepConfig) -> None:
     """Rules that tie several keys together (rate mode, workloads, soak)."""
     source = config.source
+    _check_trace_and_sessions(config)
     if config.soak is not None and (config.duration is None or len(config.rungs) != 1):
         raise ConfigError(f"{source}: 'soak' needs one time-based rung: set 'rungs: [N]' and 'duration'")
-    if not config.rate_mode:
+    if config.mode in ("concurrency", "capacity"):
         for i, v in enumerate(config.rungs):
             if not isinstance(v, int):
                 raise ConfigError(
                     f"{source}: 'rungs[{i}]' must be an integer user count, got {v!r} "
                     "(request rates need 'mode: rate')"
                 )
-    elif config.requests_per_rung is None and config.duration is None:
+    elif config.rate_mode and config.requests_per_rung is None and config.duration is None:
         raise ConfigError(f"{source}: 'mode: rate' needs 'requests_per_rung' or 'duration' per rung")
     if config.arrival == "poisson" and config.burstiness != 1.0:
         raise ConfigError(f"{source}: 'burstiness' applies to 'arrival: gamma' (poisson is burstiness 1)")
@@ -493,4 +559,6 @@ def load_config(path: str | Path) -> SweepConfig:
     if config.prompt_file and not Path(config.prompt_file).is_absolute():
         # relative to the config file, so a config and its prompt file travel together
         config = dataclasses.replace(config, prompt_file=str(path.parent.resolve() / config.prompt_file))
+    if config.trace_file and not Path(config.trace_file).is_absolute():  # the same for a trace
+        config = dataclasses.replace(config, trace_file=str(path.parent.resolve() / config.trace_file))
     return config

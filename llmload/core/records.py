@@ -64,6 +64,11 @@ class RequestRecord:
     text_hash: str | None = None  # BLAKE2b-64 of the generated text, hex
     chunk_hashes: str | None = None  # 16 bits of CRC-32 of each content chunk's text, 4 hex digits each
     text: str | None = None  # the generated text, with `record_text: true`
+    # trace replay and multi-turn sessions (issue 16)
+    cached_tokens: int | None = None  # prompt tokens the server served from its prefix cache, if it says
+    trace_line: int | None = None  # mode trace: the line of the trace file this request replays
+    session: str | None = None  # sessions: the session id
+    turn: int | None = None  # sessions: the turn (1-based); turn k resends turns 1..k-1 and their replies
 
     @property
     def ok(self) -> bool:

@@ -209,16 +209,20 @@ def send_request(
     retries: RetryConfig = NO_RETRIES,
     report: Callable[[RequestRecord], None],
     conns: UserConnections | None = None,
+    on_reply: Callable[[str], None] | None = None,
 ) -> int:
     """Send a request, retrying as configured; `report` gets each attempt's record as it ends
-    (failures are recorded, not raised). Returns the number of attempts (records). `conns`: the
-    user's connections (their mode and the connection figures of the records)."""
+    (failures are recorded, not raised), `on_reply` (sessions) the text of a completed reply.
+    Returns the number of attempts (records). `conns`: the user's connections (their mode and
+    the connection figures of the records)."""
     body = json.dumps(payload).encode()
     if conns is not None:
         headers = {**headers, **conns.request_headers}
     retry = 0
     while True:
         request_id = f"{ctx.request_id}-retry{retry}" if retry else ctx.request_id
+        keep_text = ctx.prompt_hash is not None or on_reply is not None
+        acc = StreamAccumulator(ctx.endpoint == "chat", keep_text=keep_text)
         rec, retry_after = _attempt(
             http,
             path,
@@ -226,9 +230,12 @@ def send_request(
             {**headers, "X-Request-Id": request_id},
             dataclasses.replace(ctx, request_id=request_id),
             total_timeout,
+            acc,
             conns,
         )
         report(rec)
+        if rec.ok and on_reply is not None:
+            on_reply(acc.text)
         if rec.ok or retry >= retries.max or rec.status not in retries.on_status:
             return retry + 1
         retry += 1
@@ -242,12 +249,12 @@ def _attempt(
     headers: dict[str, str],
     ctx: RequestContext,
     total_timeout: float,
+    acc: StreamAccumulator,
     conns: UserConnections | None = None,
 ) -> tuple[RequestRecord, str | None]:
-    """One HTTP exchange -> its record and the server's Retry-After, if any."""
+    """One HTTP exchange read into `acc` -> its record and the server's Retry-After, if any."""
     if conns is not None:
         conns.lease = None
-    acc = StreamAccumulator(chat=ctx.endpoint == "chat", keep_text=ctx.prompt_hash is not None)
     outcome, error, status, retry_after = OUTCOME_OK, None, None, None
     t_wall = time.time()
     clock = ReceiveClock(t_wall, time.perf_counter())
@@ -296,6 +303,7 @@ def _attempt(
         reconnect=None if lease is None else lease.reconnect,
         conn_port=None if lease is None else lease.port,
         prompt_tokens_asked=ctx.prompt_tokens_asked,
+        cached_tokens=acc.cached_tokens,
     )
     if acc.texts is not None:
         record.prompt_hash = ctx.prompt_hash

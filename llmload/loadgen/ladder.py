@@ -49,6 +49,7 @@ from llmload.loadgen.arrivals import arrival_count, slot_ranges
 from llmload.loadgen.health_sampler import MSG_HEALTH
 from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.preflight import PreflightError, auth_headers, preflight, tls_context
+from llmload.loadgen.trace import trace_workload
 from llmload.loadgen.workload import calibrate, load_prompt_file, workload_for
 
 log = logging.getLogger("llmload")
@@ -80,6 +81,7 @@ class Stage:
     slots: dict[str, list[int]] | None = None  # rate mode, with start_at: each process's [lo, hi) slots
     prompt_words: int | None = None  # synthetic prompts: words per prompt (calibrated on the server)
     prompt_vocab: list[str] | None = None  # synthetic prompts: the words that cost one token each
+    tokens_per_word: float | None = None  # trace and sessions: the server's tokens per synthetic word
 
     @property
     def phase(self) -> str:
@@ -204,6 +206,10 @@ class RunState:
 
 def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
     """Requests a finished stage holds; None for a time-based concurrency rung."""
+    if config.mode == "trace" and stage.rate is not None:  # the trace window's lines
+        return len(trace_workload(config, stage.tokens_per_word).offsets)
+    if config.sessions is not None and stage.phase == "measure" and not stage.deadline:
+        return stage.users * config.sessions.per_user * config.sessions.turns  # unless a turn fails
     if stage.rate is not None:
         return arrival_count(stage.rate, config.requests_per_rung, config.duration)
     return None if stage.deadline else stage.users * stage.requests_per_user
@@ -213,7 +219,7 @@ def warmup_per_user(config: SweepConfig, users: int, prompts: int) -> int:
     """Warm-up requests per user. With the greedy-determinism check, enough for the warm-up to
     send every prompt a count-based rung will send (of a pool of `prompts`) once, so a prefix
     cache holds each prompt alike at every measured rung (see docs/capacity-and-determinism.md)."""
-    if not config.determinism or config.duration is not None:
+    if not config.determinism or config.duration is not None or config.mode == "trace":
         return config.warmup_requests
     if config.mode == "capacity":
         most = config.capacity.requests
@@ -230,16 +236,18 @@ def plan_stages(
     prompt_words: int | None = None,
     prompt_vocab: list[str] | None = None,
     prompts: int = 1,
+    tokens_per_word: float | None = None,
 ) -> list[Stage]:
     """Warm-up (if any) then one stage per rung; deadlines are filled in when announced. In rate
     mode every stage has `max_concurrency` users (the client slots); the warm-up is a concurrency
-    stage of them. In capacity mode the probes come from the search (`LadderShape._plan_probe`).
-    `prompts` is the size of the workload's prompt pool (`warmup_per_user`)."""
+    stage of them. In capacity mode the probes come from the search (`LadderShape._plan_probe`);
+    trace mode has one stage: the trace window at its mean rate. `prompts` is the size of the
+    workload's prompt pool (`warmup_per_user`)."""
     cfg = config_to_dict(config)
     stages = []
     first_users = (
         config.max_concurrency
-        if config.rate_mode
+        if config.mode in ("rate", "trace")
         else config.capacity.start
         if config.mode == "capacity"
         else int(config.rungs[0])
@@ -247,10 +255,18 @@ def plan_stages(
     if config.warmup_requests:
         per_user = warmup_per_user(config, first_users, prompts)
         stages.append(Stage(0, WARMUP_RUNG, first_users, per_user, model, cfg))
-    for i, value in enumerate(() if config.mode == "capacity" else config.rungs):
+    if config.mode == "trace":
+        rate = trace_workload(config, tokens_per_word).rate
+        stages.append(Stage(len(stages), 0, config.max_concurrency, 1, model, cfg, rate=rate))
+    for i, value in enumerate(config.rungs if config.mode in ("concurrency", "rate") else ()):
         users, rate = (config.max_concurrency, float(value)) if config.rate_mode else (int(value), None)
         stages.append(Stage(len(stages), i, users, config.requests_per_user, model, cfg, rate=rate))
-    return [dataclasses.replace(s, prompt_words=prompt_words, prompt_vocab=prompt_vocab) for s in stages]
+    return [
+        dataclasses.replace(
+            s, prompt_words=prompt_words, prompt_vocab=prompt_vocab, tokens_per_word=tokens_per_word
+        )
+        for s in stages
+    ]
 
 
 def records_path(options: Any) -> Path:
@@ -355,11 +371,11 @@ class LadderShape(LoadTestShape):
             max_tokens=config.max_tokens,
             prompt_tokens=config.prompt_tokens,
         )
-        prompt_words, prompt_vocab = self._prepare_workload(config, model, ctx)
+        prompt_words, prompt_vocab, tokens_per_word = self._prepare_workload(config, model, ctx)
         path = records_path(options)
         run_file = Path(str(path).removesuffix("_records.jsonl").removesuffix(".jsonl") + "_run.json")
         prompts = len(workload_for(config, prompt_words, prompt_vocab).pool)
-        stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts)
+        stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, tokens_per_word)
         # a new run starts new files, as Locust rewrites its CSVs (a second start from the web UI)
         state = RunState(
             config, env.host, model, RecordWriter(path, fsync=False, truncate=True), run_file, stages
@@ -373,17 +389,22 @@ class LadderShape(LoadTestShape):
 
     def _prepare_workload(
         self, config: SweepConfig, model: str, ctx: Any
-    ) -> tuple[int | None, list[str] | None]:
+    ) -> tuple[int | None, list[str] | None, float | None]:
         """Check the prompt file; for synthetic prompts, the words per prompt and the words that
-        cost one token each (llmload.loadgen.workload)."""
+        cost one token each (llmload.loadgen.workload); for traces and sessions, the server's
+        tokens per word (llmload.loadgen.trace, .sessions)."""
         if config.prompt_file is not None:
             load_prompt_file(config.prompt_file, config.prompt_format)
-        if config.prompt_tokens is None:
-            return None, None
+        per_word_needed = config.mode == "trace" or config.sessions is not None
+        if config.prompt_tokens is None and not per_word_needed:
+            return None, None, None
         options = self.runner.environment.parsed_options
         cal = calibrate(
             self.runner.environment.host or "", model, config.endpoint, auth_headers(api_key(options)), ctx
         )
+        if config.prompt_tokens is None:
+            log.info("llmload: %d one-token words (by %s)", len(cal.vocab), cal.method)
+            return None, list(cal.vocab), 1.0
         words = cal.words_for(config.prompt_tokens, config.unique_prompts)
         log.info(
             "llmload: prompt_tokens %d -> %d one-token words + %d tokens every prompt costs "
@@ -395,7 +416,7 @@ class LadderShape(LoadTestShape):
             cal.method,
             cal.overhead_method,
         )
-        return words, list(cal.vocab)
+        return words, list(cal.vocab), 1.0 if per_word_needed else None
 
     def _reconcile(self, progress: _StageProgress) -> None:
         """A finished rung whose token accounts do not add up fails the run (exit code 3)."""

@@ -52,6 +52,7 @@ class StreamAccumulator:
         "_usage_per_chunk",
         "_last_completion_tokens",
         "texts",
+        "timings",
     )
 
     def __init__(self, chat: bool = False, keep_text: bool = False) -> None:
@@ -67,6 +68,7 @@ class StreamAccumulator:
         self.usage: dict[str, Any] | None = None
         self._usage_per_chunk = True  # stays True while every token chunk carried usage
         self._last_completion_tokens = 0
+        self.timings: dict[str, Any] | None = None  # llama.cpp's timings, from the chunk with usage
 
     def feed(self, line: bytes, t: float) -> bool:
         """Consume one SSE line; returns True once `data: [DONE]` was seen."""
@@ -97,6 +99,7 @@ class StreamAccumulator:
             raise StreamErrorEvent(" ".join(str(obj["error"]).split())[:200])
         if usage:
             self.usage = usage
+            self.timings = obj.get("timings") or self.timings
         return False
 
     def _on_choice(self, choice: dict[str, Any], usage: dict[str, Any] | None, t: float) -> None:
@@ -160,6 +163,21 @@ class StreamAccumulator:
         if self._usage_per_chunk and self.chunk_times and len(self.chunk_tokens) == len(self.chunk_times):
             return list(self.chunk_tokens)
         return None
+
+    @property
+    def cached_tokens(self) -> int | None:
+        """Prompt tokens the server's prefix cache served: usage.prompt_tokens_details.cached_tokens
+        (vLLM, llama.cpp), else llama.cpp's timings.cache_n; None when the server says neither."""
+        details = (self.usage or {}).get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        if cached is None and self.timings is not None:
+            cached = self.timings.get("cache_n")
+        return int(cached) if isinstance(cached, int | float) else None
+
+    @property
+    def text(self) -> str:
+        """The reply's text (built with `keep_text`; multi-turn sessions resend it)."""
+        return "".join(self.texts or ())
 
 
 def _check_usage(usage: Any, payload: bytes) -> None:

@@ -10,10 +10,11 @@ real requests only (TTFT and TPOT are in the Tokens tab, `llmload.loadgen.live_s
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,6 +34,8 @@ from llmload.loadgen.options import api_key
 from llmload.loadgen.payload import build_payload, endpoint_path
 from llmload.loadgen.preflight import auth_headers, tls_context
 from llmload.loadgen.receive_stamps import stamp_receive_times
+from llmload.loadgen.sessions import Turn, play_sessions
+from llmload.loadgen.trace import trace_workload
 from llmload.loadgen.workload import workload_for
 
 STAGE_POLL_S = 1.0
@@ -56,10 +59,13 @@ def arrival_queue(stage: Stage, config: SweepConfig, process: str) -> ArrivalQue
     queue = _ARRIVALS.get(stage.seq)
     if queue is None:
         assert stage.rate is not None and stage.start_at is not None and stage.slots is not None
-        count = arrival_count(stage.rate, config.requests_per_rung, config.duration)
-        offsets = arrival_offsets(
-            stage.rate, count, burstiness=config.burstiness, seed=config.seed, rung=stage.rung
-        )
+        if config.mode == "trace":  # the trace's own schedule (llmload.loadgen.trace)
+            offsets = trace_workload(config, stage.tokens_per_word).offsets
+        else:
+            count = arrival_count(stage.rate, config.requests_per_rung, config.duration)
+            offsets = arrival_offsets(
+                stage.rate, count, burstiness=config.burstiness, seed=config.seed, rung=stage.rung
+            )
         lo, hi = stage.slots.get(process, (0, 0))
         _ARRIVALS.clear()
         queue = _ARRIVALS[stage.seq] = ArrivalQueue(stage.start_at, offsets, (lo, hi), stage.users)
@@ -124,9 +130,10 @@ class LLMUser(FastHttpUser):
             return
         if stage.start_at is None:
             if self._ready_seq != stage.seq:
-                workload_for(
-                    self._stage_config(stage), stage.prompt_words, stage.prompt_vocab
-                )  # before the go
+                config = self._stage_config(stage)
+                workload_for(config, stage.prompt_words, stage.prompt_vocab)  # built before the go
+                if config.mode == "trace":
+                    trace_workload(config, stage.tokens_per_word).prepare()
                 ready = {"seq": stage.seq, "user": self._uid, "worker": self._worker}
                 self.environment.runner.send_message(MSG_USER_READY, ready)
                 self._ready_seq = stage.seq
@@ -139,8 +146,17 @@ class LLMUser(FastHttpUser):
             queue = arrival_queue(stage, self._stage_config(stage), self._worker)
             while (arrival := queue.take()) is not None:
                 index, due = arrival
-                gevent.sleep(max(0.0, due - time.time()))
+                if (delay := due - time.time()) > 0:  # an arrival already due is sent without yielding
+                    gevent.sleep(delay)
                 sent += self.send_one(stage, index, t_scheduled=due)
+        elif (sessions := self._stage_config(stage).sessions) is not None and stage.phase == "measure":
+            sent += play_sessions(
+                sessions,
+                self._stage_config(stage).seed,
+                stage.tokens_per_word or 1.0,
+                stage.deadline,
+                lambda turn, on_reply: self.send_one(stage, turn=turn, on_reply=on_reply),
+            )
         elif stage.deadline is None:
             for _ in range(stage.requests_per_user):
                 sent += self.send_one(stage)
@@ -150,13 +166,37 @@ class LLMUser(FastHttpUser):
         self._last_seq = stage.seq
         self.environment.runner.send_message(MSG_USER_DONE, {"seq": stage.seq, "requests": sent})
 
-    def send_one(self, stage: Stage, index: int | None = None, t_scheduled: float | None = None) -> int:
+    def send_one(
+        self,
+        stage: Stage,
+        index: int | None = None,
+        t_scheduled: float | None = None,
+        turn: Turn | None = None,
+        on_reply: Callable[[str], None] | None = None,
+    ) -> int:
         """Send one request (and its configured retries); returns the number of records.
-        `index` picks the prompt (default: the process's next); `t_scheduled` is the rate-mode arrival."""
+        `index` picks the prompt (default: the process's next; trace mode: the trace line);
+        `t_scheduled` is the rate-mode arrival; `turn` a session's messages, whose reply text
+        goes to `on_reply`."""
         config = self._stage_config(stage)
         request_id = uuid.uuid4().hex
         index = next_prompt_index(stage) if index is None else index
-        prompt = workload_for(config, stage.prompt_words, stage.prompt_vocab).prompt(index, request_id)
+        trace_line = None
+        if config.mode == "trace" and stage.phase == "measure":
+            prompt, max_tokens, trace_line = trace_workload(config, stage.tokens_per_word).request(index)
+            config = dataclasses.replace(config, max_tokens=max_tokens)
+        else:
+            prompt = workload_for(config, stage.prompt_words, stage.prompt_vocab).prompt(index, request_id)
+        payload = build_payload(config, stage.model, prompt)
+        if turn is not None:
+            payload["messages"] = turn.messages
+
+        def report(rec: RequestRecord) -> None:
+            rec.trace_line = trace_line
+            if turn is not None:
+                rec.session, rec.turn = turn.session, turn.number
+            self._report(rec, stage.name, t_scheduled, stage.rate)
+
         ctx = RequestContext(
             request_id,
             stage.rung,
@@ -174,13 +214,14 @@ class LLMUser(FastHttpUser):
         return send_request(
             self._http,
             self._base_path + endpoint_path(config.endpoint),
-            build_payload(config, stage.model, prompt),
+            payload,
             self._headers,
             ctx,
             total_timeout=config.timeouts.total,
             retries=config.retries,
-            report=lambda rec: self._report(rec, stage.name, t_scheduled, stage.rate),
+            report=report,
             conns=self._conns,
+            on_reply=on_reply,
         )
 
     def _report(

@@ -41,6 +41,7 @@ class GenerationRequest:
     include_usage: bool
     continuous_usage: bool
     ignore_eos: bool
+    messages: tuple[dict[str, Any], ...] | None = None  # chat: the messages as sent
 
 
 def check_model(body: dict[str, Any], served_model: str) -> None:
@@ -105,4 +106,5 @@ def parse_generation(body: Any, *, chat: bool, served_model: str, max_model_len:
         include_usage=_bool(options, "include_usage"),
         continuous_usage=_bool(options, "continuous_usage_stats"),
         ignore_eos=_bool(body, "ignore_eos"),
+        messages=tuple(body["messages"]) if chat else None,
     )

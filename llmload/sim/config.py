@@ -73,6 +73,14 @@ class SimConfig:
         256, help="running batch limit; the rest wait (FIFO)", parse=int, group=ENGINE
     )
     seed: int = setting(0, help="seed of the per-prompt acceptance pattern", parse=int, group=ENGINE)
+    prefix_cache_blocks: int = setting(
+        0,
+        help="prefix cache capacity in blocks (LRU); cached prompt tokens are not prefilled and are "
+        "reported as usage.prompt_tokens_details.cached_tokens; 0: no cache",
+        parse=int,
+        group=ENGINE,
+    )
+    block_size: int = setting(16, help="tokens per prefix-cache block", parse=int, group=ENGINE)
     batch_variance: float = setting(
         0.0,
         help="chance that a generated token differs when its step's batch holds more than one "
@@ -103,5 +111,7 @@ class SimConfig:
             raise ValueError("stall_s and slow_headers_s must be finite numbers >= 0")
         if not 0.0 <= self.batch_variance <= 1.0:
             raise ValueError("--batch-variance must be in [0, 1]")
+        if self.prefix_cache_blocks < 0 or self.block_size < 1:
+            raise ValueError("--prefix-cache-blocks must be >= 0 and --block-size >= 1")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError("--ssl-certfile and --ssl-keyfile go together")

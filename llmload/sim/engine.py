@@ -1,7 +1,7 @@
 """The continuous-batching engine: one asyncio task that runs timed decode steps.
 
 Each step admits waiting sequences (FIFO, up to `max_num_seqs` running), lasts
-`(base_ms + per_seq_ms * running + prefill_ms_per_token * admitted prompt tokens) * degrade`
+`(base_ms + per_seq_ms * running + prefill_ms_per_token * admitted uncached prompt tokens) * degrade`
 milliseconds, and at its end gives every running sequence `k = 1 + Binomial(max_draft, p)`
 tokens (speculative decoding: one verified token plus the accepted draft tokens), capped at
 what the sequence still has to generate. Steps are scheduled at absolute deadlines on the loop
@@ -24,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from llmload.core.schema import setting
+from llmload.sim.prefix_cache import PrefixCache
 from llmload.sim.tokens import flips
 from llmload.sim.truth import TruthLog
 
@@ -91,6 +92,8 @@ class Sequence:
     admitted_at: float | None = None  # epoch seconds
     aborted: bool = False
     flipped: list[int] = field(default_factory=list)  # token positions changed by batch variance
+    block_keys: list[bytes] = field(default_factory=list)  # prefix-cache keys of its full prompt blocks
+    cached_tokens: int = 0  # prompt tokens the prefix cache served at admission (not prefilled)
 
     def abort(self) -> None:
         """Called by the handler when the client is gone: the engine drops it at the next step."""
@@ -108,6 +111,8 @@ class Counters:
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
     preemptions: int = 0  # the simulator never preempts; kept so the metric exists
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int = 0  # of which were cached
 
 
 class Engine:
@@ -121,6 +126,7 @@ class Engine:
         max_model_len: int = 32768,
         truth: TruthLog | None = None,
         batch_variance: float = 0.0,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         if max_num_seqs < 1:
             raise ValueError("max_num_seqs must be >= 1")
@@ -131,6 +137,7 @@ class Engine:
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.truth = truth
+        self.prefix_cache = prefix_cache
         self.counters = Counters()
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -187,17 +194,23 @@ class Engine:
             next_start = end
 
     def _admit(self) -> int:
-        """Move waiting sequences into the batch; returns their prompt tokens (prefill cost)."""
+        """Move waiting sequences into the batch; returns their uncached prompt tokens (prefill
+        cost): the prefix cache, when on, serves the rest (llmload.sim.prefix_cache)."""
         prefill = 0
+        c = self.counters
         while self.waiting and len(self.running) < self.max_num_seqs:
             seq = self.waiting.popleft()
             if self._dropped_if_aborted(seq):
                 continue
             seq.admitted_at = time.time()
             self.running.append(seq)
-            prefill += seq.prompt_tokens
+            if self.prefix_cache is not None:
+                seq.cached_tokens = self.prefix_cache.admit(seq.block_keys, seq.prompt_tokens)
+                c.prefix_cache_queries += seq.prompt_tokens
+                c.prefix_cache_hits += seq.cached_tokens
+            c.prompt_tokens += seq.prompt_tokens
+            prefill += seq.prompt_tokens - seq.cached_tokens
             seq.events.put_nowait(ADMITTED)
-        self.counters.prompt_tokens += prefill
         return prefill
 
     def _advance(self) -> int:

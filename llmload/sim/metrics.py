@@ -51,6 +51,18 @@ def render(engine: Engine, model_name: str) -> str:
         "Finished requests by finish reason.",
         [(f',finished_reason="{_label(r)}"', n) for r, n in sorted(c.finished.items())],
     )
+    metric(
+        "vllm:prefix_cache_queries_total",
+        "counter",
+        "Prompt tokens looked up in the prefix cache.",
+        [("", c.prefix_cache_queries)],
+    )
+    metric(
+        "vllm:prefix_cache_hits_total",
+        "counter",
+        "Prompt tokens served by the prefix cache.",
+        [("", c.prefix_cache_hits)],
+    )
     metric("vllm:num_preemptions_total", "counter", "Cumulative preemptions.", [("", c.preemptions)])
     metric("vllm:spec_decode_num_drafts_total", "counter", "Speculative drafts.", [("", c.spec_drafts)])
     metric(

@@ -20,6 +20,7 @@ from aiohttp import web
 from llmload.sim.config import SimConfig
 from llmload.sim.connections import listening_socket
 from llmload.sim.engine import Engine
+from llmload.sim.prefix_cache import PrefixCache
 from llmload.sim.server import SimServer
 from llmload.sim.truth import TruthLog
 
@@ -47,12 +48,14 @@ def server_tls(config: SimConfig) -> ssl.SSLContext | None:
 async def serve(config: SimConfig) -> None:
     """Run the simulator until SIGTERM or SIGINT."""
     truth = TruthLog(config.truth_log) if config.truth_log else None
+    cache = PrefixCache(config.block_size, config.prefix_cache_blocks) if config.prefix_cache_blocks else None
     engine = Engine(
         config.step,
         max_num_seqs=config.max_num_seqs,
         max_model_len=config.max_model_len,
         truth=truth,
         batch_variance=config.batch_variance,
+        prefix_cache=cache,
     )
     sim = SimServer(config, engine, truth)
     keep_alive = {} if config.keep_alive_timeout is None else {"keepalive_timeout": config.keep_alive_timeout}

@@ -28,8 +28,9 @@ from llmload.sim.config import SimConfig
 from llmload.sim.connections import ConnectionTracker
 from llmload.sim.engine import ADMITTED, STOPPED, Engine, Sequence
 from llmload.sim.faults import FaultPicker
+from llmload.sim.prefix_cache import block_keys, prompt_units
 from llmload.sim.tokens import acceptance_rng, completion_text, natural_length, prompt_hash, token_ids
-from llmload.sim.truth import RequestTruth, TruthLog
+from llmload.sim.truth import RequestTruth, TruthLog, text_hash
 
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 FLUSH_WAIT_S = 1.0  # longest wait for the socket buffer to drain before a deliberate RST
@@ -247,7 +248,24 @@ class SimServer:
             rec.admitted = seq.admitted_at
             rec.completion_tokens = seq.generated
             rec.flipped = seq.flipped
+            self._truth_of_history(req, seq, rec)
         return resp
+
+    def _truth_of_history(self, req: GenerationRequest, seq: Sequence, rec: RequestTruth) -> None:
+        """The prefix cache's hit and, for chat, hashes of the history sent and of the reply."""
+        if self.engine.prefix_cache is not None and seq.admitted_at is not None:
+            rec.cached_tokens = seq.cached_tokens
+        if req.messages is not None:
+            sent = [m for m in req.messages if isinstance(m, dict) and m.get("role") == "assistant"]
+            rec.history_hashes = [text_hash(str(m.get("content") or "")) for m in sent]
+            rec.reply_hash = text_hash(completion_text(seq.prompt_hash, 0, rec.tokens_sent))
+
+    def _note_cached(self, seq: Sequence, fmt: shapes.Formatter) -> int:
+        """The admitted sequence's cached prompt tokens, also put into the usage the client gets
+        (llama.cpp always reports them, vLLM when prefix caching is on)."""
+        if self.engine.prefix_cache is not None or fmt.llamacpp:
+            fmt.cached_tokens = seq.cached_tokens
+        return seq.cached_tokens
 
     def _sequence(self, req: GenerationRequest) -> Sequence:
         phash = prompt_hash(req.prompt)
@@ -257,22 +275,27 @@ class SimServer:
             target, reason = req.max_tokens, "length"
         else:
             target, reason = natural, "stop"
-        return Sequence(
+        seq = Sequence(
             prompt_tokens=req.prompt_tokens,
             target_tokens=target,
             finish_reason=reason,
             prompt_hash=phash,
             rng=acceptance_rng(self.config.seed, req.prompt),
         )
+        cache = self.engine.prefix_cache
+        if cache is not None:
+            seq.block_keys = block_keys(prompt_units(req.prompt, req.messages), cache.block_size)
+        return seq
 
-    def _timings(self, rec: RequestTruth) -> shapes.Timings:
+    def _timings(self, rec: RequestTruth, cached: int) -> shapes.Timings:
         first = rec.first_token if rec.first_token is not None else rec.arrival
         last = rec.last_token if rec.last_token is not None else first
         return shapes.Timings(
-            prompt_n=rec.prompt_tokens or 0,
+            prompt_n=(rec.prompt_tokens or 0) - cached,
             prompt_ms=(first - rec.arrival) * 1000.0,
             predicted_n=rec.tokens_sent,
             predicted_ms=(last - first) * 1000.0,
+            cache_n=cached,
         )
 
     async def _stream(
@@ -320,7 +343,8 @@ class SimServer:
                 await resp.write(shapes.MALFORMED)
                 malformed_at = None
         rec.finish_reason = seq.finish_reason
-        for chunk in fmt.final_chunks(seq.finish_reason, sent, self._timings(rec)):
+        timings = self._timings(rec, self._note_cached(seq, fmt))
+        for chunk in fmt.final_chunks(seq.finish_reason, sent, timings):
             await resp.write(chunk)
         if fault != "no_done":
             await resp.write(shapes.DONE)
@@ -350,8 +374,13 @@ class SimServer:
             await asyncio.sleep(cfg.stall_s)
         text = completion_text(seq.prompt_hash, 0, seq.generated, seq.flipped)
         first = first or last
+        cached = self._note_cached(seq, fmt)
         timings = shapes.Timings(
-            rec.prompt_tokens or 0, (first - rec.arrival) * 1000.0, seq.generated, (last - first) * 1000.0
+            (rec.prompt_tokens or 0) - cached,
+            (first - rec.arrival) * 1000.0,
+            seq.generated,
+            (last - first) * 1000.0,
+            cache_n=cached,
         )
         body = fmt.full_response(text, seq.finish_reason, seq.generated, timings)
         complete = fault not in ("drop", "malformed")

@@ -33,27 +33,32 @@ def error_body(status: int, message: str, err_type: str, param: str | None = Non
     return {"error": {"message": message, "type": err_type, "param": param, "code": status}}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict[str, Any]:
+    """The usage object; `prompt_tokens_details.cached_tokens` when the cached count is given."""
+    out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
     }
+    if cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return out
 
 
 @dataclass(frozen=True, slots=True)
 class Timings:
     """llama.cpp's `timings` object, from the server's own clock."""
 
-    prompt_n: int
+    prompt_n: int  # prompt tokens processed (not served by the prefix cache)
     prompt_ms: float  # arrival -> first token
     predicted_n: int
     predicted_ms: float  # first token -> last token
+    cache_n: int = 0  # prompt tokens served by the prefix cache
 
     def to_dict(self) -> dict[str, Any]:
         pn, pms, gn, gms = self.prompt_n, self.prompt_ms, self.predicted_n, self.predicted_ms
         return {
-            "cache_n": 0,
+            "cache_n": self.cache_n,
             "prompt_n": pn,
             "prompt_ms": pms,
             "prompt_per_token_ms": pms / pn if pn else 0.0,
@@ -85,6 +90,7 @@ class Formatter:
         self.llamacpp = style == "llamacpp"
         self.prompt_tokens = prompt_tokens
         self.usage_allowed = usage_allowed
+        self.cached_tokens: int | None = None  # set once admitted: reported in the final usage
         # vLLM sends usage only when asked; llama-server always does.
         self.final_usage = usage_allowed and (self.llamacpp or include_usage)
         self.continuous_usage = usage_allowed and not self.llamacpp and include_usage and continuous_usage
@@ -136,11 +142,12 @@ class Formatter:
                 "choices": [{"index": 0, delta_key: empty, "logprobs": None, "finish_reason": finish_reason}],
             }
             if self.final_usage:
-                data["usage"] = usage(self.prompt_tokens, completion_tokens)
+                data["usage"] = usage(self.prompt_tokens, completion_tokens, self.cached_tokens)
                 data["timings"] = timings.to_dict()
             return [sse(data)]
         if self.final_usage:
-            return [sse({**self.head, "choices": [], "usage": usage(self.prompt_tokens, completion_tokens)})]
+            final = usage(self.prompt_tokens, completion_tokens, self.cached_tokens)
+            return [sse({**self.head, "choices": [], "usage": final})]
         return []
 
     def full_response(self, text: str, finish_reason: str, completion_tokens: int, timings: Timings) -> bytes:
@@ -156,7 +163,7 @@ class Formatter:
             "choices": [choice],
         }
         if self.usage_allowed:
-            data["usage"] = usage(self.prompt_tokens, completion_tokens)
+            data["usage"] = usage(self.prompt_tokens, completion_tokens, self.cached_tokens)
             if self.llamacpp:
                 data["timings"] = timings.to_dict()
         return json.dumps(data, separators=(",", ":")).encode()

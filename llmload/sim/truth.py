@@ -3,11 +3,14 @@
 Two kinds of line, each flushed as soon as it is written:
 
 - `{"type": "step", "t_start", "t_end", "batch", "tokens", "prefill_tokens"}` per engine step
-  (the step's scheduled boundaries on the engine clock, as epoch seconds).
+  (the step's scheduled boundaries on the engine clock, as epoch seconds; prefill_tokens: prompt
+  tokens admitted in the step minus those the prefix cache served).
 - `{"type": "request", "id", "endpoint", "stream", "arrival", "admitted", "first_token",
   "last_token", "prompt_tokens", "completion_tokens", "tokens_sent", "finish_reason", "fault",
-  "chunk_times", "chunk_tokens", "status", "flipped"}` (plus `"role_sent"` for chat) when a
-  request ends, faulted, rejected or not; `"connection"` names the connection that carried it.
+  "chunk_times", "chunk_tokens", "status", "flipped", "cached_tokens"}` (plus `"role_sent"`,
+  `"history_hashes"` and `"reply_hash"` for chat: hashes of the assistant messages it was sent and
+  of the reply it generated, so a multi-turn client's history can be checked) when a request
+  ends, faulted, rejected or not; `"connection"` names the connection that carried it.
   `flipped`: token positions (0-based) that batch variance changed (llmload.sim.tokens.flips),
   in order.
 - `{"type": "connection", "id", "accepted", "peer_port", "tls"}` when a connection is
@@ -17,10 +20,16 @@ Two kinds of line, each flushed as soon as it is written:
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+
+def text_hash(text: str) -> str:
+    """A short stable hash of a message text (the truth log's history_hashes / reply_hash)."""
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 @dataclass(slots=True)
@@ -46,6 +55,9 @@ class RequestTruth:
     connection: int | None = None  # id of the connection that carried it (llmload.sim.connections)
     received: float | None = None  # when its first bytes were received, before the handler ran
     flipped: list[int] = field(default_factory=list)  # token positions changed by batch variance
+    cached_tokens: int | None = None  # prompt tokens the prefix cache served (None: cache off)
+    history_hashes: list[str] | None = None  # chat: text_hash of each assistant message sent to it
+    reply_hash: str | None = None  # chat: text_hash of the whole reply it generated
 
     def content_written(self, t: float, tokens: int) -> None:
         """Record one content chunk (or a non-streamed body) carrying `tokens` tokens."""
@@ -59,7 +71,8 @@ class RequestTruth:
     def to_dict(self) -> dict[str, Any]:
         data = {"type": "request", **asdict(self)}
         if self.endpoint != "chat":
-            del data["role_sent"]
+            for key in ("role_sent", "history_hashes", "reply_hash"):
+                del data[key]
         return data
 
 

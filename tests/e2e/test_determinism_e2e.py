@@ -105,4 +105,6 @@ def test_warmup_sends_every_prompt_a_rung_will_send_once():
     assert warmup({"rungs": [1, 4], "duration": 5}, 1024) == (1, 1)  # time-based: count unknown
     cap = {"mode": "capacity", "slo": {"tpot_ms": 9}, "capacity": {"start": 2, "requests": 9}}
     assert warmup(cap, 1024) == (2, 5)
-    assert len(plan_stages(parse_config(cap, "x"), "m", None, prompts=1024)) == 1  # probes come from the search
+    assert (
+        len(plan_stages(parse_config(cap, "x"), "m", None, prompts=1024)) == 1
+    )  # probes come from the search

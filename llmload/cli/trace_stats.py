@@ -1,0 +1,130 @@
+"""Describe a request trace before replaying it: lengths, request rate over time, prefix-cache hits.
+
+    llmload trace-stats FILE [--speed S] [--start-s S] [--duration-s S] [--bin-s 10]
+        [--block-size 16] [--cache-blocks N[,N...]] [--format table|json]
+
+FILE is a Mooncake-style JSONL or CSV trace (`docs/traces-and-sessions.md`); the window and speed
+options select what `mode: trace` with the same keys would send. The ideal hit rate is computed
+for each cache size given (in blocks of --block-size tokens), and for an unbounded cache.
+Definitions: `llmload.analysis.trace_stats`. Exit status: 0, or 2 for an unreadable or invalid
+trace (one line naming the file, line and field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from tabulate import tabulate
+
+from llmload.analysis.trace_stats import TraceStats, trace_stats
+from llmload.core.config import ConfigError
+from llmload.core.stats import Summary
+from llmload.core.trace_file import BLOCK_TOKENS, read_trace, replay_window
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected block counts like 1024,4096, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"block counts must be >= 1, got {text!r}")
+    return sizes
+
+
+def _checked(parse: Callable[[str], float], ok: Callable[[float], bool], what: str) -> Callable[[str], Any]:
+    """An argparse type: `parse` the text, which must then satisfy `ok`."""
+
+    def check(text: str) -> Any:
+        try:
+            value = parse(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return check
+
+
+_positive = _checked(float, lambda v: v > 0, "a number > 0")
+_non_negative = _checked(float, lambda v: v >= 0, "a number >= 0")
+_block_size = _checked(int, lambda v: v >= 1 and BLOCK_TOKENS % v == 0, f"a divisor of {BLOCK_TOKENS}")
+
+
+def render(stats: TraceStats) -> str:
+    """The human-readable report."""
+
+    def row(name: str, s: Summary) -> list[object]:
+        return [name, s.count, round(s.mean, 1), *(round(v, 1) for v in s.percentiles.values())]
+
+    labels = [f"p{q:g}" for q in stats.isl.percentiles]
+    lengths = tabulate(
+        [row("input_length (ISL)", stats.isl), row("output_length (OSL)", stats.osl)],
+        headers=["tokens", "count", "mean", *labels],
+    )
+    rate = " ".join(f"{r:.1f}" for r in stats.rate)
+    cache = tabulate(
+        [
+            [
+                c.capacity_blocks,
+                c.capacity_blocks * c.block_size,
+                c.cached_tokens,
+                f"{100 * c.hit_rate:.1f} %",
+            ]
+            for c in stats.cache
+        ],
+        headers=["capacity_blocks", "capacity_tokens", "cached_tokens", "hit_rate"],
+    )
+    return "\n".join(
+        [
+            f"{stats.lines} requests over {stats.duration_s:.2f} s; "
+            f"input {stats.input_tokens} tokens, output {stats.output_tokens} tokens",
+            "",
+            lengths,
+            "",
+            f"requests/s per {stats.bin_s:g} s: {rate}",
+            "",
+            f"ideal prefix cache, {stats.cache[0].block_size}-token blocks, LRU:" if stats.cache else "",
+            cache,
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="llmload trace-stats", description=__doc__.split("\n\n")[0])
+    p.add_argument("trace", help="trace file (JSONL or CSV)")
+    p.add_argument("--speed", type=_positive, default=1.0, help="replay speed factor, as the `speed` key")
+    p.add_argument("--start-s", type=_non_negative, default=0.0, help="window start (trace seconds)")
+    p.add_argument("--duration-s", type=_positive, default=None, help="window length (trace seconds)")
+    p.add_argument("--bin-s", type=_positive, default=10.0, help="bin of the request rate (replay seconds)")
+    p.add_argument("--block-size", type=_block_size, default=16, help="prefix-cache block, tokens")
+    p.add_argument(
+        "--cache-blocks", type=_sizes, default=[], help="cache capacities in blocks, e.g. 1024,4096"
+    )
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    args = p.parse_args(argv)
+    try:
+        window = replay_window(
+            read_trace(args.trace), start_s=args.start_s, duration_s=args.duration_s, speed=args.speed
+        )
+    except ConfigError as exc:
+        print(f"llmload trace-stats: error: {exc}", file=sys.stderr)
+        return 2
+    if not window:
+        print(f"llmload trace-stats: error: {args.trace}: no line in the window", file=sys.stderr)
+        return 2
+    unbounded = sum(t.input_length // args.block_size for _, t in window)
+    stats = trace_stats(
+        window, bin_s=args.bin_s, block_size=args.block_size, capacities=[*args.cache_blocks, unbounded]
+    )
+    if args.format == "json":
+        print(json.dumps(asdict(stats), indent=1))
+    else:
+        print(render(stats))
+    return 0

@@ -1,0 +1,100 @@
+"""Multi-turn sessions (`sessions:`): each user plays conversations that resend their history.
+
+A session is `turns` chat requests. Turn k sends the session's system message (if
+`system_tokens` > 0), then turns 1..k-1 as they happened (each user message and the server's
+actual reply, the text the client received, unchanged), then a new user message of
+`user_tokens` tokens. Between a reply and the next turn the user thinks for `think_time_s`
+(constant, or exponentially distributed with that mean). A turn that fails ends its session
+(there is no reply to resend). Message texts are synthetic words (`llmload.loadgen.workload`),
+round(tokens / tokens_per_word) of them, where tokens_per_word is the server's calibrated tokens
+per word; seeded by (seed, session id), so sessions never share a prefix with each other.
+
+Count-based rungs: each user plays `per_user` sessions. Time-based rungs (`duration`): users play
+sessions until the deadline and start no turn after it. Every turn's record carries `session`
+and `turn` (and `cached_tokens` when the server reports it), so metrics can be taken per turn.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import gevent
+
+from llmload.core.config import SessionConfig
+from llmload.loadgen.workload import synthetic_text
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One request of a session: the messages it sends."""
+
+    session: str
+    number: int  # 1-based
+    messages: list[dict[str, str]]
+
+
+class Session:
+    """One conversation: its history so far, its next message, its think times."""
+
+    def __init__(self, config: SessionConfig, seed: int, tokens_per_word: float = 1.0) -> None:
+        self.id = uuid.uuid4().hex[:12]
+        self.config = config
+        self._rng = random.Random(f"llmload-session:{seed}:{self.id}")
+        self._words_per_token = 1.0 / tokens_per_word
+        self.history: list[dict[str, str]] = []
+        if config.system_tokens:
+            self.history.append({"role": "system", "content": self._text(config.system_tokens)})
+        self.turns = 0
+
+    def _text(self, tokens: int) -> str:
+        return synthetic_text(self._rng, max(1, round(tokens * self._words_per_token)))
+
+    def next_turn(self) -> Turn:
+        """The next turn: the history plus a new user message."""
+        self.turns += 1
+        self.history.append({"role": "user", "content": self._text(self.config.user_tokens)})
+        return Turn(self.id, self.turns, list(self.history))
+
+    def answered(self, reply: str) -> None:
+        """The server's reply to the last turn joins the history, as received."""
+        self.history.append({"role": "assistant", "content": reply})
+
+    def think_time(self) -> float:
+        mean = self.config.think_time_s
+        if self.config.think_time == "exponential" and mean > 0:
+            return self._rng.expovariate(1.0 / mean)
+        return mean
+
+
+class SessionSender(Protocol):
+    """What plays a session: sends one turn, hands a completed reply to `on_reply`, returns the
+    number of records (attempts) it made."""
+
+    def __call__(self, turn: Turn, on_reply: Callable[[str], None]) -> int: ...
+
+
+def play_sessions(
+    config: SessionConfig, seed: int, tokens_per_word: float, deadline: float | None, send: SessionSender
+) -> int:
+    """Play this user's sessions of a rung (see the module docstring); returns the records sent."""
+    sent = 0
+    played = 0
+    while (played < config.per_user) if deadline is None else (time.time() < deadline):
+        played += 1
+        session = Session(config, seed, tokens_per_word)
+        for number in range(1, config.turns + 1):
+            if deadline is not None and time.time() >= deadline:
+                break
+            replies: list[str] = []
+            sent += send(session.next_turn(), replies.append)
+            if not replies:
+                break  # the turn failed: no reply to resend, the session ends
+            session.answered(replies[-1])
+            if number < config.turns:
+                gevent.sleep(session.think_time())
+    return sent
