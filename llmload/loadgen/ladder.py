@@ -327,10 +327,11 @@ class LadderShape(LoadTestShape):
             load_prompt_file(config.prompt_file, config.prompt_format)
         if config.prompt_tokens is None:
             return None, None
-        options = self.runner.environment.parsed_options
-        cal = calibrate(
-            self.runner.environment.host or "", model, config.endpoint, auth_headers(api_key(options)), ctx
-        )
+        env = self.runner.environment
+        # the endpoint the users send to: a user class may pin one (ChatUser), whatever the file says
+        sent = {getattr(u, "endpoint", None) or config.endpoint for u in env.user_classes or ()}
+        endpoint = sent.pop() if len(sent) == 1 else config.endpoint  # mixed: the file's (checked later)
+        cal = calibrate(env.host or "", model, endpoint, auth_headers(api_key(env.parsed_options)), ctx)
         words = cal.words_for(config.prompt_tokens, config.unique_prompts)
         log.info(
             "llmload: prompt_tokens %d -> %d one-token words + %d tokens every prompt costs "

@@ -4,11 +4,12 @@ checked against the simulator's own token counts (its truth log), shared prefixe
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 from fixtures.paths import REPO
 
-from llmload.cli.sweep_run import run_sweep
+from llmload.cli.sweep_run import locust_command, run_sweep
 from llmload.core.config import ConfigError, SweepConfig, load_config
 from llmload.core.records import read_records
 from llmload.loadgen.workload import WORDS, Workload, calibrate, load_prompt_file, tag_words
@@ -142,3 +143,56 @@ def test_every_request_has_the_asked_input_length(tmp_path, tokens, endpoint, un
         tokens
     }
     assert len({r.request_id for r in records}) == 8
+
+
+def test_calibration_follows_the_endpoint_the_users_send_to(tmp_path):
+    """The chat locustfile's users send chat requests although the ladder file does not say
+    `endpoint: chat`: the prompts are calibrated for chat (its template), not for completions."""
+    config = tmp_path / "pinned.yaml"
+    config.write_text(
+        "rungs: [1]\nrequests_per_user: 2\nwarmup_requests: 0\nmax_tokens: 2\nprompt_tokens: 64\n"
+    )
+    run = run_sweep(
+        run_dir=tmp_path,
+        endpoint="chat",
+        locust_args=["--ladder", str(config)],
+        sim={"base_ms": 1},
+        timeout=120,
+    )
+    assert run.returncode == 0, run.log.read_text()[-3000:]
+    records, _ = read_records(run.records)
+    assert [(r.endpoint, r.prompt_tokens) for r in records] == [("chat", 64), ("chat", 64)]
+
+
+MIXED_LOCUSTFILE = """
+import llmload.loadgen.plugin  # noqa: F401
+from llmload.loadgen.ladder import LadderShape
+from llmload.loadgen.users import ChatUser, CompletionsUser
+
+__all__ = ["LadderShape", "ChatUser", "CompletionsUser"]
+"""
+
+
+@pytest.mark.parametrize(("tolerance", "code"), [(0.02, 3), (0.05, 0)])
+def test_inputs_off_the_ask_fail_the_run(tmp_path, sim_start, tolerance, code):
+    """Completions and chat users in one run: the prompts are calibrated for completions, so the
+    chat requests carry the chat template's 3 tokens on top (67 for 64; rung mean 65.5, +2.3 %).
+    Beyond input_tolerance the run fails with exit code 3 and says why; within it, it passes."""
+    sim = sim_start(base_ms=1)
+    locustfile = tmp_path / "mixed.py"
+    locustfile.write_text(MIXED_LOCUSTFILE)
+    config = tmp_path / "mixed.yaml"
+    config.write_text(
+        "rungs: [2]\nrequests_per_user: 2\nwarmup_requests: 0\nmax_tokens: 2\nprompt_tokens: 64\n"
+        f"input_tolerance: {tolerance}\n"
+    )
+    cmd = locust_command(sim.url, tmp_path / "run", locustfile, ["--ladder", str(config)])
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    records, _ = read_records(tmp_path / "run_records.jsonl")
+    assert (
+        sorted((r.endpoint, r.prompt_tokens) for r in records)
+        == [("chat", 67)] * 2 + [("completions", 64)] * 2
+    )
+    assert proc.returncode == code, proc.stderr[-3000:]
+    missed = "input lengths not as asked: rung01 c2: input tokens mean 65.5 (min 64, max 67)"
+    assert (missed in proc.stderr) == (code == 3)
