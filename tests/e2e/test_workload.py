@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from fixtures.paths import REPO
 
-from llmload.cli.sweep_run import locust_command, run_sweep
+from llmload.cli.sweep_run import SweepRun, locust_command, run_sweep
 from llmload.core.config import ConfigError, SweepConfig, load_config
-from llmload.core.records import read_records
+from llmload.core.records import RequestRecord, read_records
 from llmload.loadgen.workload import WORDS, Workload, calibrate, load_prompt_file, tag_words
 from llmload.sim.truth import load_truth
 
@@ -93,22 +94,30 @@ def test_calibration_against_the_server(sim_start, endpoint):
         cal.words_for(6, unique=True)
 
 
-def test_synthetic_prompts_have_the_requested_length(tmp_path):
-    config = tmp_path / "synthetic.yaml"
-    config.write_text(
-        "rungs: [2]\nrequests_per_user: 3\nwarmup_requests: 0\nmax_tokens: 4\nendpoint: chat\n"
-        "prompt_tokens: 120\nshared_prefix_ratio: 0.25\n"
-    )
+def synthetic_run(tmp_path: Path, ladder: str, endpoint: str) -> tuple[SweepRun, list[RequestRecord]]:
+    """A ladder (YAML text) run against a fresh simulator by the endpoint's locustfile; it must pass."""
+    config = tmp_path / "ladder.yaml"
+    config.write_text(ladder)
     run = run_sweep(
         run_dir=tmp_path,
-        endpoint="chat",
+        endpoint=endpoint,
         locust_args=["--ladder", str(config)],
         sim={"base_ms": 1},
         timeout=120,
     )
     assert run.returncode == 0, run.log.read_text()[-3000:]
-    truth, _ = load_truth(run.truth_log)
     records, _ = read_records(run.records)
+    return run, records
+
+
+def test_synthetic_prompts_have_the_requested_length(tmp_path):
+    run, records = synthetic_run(
+        tmp_path,
+        "rungs: [2]\nrequests_per_user: 3\nwarmup_requests: 0\nmax_tokens: 4\nendpoint: chat\n"
+        "prompt_tokens: 120\nshared_prefix_ratio: 0.25\n",
+        "chat",
+    )
+    truth, _ = load_truth(run.truth_log)
     assert len(records) == 6
     assert {truth[r.request_id]["prompt_tokens"] for r in records} == {120}
     assert {r.prompt_tokens for r in records} == {120}  # the real input lengths, as reported
@@ -121,21 +130,13 @@ def test_synthetic_prompts_have_the_requested_length(tmp_path):
 def test_every_request_has_the_asked_input_length(tmp_path, tokens, endpoint, unique):
     """By the server's own count (the simulator's BPE-like tokenizer: BOS, chat template, words
     of 7+ letters cost 2 tokens, a bracketed hex tag ~14): each request within 1 token of the ask."""
-    config = tmp_path / "inputs.yaml"
-    config.write_text(
+    run, records = synthetic_run(
+        tmp_path,
         f"rungs: [2]\nrequests_per_user: 4\nwarmup_requests: 0\nmax_tokens: 2\nendpoint: {endpoint}\n"
-        f"prompt_tokens: {tokens}\nunique_prompts: {str(unique).lower()}\nshared_prefix_ratio: 0.25\n"
+        f"prompt_tokens: {tokens}\nunique_prompts: {str(unique).lower()}\nshared_prefix_ratio: 0.25\n",
+        endpoint,
     )
-    run = run_sweep(
-        run_dir=tmp_path,
-        endpoint=endpoint,
-        locust_args=["--ladder", str(config)],
-        sim={"base_ms": 1},
-        timeout=120,
-    )
-    assert run.returncode == 0, run.log.read_text()[-3000:]
     truth, _ = load_truth(run.truth_log)
-    records, _ = read_records(run.records)
     assert len(records) == 8
     served = [truth[r.request_id]["prompt_tokens"] for r in records]
     assert all(abs(n - tokens) <= 1 for n in served), served
@@ -148,19 +149,11 @@ def test_every_request_has_the_asked_input_length(tmp_path, tokens, endpoint, un
 def test_calibration_follows_the_endpoint_the_users_send_to(tmp_path):
     """The chat locustfile's users send chat requests although the ladder file does not say
     `endpoint: chat`: the prompts are calibrated for chat (its template), not for completions."""
-    config = tmp_path / "pinned.yaml"
-    config.write_text(
-        "rungs: [1]\nrequests_per_user: 2\nwarmup_requests: 0\nmax_tokens: 2\nprompt_tokens: 64\n"
+    _, records = synthetic_run(
+        tmp_path,
+        "rungs: [1]\nrequests_per_user: 2\nwarmup_requests: 0\nmax_tokens: 2\nprompt_tokens: 64\n",
+        "chat",
     )
-    run = run_sweep(
-        run_dir=tmp_path,
-        endpoint="chat",
-        locust_args=["--ladder", str(config)],
-        sim={"base_ms": 1},
-        timeout=120,
-    )
-    assert run.returncode == 0, run.log.read_text()[-3000:]
-    records, _ = read_records(run.records)
     assert [(r.endpoint, r.prompt_tokens) for r in records] == [("chat", 64), ("chat", 64)]
 
 
