@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.analysis.metrics import tpot_ms, ttft_ms
+from llmload.analysis.reconcile import input_summary
 from llmload.analysis.sweep_rows import WARMUP_PHASE, SweepRow
 from llmload.core.names import WARMUP_RUNG, rung_name
 from llmload.core.records import RequestRecord
@@ -55,17 +56,25 @@ class RungTally:
     rates: list[float] = field(default_factory=list)  # output_tokens / E2E s, completed requests
     ttfts_ms: list[float] = field(default_factory=list)  # sorted
     tpots_ms: list[float] = field(default_factory=list)  # sorted
+    inputs: list[int] = field(default_factory=list)  # usage.prompt_tokens, completed requests
+    inputs_asked: int | None = None
+    new_connections: int | None = None  # None until a record says how it got its connection
 
     def add(self, rec: RequestRecord) -> None:
         self.requests += 1
         self.first_start = min(self.first_start, rec.t_start)
         self.last_end = max(self.last_end, rec.t_end)
+        self.inputs_asked = self.inputs_asked or rec.prompt_tokens_asked
+        if rec.conn_reused is not None:
+            self.new_connections = (self.new_connections or 0) + (not rec.conn_reused)
         if not rec.ok:
             self.failures[rec.outcome] += 1
             self.partial_tokens += rec.output_tokens
             return
         self.tokens += rec.output_tokens
         self.estimated = self.estimated or rec.tokens_estimated
+        if rec.prompt_tokens is not None:
+            self.inputs.append(rec.prompt_tokens)
         if rec.e2e_s > 0:
             self.rates.append(rec.output_tokens / rec.e2e_s)
         ttft = ttft_ms(rec)
@@ -96,6 +105,8 @@ class RungTally:
             failures_by_kind=dict(sorted(self.failures.items())),
             partial_tokens=self.partial_tokens,
             estimated=self.estimated,
+            input_tokens=input_summary(self.inputs, self.inputs_asked),
+            new_connections=self.new_connections,
         )
 
     def cells(self, *, state: str, now_tok_s: float | None) -> dict[str, str]:

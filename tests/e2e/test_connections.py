@@ -59,6 +59,7 @@ def test_keep_alive_reuses_one_connection_per_user(sim_start, users):
     assert len(p.served_connections()) == users
     assert len(new_connection_records(p)) == users
     assert all(r.reconnect is None for r in p.records)
+    assert all(r.stamps == "kernel" for r in p.records)  # receive stamps on pooled connections too
     # TTFT as measured minus TTFT as the server saw it (request received -> first token written):
     # with a reused connection only the request's transit and the first chunk's are left
     diffs = [
