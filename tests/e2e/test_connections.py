@@ -190,4 +190,7 @@ def test_locust_run_keeps_one_connection_per_user(tmp_path):
     assert len(p.served_connections()) == 4
     (row,) = sweep_rows(group_rungs(records))
     assert row.new_connections == 4
-    assert "new connections (connect and TLS inside TTFT): rung01 c4 4 of 200" in render([row])
+    assert (
+        "requests that opened a connection (its connect and TLS inside their TTFT): 4 of 200 in rung01 c4"
+        in render([row])
+    )
