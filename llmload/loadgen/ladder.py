@@ -398,10 +398,11 @@ class LadderShape(LoadTestShape):
         per_word_needed = config.mode == "trace" or config.sessions is not None
         if config.prompt_tokens is None and not per_word_needed:
             return None, None, None
-        options = self.runner.environment.parsed_options
-        cal = calibrate(
-            self.runner.environment.host or "", model, config.endpoint, auth_headers(api_key(options)), ctx
-        )
+        env = self.runner.environment
+        # the endpoint the users send to: a user class may pin one (ChatUser), whatever the file says
+        sent = {getattr(u, "endpoint", None) or config.endpoint for u in env.user_classes or ()}
+        endpoint = sent.pop() if len(sent) == 1 else config.endpoint  # mixed: the file's (checked later)
+        cal = calibrate(env.host or "", model, endpoint, auth_headers(api_key(env.parsed_options)), ctx)
         if config.prompt_tokens is None:
             log.info("llmload: %d one-token words (by %s)", len(cal.vocab), cal.method)
             return None, list(cal.vocab), 1.0

@@ -101,8 +101,8 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
     opened = [r for r in rows if r.new_connections is not None]
     if opened:
         notes.append(
-            "new connections (connect and TLS inside TTFT): "
-            + ", ".join(f"{rung_name(r.rung, r.conc)} {r.new_connections} of {r.requests}" for r in opened)
+            "requests that opened a connection (its connect and TLS inside their TTFT): "
+            + ", ".join(f"{r.new_connections} of {r.requests} in {rung_name(r.rung, r.conc)}" for r in opened)
         )
     for r in rows:
         if r.failures:

@@ -19,11 +19,9 @@
 from __future__ import annotations
 
 import itertools
-import json
 import socket
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -159,16 +157,3 @@ class ConnectionTracker:
             params.append(f"max={cap - conn.requests}")
         if params:
             response.headers["Keep-Alive"] = ", ".join(params)
-
-
-def load_connections(path: Path) -> list[dict[str, Any]]:
-    """The connection lines of a truth log, in acceptance order."""
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a killed process's half-written last line
-        if data.get("type") == "connection":
-            out.append(data)
-    return out

@@ -131,3 +131,16 @@ def load_truth(path: Path) -> tuple[dict[str, dict[str, Any]], list[dict[str, An
         elif data.get("type") == "step":
             steps.append(data)
     return requests, steps
+
+
+def load_connections(path: Path) -> list[dict[str, Any]]:
+    """The connection lines of a truth log, in acceptance order."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a killed process's half-written last line
+        if data.get("type") == "connection":
+            out.append(data)
+    return out

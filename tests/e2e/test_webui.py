@@ -112,12 +112,13 @@ def check_charts(ui: LocustWebUI, rows: list[dict[str, str]], records: list[Requ
 
 def test_form_run_fills_the_tokens_tab(tmp_path, sim_start):
     """A ladder started from the form (time-based rungs, max tokens, model, streaming and the
-    API key given as form fields) shows live progress, then the final table."""
+    API key given as form fields, one connection per request) shows live progress, then the final
+    table."""
     sim = sim_start(api_key=API_KEY, base_ms=5, per_seq_ms=1)
     with LocustWebUI(tmp_path, sim.url) as ui:
         args = template_args(ui)
         fields = args["extra_options"]
-        for name in ("ladder", "rungs", "max_tokens", "model", "endpoint", "stream", "api_key"):
+        for name in ("ladder", "rungs", "max_tokens", "model", "endpoint", "stream", "api_key", "connection"):
             assert name in fields, name
         assert fields["api_key"]["is_secret"] and not fields["model"]["is_secret"]
         # the form shows every option's help as written (no unexpanded argparse "%(default)s")
@@ -139,6 +140,7 @@ def test_form_run_fills_the_tokens_tab(tmp_path, sim_start):
             endpoint="completions",
             stream="true",
             api_key=API_KEY,
+            connection="close",
         )
         assert started["success"], started
         polls = ui.wait_stopped(60)
@@ -155,6 +157,7 @@ def test_form_run_fills_the_tokens_tab(tmp_path, sim_start):
         check_tab_against_truth_and_post_processor(ui, rows, sim)
     records, _ = read_records(Path(f"{ui.prefix}_records.jsonl"))
     assert {r.max_tokens for r in records} == {12} and all(r.stream for r in records)
+    assert all(r.conn_reused is False and r.connect_ms is not None for r in records)  # connection: close
 
 
 def test_distributed_master_shows_all_workers(tmp_path, sim_start):

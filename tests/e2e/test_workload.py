@@ -4,13 +4,15 @@ checked against the simulator's own token counts (its truth log), shared prefixe
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 from fixtures.paths import REPO
 
-from llmload.cli.sweep_run import run_sweep
+from llmload.cli.sweep_run import SweepRun, locust_command, run_sweep
 from llmload.core.config import ConfigError, SweepConfig, load_config
-from llmload.core.records import read_records
+from llmload.core.records import RequestRecord, read_records
 from llmload.loadgen.workload import WORDS, Workload, calibrate, load_prompt_file, tag_words
 from llmload.sim.truth import load_truth
 
@@ -92,22 +94,30 @@ def test_calibration_against_the_server(sim_start, endpoint):
         cal.words_for(6, unique=True)
 
 
-def test_synthetic_prompts_have_the_requested_length(tmp_path):
-    config = tmp_path / "synthetic.yaml"
-    config.write_text(
-        "rungs: [2]\nrequests_per_user: 3\nwarmup_requests: 0\nmax_tokens: 4\nendpoint: chat\n"
-        "prompt_tokens: 120\nshared_prefix_ratio: 0.25\n"
-    )
+def synthetic_run(tmp_path: Path, ladder: str, endpoint: str) -> tuple[SweepRun, list[RequestRecord]]:
+    """A ladder (YAML text) run against a fresh simulator by the endpoint's locustfile; it must pass."""
+    config = tmp_path / "ladder.yaml"
+    config.write_text(ladder)
     run = run_sweep(
         run_dir=tmp_path,
-        endpoint="chat",
+        endpoint=endpoint,
         locust_args=["--ladder", str(config)],
         sim={"base_ms": 1},
         timeout=120,
     )
     assert run.returncode == 0, run.log.read_text()[-3000:]
-    truth, _ = load_truth(run.truth_log)
     records, _ = read_records(run.records)
+    return run, records
+
+
+def test_synthetic_prompts_have_the_requested_length(tmp_path):
+    run, records = synthetic_run(
+        tmp_path,
+        "rungs: [2]\nrequests_per_user: 3\nwarmup_requests: 0\nmax_tokens: 4\nendpoint: chat\n"
+        "prompt_tokens: 120\nshared_prefix_ratio: 0.25\n",
+        "chat",
+    )
+    truth, _ = load_truth(run.truth_log)
     assert len(records) == 6
     assert {truth[r.request_id]["prompt_tokens"] for r in records} == {120}
     assert {r.prompt_tokens for r in records} == {120}  # the real input lengths, as reported
@@ -120,21 +130,13 @@ def test_synthetic_prompts_have_the_requested_length(tmp_path):
 def test_every_request_has_the_asked_input_length(tmp_path, tokens, endpoint, unique):
     """By the server's own count (the simulator's BPE-like tokenizer: BOS, chat template, words
     of 7+ letters cost 2 tokens, a bracketed hex tag ~14): each request within 1 token of the ask."""
-    config = tmp_path / "inputs.yaml"
-    config.write_text(
+    run, records = synthetic_run(
+        tmp_path,
         f"rungs: [2]\nrequests_per_user: 4\nwarmup_requests: 0\nmax_tokens: 2\nendpoint: {endpoint}\n"
-        f"prompt_tokens: {tokens}\nunique_prompts: {str(unique).lower()}\nshared_prefix_ratio: 0.25\n"
+        f"prompt_tokens: {tokens}\nunique_prompts: {str(unique).lower()}\nshared_prefix_ratio: 0.25\n",
+        endpoint,
     )
-    run = run_sweep(
-        run_dir=tmp_path,
-        endpoint=endpoint,
-        locust_args=["--ladder", str(config)],
-        sim={"base_ms": 1},
-        timeout=120,
-    )
-    assert run.returncode == 0, run.log.read_text()[-3000:]
     truth, _ = load_truth(run.truth_log)
-    records, _ = read_records(run.records)
     assert len(records) == 8
     served = [truth[r.request_id]["prompt_tokens"] for r in records]
     assert all(abs(n - tokens) <= 1 for n in served), served
@@ -142,3 +144,48 @@ def test_every_request_has_the_asked_input_length(tmp_path, tokens, endpoint, un
         tokens
     }
     assert len({r.request_id for r in records}) == 8
+
+
+def test_calibration_follows_the_endpoint_the_users_send_to(tmp_path):
+    """The chat locustfile's users send chat requests although the ladder file does not say
+    `endpoint: chat`: the prompts are calibrated for chat (its template), not for completions."""
+    _, records = synthetic_run(
+        tmp_path,
+        "rungs: [1]\nrequests_per_user: 2\nwarmup_requests: 0\nmax_tokens: 2\nprompt_tokens: 64\n",
+        "chat",
+    )
+    assert [(r.endpoint, r.prompt_tokens) for r in records] == [("chat", 64), ("chat", 64)]
+
+
+MIXED_LOCUSTFILE = """
+import llmload.loadgen.plugin  # noqa: F401
+from llmload.loadgen.ladder import LadderShape
+from llmload.loadgen.users import ChatUser, CompletionsUser
+
+__all__ = ["LadderShape", "ChatUser", "CompletionsUser"]
+"""
+
+
+@pytest.mark.parametrize(("tolerance", "code"), [(0.02, 3), (0.05, 0)])
+def test_inputs_off_the_ask_fail_the_run(tmp_path, sim_start, tolerance, code):
+    """Completions and chat users in one run: the prompts are calibrated for completions, so the
+    chat requests carry the chat template's 3 tokens on top (67 for 64; rung mean 65.5, +2.3 %).
+    Beyond input_tolerance the run fails with exit code 3 and says why; within it, it passes."""
+    sim = sim_start(base_ms=1)
+    locustfile = tmp_path / "mixed.py"
+    locustfile.write_text(MIXED_LOCUSTFILE)
+    config = tmp_path / "mixed.yaml"
+    config.write_text(
+        "rungs: [2]\nrequests_per_user: 2\nwarmup_requests: 0\nmax_tokens: 2\nprompt_tokens: 64\n"
+        f"input_tolerance: {tolerance}\n"
+    )
+    cmd = locust_command(sim.url, tmp_path / "run", locustfile, ["--ladder", str(config)])
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    records, _ = read_records(tmp_path / "run_records.jsonl")
+    assert (
+        sorted((r.endpoint, r.prompt_tokens) for r in records)
+        == [("chat", 67)] * 2 + [("completions", 64)] * 2
+    )
+    assert proc.returncode == code, proc.stderr[-3000:]
+    missed = "input lengths not as asked: rung01 c2: input tokens mean 65.5 (min 64, max 67)"
+    assert (missed in proc.stderr) == (code == 3)
