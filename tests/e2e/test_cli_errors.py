@@ -57,11 +57,12 @@ def no_host() -> str:
         (["--sim", "accept_len=x"], r"--sim: argument --accept-len: invalid float value: 'x'"),
         (["--sim", "base_ms=1", "--sim", "base_ms=2"], r"--sim 'base_ms=2': base_ms given twice \(also .*"),
         (["--sim", "port=80"], r"--sim 'port=80': the sweep chooses the simulator's port itself"),
+        (["--host", "http://127.0.0.1:1", "--sim", "base_ms=1"], r"--sim base_ms: with --host no .*"),
         (["--run-dir", "afile/run"], r"--run-dir afile/run: afile is a file, not a folder"),
         (["--", "--csv", "afile/x/run"], r"--csv afile/x: afile is a file, not a folder"),
     ],
     ids=["no-scheme", "port-text", "port-range", "sim-unknown", "sim-type", "sim-twice", "sim-port",
-         "run-dir-under-file", "csv-under-file"],
+         "sim-and-host", "run-dir-under-file", "csv-under-file"],
 )  # fmt: skip
 def test_sweep_bad_input_is_one_line(tmp_path, args, pattern):
     (tmp_path / "afile").write_text("a file, not a folder\n")
