@@ -37,7 +37,7 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from llmload.core.config import RetryConfig
 from llmload.core.records import OUTCOME_OK, RequestRecord
 from llmload.loadgen.receive_stamps import KERNEL, ReceiveClock
-from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
+from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent, check_usage
 
 MAX_RETRY_WAIT_S = 60.0  # a longer Retry-After is cut to this
 NO_RETRIES = RetryConfig()
@@ -93,10 +93,15 @@ def _read_body(resp: Any, acc: StreamAccumulator, clock: ReceiveClock) -> None:
     except ValueError:
         raise RequestFailed("malformed", f"body is not JSON: {body[:80]!r}") from None
     choices = obj.get("choices") if isinstance(obj, dict) else None
-    if not choices:
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
         raise RequestFailed("bad_response", "response has no choices")
+    if obj.get("usage") is not None:
+        check_usage(obj["usage"], body)  # MalformedStream: a usage of the wrong shape
+    finish = choices[0].get("finish_reason")
+    if not isinstance(finish, str | None):
+        raise RequestFailed("bad_response", f"finish_reason is not a string: {finish!r:.80}")
     acc.usage = obj.get("usage")
-    acc.finish_reason = choices[0].get("finish_reason")
+    acc.finish_reason = finish
     acc.t_first = acc.t_first_content = acc.t_last = t
     acc.chunk_times.append(t)
     acc.done = True
