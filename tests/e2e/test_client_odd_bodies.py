@@ -14,6 +14,7 @@ import pytest
 from geventhttpclient import HTTPClient
 
 from llmload.core.config import SweepConfig
+from llmload.core.records import OUTCOME_OK as OK
 from llmload.core.records import RequestRecord
 from llmload.loadgen.client import RequestContext, send_request
 from llmload.loadgen.payload import COMPLETIONS_PATH, build_payload
@@ -28,7 +29,7 @@ BODIES = {
         "malformed",
     ),
     "finish-an-object": ({"choices": [{"text": "a", "finish_reason": {"x": 1}}]}, "bad_response"),
-    "fine": ({"choices": [{"text": "a", "finish_reason": "length"}], "usage": {"completion_tokens": 8}}, "ok"),
+    "fine": ({"choices": [{"text": "a", "finish_reason": "length"}], "usage": {"completion_tokens": 8}}, OK),
 }
 
 
