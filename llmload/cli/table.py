@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             requests_per_user=args.requests_per_user,
         )
     except RecordFileError as exc:
-        print(f"sweep_table: error: {exc}", file=sys.stderr)
+        print(f"llmload table: error: {exc}", file=sys.stderr)
         return BAD_INPUT
     print(render_run(result, args.format, percentiles=args.percentiles, wide=args.wide))
     # machine-readable formats keep stdout clean; human formats print the warnings under the table

@@ -188,7 +188,7 @@ def test_records_missing_or_empty(finished_run, tmp_path, content, message):
         records.write_text(content)
     proc = sweep_table(prefix)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == f"sweep_table: error: {records}: {message}\n"
+    assert proc.stderr == f"llmload table: error: {records}: {message}\n"
 
 
 def test_records_half_written_last_line(finished_run, tmp_path):

@@ -213,7 +213,7 @@ def test_table_skips_lines_that_are_not_records(tmp_path):
     assert proc.stdout.splitlines()[1].split()[3] == "16"
     assert "skipped 7 unreadable lines: 2, 3, 4, 5, 6, 7, 8" in proc.stdout
     only_junk = write_run(tmp_path, junk, [], [1])
-    one_line_error(llmload(tmp_path, "table", str(only_junk)), "sweep_table", r".*: no measured records")
+    one_line_error(llmload(tmp_path, "table", str(only_junk)), "llmload table", r".*: no measured records")
 
 
 def test_table_accepts_the_folder_and_marks_rungs_without_records(tmp_path):

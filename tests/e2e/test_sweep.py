@@ -142,7 +142,7 @@ def test_script_missing_records_file(tmp_path: Path):
     res = run_script(str(tmp_path / "nope"))
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
-        f"sweep_table: error: {tmp_path / 'nope'}_records.jsonl: no such records file"
+        f"llmload table: error: {tmp_path / 'nope'}_records.jsonl: no such records file"
     ]
 
 
