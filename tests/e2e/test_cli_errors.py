@@ -71,6 +71,19 @@ def test_sweep_bad_input_is_one_line(tmp_path, args, pattern):
     assert "sweeping" not in proc.stderr  # nothing was started
 
 
+@pytest.mark.parametrize("flag", ["--csv", "--html"])
+def test_locust_output_under_a_file_is_one_line(tmp_path, flag):
+    """Plain `locust`: Locust creates these folders before any plugin event; checked while parsing."""
+    (tmp_path / "afile").write_text("a file, not a folder\n")
+    cmd = locust_command(no_host(), tmp_path / "out" / "run", LOCUSTFILES["completions"], ["--rungs", "1"])
+    cmd += [flag, "afile/x/run"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == exit_codes.BAD_INPUT and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1].endswith(
+        f"error: argument {flag}: afile/x/run: afile is a file, not a folder"
+    )
+
+
 def test_sweep_repeated_fault_flags_add_up(tmp_path):
     """--sim fault=... is the one repeatable simulator flag; the rates are checked together."""
     proc = llmload(tmp_path, "sweep", "--sim", "fault=drop=0.6", "--sim", "fault=reset=0.6")
