@@ -11,7 +11,6 @@ import sys
 from collections.abc import Sequence
 
 from llmload import __version__
-from llmload.core.exit_codes import BAD_INPUT
 
 # subcommand -> (module, one-line summary); the module's `main(argv)` runs it
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -49,6 +48,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = COMMANDS.get(args[0])
     if command is None:
         print(f"llmload: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
-        return BAD_INPUT
+        return 2
     module = importlib.import_module(command[0])
     return int(module.main(args[1:]) or 0)

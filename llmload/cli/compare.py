@@ -13,7 +13,6 @@ import sys
 
 from llmload.analysis.compare import compare_runs, render_comparison
 from llmload.analysis.postprocess import load_run
-from llmload.core.exit_codes import BAD_INPUT, OK, REQUEST_FAILURES
 from llmload.core.records import RecordFileError
 from llmload.output.html_report import find_prefix
 
@@ -35,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         base, cand = (load_run(find_prefix(run)) for run in (args.base, args.cand))
     except RecordFileError as exc:
         print(f"compare: error: {exc}", file=sys.stderr)
-        return BAD_INPUT
+        return 2
     result = compare_runs(
         base,
         cand,
@@ -45,6 +44,4 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
     )
     print(render_comparison(result, args.format))
-    return (
-        REQUEST_FAILURES if args.fail_on_regression and result.regressed else OK
-    )  # a regression fails like requests
+    return 1 if args.fail_on_regression and result.regressed else 0

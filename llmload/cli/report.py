@@ -12,7 +12,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.records import RecordFileError
 from llmload.output.html_report import write_report
 
@@ -26,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         page, plots = write_report(args.run, args.out)
     except RecordFileError as exc:
         print(f"report: error: {exc}", file=sys.stderr)
-        return BAD_INPUT
+        return 2
     for path in (page, *plots):
         print(path)
-    return OK
+    return 0
