@@ -32,7 +32,7 @@ from llmload.cli.sweep_run import SweepRun, default_run_dir, run_sweep
 from llmload.core.config import ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT, EXIT_CODES, INTERRUPTED
 from llmload.core.records import RecordFileError
-from llmload.loadgen.options import blocking_file, check_api_key, check_host
+from llmload.loadgen.options import check_api_key, check_host
 from llmload.sim.__main__ import SimFlagError, config_from_args
 
 PROG = "llmload sweep"
@@ -74,9 +74,11 @@ def sim_args(flags: Sequence[tuple[str, str]]) -> list[str]:
 
 def _check_output(flag: str, path: Path) -> None:
     """ConfigError when `path` cannot become a folder: it, or a folder above it, is a file."""
-    blocker = blocking_file(path)
-    if blocker is not None:
-        raise ConfigError(f"{flag} {path}: {blocker} is a file, not a folder")
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ConfigError(f"{flag} {path}: {p} is a file, not a folder")
+            return
 
 
 def _output_paths(run_dir: Path, locust_args: Sequence[str]) -> list[tuple[str, Path]]:

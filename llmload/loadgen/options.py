@@ -19,7 +19,6 @@ from llmload.core.config import ENDPOINTS, ConfigError, SweepConfig, load_config
 
 def add_arguments(parser: Any) -> None:
     """Register the options on Locust's parser (call from `init_command_line_parser`)."""
-    guard_output_paths(parser)
     # Locust's own parser (not an argument group) understands include_in_web_ui / is_secret
     group = parser
     group.add_argument(
@@ -230,6 +229,6 @@ def guard_output_paths(parser: Any) -> None:
     """Locust creates the folders of --csv, --html and --json-file before any plugin can look, and
     a file in the way is its traceback: check them while the command line is parsed (one
     `locust: error: argument --csv: ...` line, exit 2)."""
-    for action in parser._actions:
+    for action in getattr(parser, "_actions", ()):
         if action.dest in ("csv_prefix", "html_file", "json_file") and action.type is None:
             action.type = _output_path
