@@ -122,3 +122,21 @@ def test_sigterm_between_rungs(tmp_path):
     notes = [line for line in out.splitlines() if line.startswith(("!", "~"))]
     assert notes and not any(f"rung01 c{RUNGS[0]}" in line for line in notes)  # finished: no mark
     assert out.splitlines()[3].split()[0] == f"{RUNGS[2]}~"
+
+
+def test_sigkill_of_the_sweep_leaves_no_orphan(tmp_path):
+    """SIGKILL cannot be handled: the kernel sends SIGTERM to Locust and the simulator instead
+    (PR_SET_PDEATHSIG), and Locust still writes the finished rung's files on its way out."""
+    proc = start_sweep(tmp_path, *SLOW, *LADDER, "--warmup-requests", "0")
+    wait_for(proc, lambda: any(r.rung == 1 for r in records_of(tmp_path)), "a record of the second rung")
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert len(children) >= 2  # the simulator and Locust
+    proc.kill()
+    proc.communicate(timeout=GONE_WITHIN_S)
+    gone, alive = psutil.wait_procs(children, timeout=GONE_WITHIN_S)
+    for child in alive:
+        child.kill()
+    assert alive == []
+    finished = [r for r in records_of(tmp_path) if r.rung == 0]
+    assert len(finished) == RUNGS[0] * PER_USER and all(r.ok for r in finished)
+    assert "the run stopped before its last rung finished" in (tmp_path / "run" / "locust.log").read_text()
