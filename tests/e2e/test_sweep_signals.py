@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from llmload.cli.sweep_run import LOCUSTFILES, locust_command
 from llmload.core import exit_codes
 from llmload.core.records import read_records
 from llmload.servers.process import LOOPBACK
@@ -140,3 +141,25 @@ def test_sigkill_of_the_sweep_leaves_no_orphan(tmp_path):
     finished = [r for r in records_of(tmp_path) if r.rung == 0]
     assert len(finished) == RUNGS[0] * PER_USER and all(r.ok for r in finished)
     assert "the run stopped before its last rung finished" in (tmp_path / "run" / "locust.log").read_text()
+
+
+BREACH = "min_agg_tok_s: 1000000000"
+
+
+@pytest.mark.parametrize(
+    ("threshold", "code"), [("", exit_codes.INTERRUPTED), (BREACH, exit_codes.REQUEST_FAILURES)]
+)
+def test_a_soak_stopped_early_keeps_its_verdict(tmp_path, sim_start, threshold, code):
+    """`locust` on a soak ladder, SIGTERM before its duration: no breach is 'incomplete' (the
+    interrupted code), a breach stays a breach (1): the verdict owns the exit code."""
+    sim = sim_start(accept_len=1, base_ms=5, per_seq_ms=0)
+    ladder = tmp_path / "soak.yaml"
+    ladder.write_text(f"rungs: [2]\nduration: 60\nmax_tokens: 8\nsoak: {{window_s: 1, {threshold}}}\n")
+    prefix = tmp_path / "run"
+    cmd = locust_command(sim.url, prefix, LOCUSTFILES["completions"], ["--ladder", str(ladder)])
+    with (tmp_path / "locust.log").open("wb") as log:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+        records = tmp_path / "run_records.jsonl"
+        wait_for(proc, lambda: records.exists() and len(read_records(records)[0]) > 60, "3 s of records")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=GONE_WITHIN_S) == code, (tmp_path / "locust.log").read_text()[-2000:]
