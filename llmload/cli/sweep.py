@@ -101,6 +101,8 @@ def check_input(args: argparse.Namespace, run_dir: Path, locust_args: Sequence[s
     """Everything checkable before a process starts; returns the simulator's flags."""
     if args.host:
         check_host(args.host)
+        if args.sim:
+            raise ConfigError(f"--sim {args.sim[0][0]}: with --host no simulator is started")
     check_api_key(_api_key(locust_args))
     if args.ladder:
         load_config(args.ladder)
@@ -191,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl+C while checking: nothing started yet
+        print(f"{PROG}: stopped by SIGINT before anything started", file=sys.stderr)
+        return INTERRUPTED
     target = args.host or "the simulator"
     print(f"{PROG}: sweeping {target}; files in {run_dir}", file=sys.stderr)
     run = run_sweep(

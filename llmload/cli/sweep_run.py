@@ -10,14 +10,13 @@ final CSVs are written), waits `LOCUST_GRACE_S`, then kills the group; then it s
 (SIGTERM, `SIM_GRACE_S`, SIGKILL). Every process is gone within LOCUST_GRACE_S + SIM_GRACE_S (plus
 the simulator's start timeout's last health poll, when the signal comes while it starts) of the
 signal, whatever it was doing: starting the simulator, Locust's preflight, a rung, between rungs.
-Locust also gets SIGTERM from the kernel if this process dies without cleaning up (SIGKILL):
-`die_with_parent`.
+Both also get SIGTERM from the kernel if this process dies without cleaning up (SIGKILL):
+`servers.process.die_with_parent`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -33,7 +32,7 @@ from typing import Any
 from llmload.cli.progress import Progress
 from llmload.core.exit_codes import INTERRUPTED
 from llmload.locustfiles import ENDPOINT_LOCUSTFILES, locustfile_path
-from llmload.servers.process import free_port
+from llmload.servers.process import die_with_parent, free_port
 from llmload.servers.simulator import SimulatorProcess
 
 LOCUSTFILES = {endpoint: locustfile_path(endpoint) for endpoint in ENDPOINT_LOCUSTFILES}
@@ -41,15 +40,6 @@ LOCUST_GRACE_S = 5.0  # Locust's own shutdown: stop users, one CSV interval (~1.
 SIM_GRACE_S = 3.0
 PROGRESS_POLL_S = 1.0  # how often the progress line is refreshed
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None  # loaded before any fork
-
-
-def die_with_parent() -> None:
-    """In a child between fork and exec: SIGTERM from the kernel when this process dies (Linux
-    prctl PR_SET_PDEATHSIG), so even a SIGKILLed sweep leaves no Locust running on its own."""
-    if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +113,7 @@ def target(
         return
     truth = run_dir / "sim_truth.jsonl"
     server = SimulatorProcess(truth_log=truth, log_path=run_dir / "sim.log", extra_args=sim_args, **sim)
+    server.process.dies_with_parent = True
     try:
         server.start()  # stops what it started if it fails or is interrupted
         yield server.url, truth

@@ -48,7 +48,7 @@ from llmload.core.config import RetryConfig
 from llmload.core.records import OUTCOME_OK, RequestRecord
 from llmload.loadgen.connections import UserConnections
 from llmload.loadgen.receive_stamps import KERNEL, ReceiveClock
-from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
+from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent, check_usage
 
 MAX_RETRY_WAIT_S = 60.0  # a longer Retry-After is cut to this
 DRAIN_S = 1.0  # longest wait for the end of a stream's HTTP message after [DONE]
@@ -108,10 +108,15 @@ def _read_body(resp: Any, acc: StreamAccumulator, clock: ReceiveClock) -> None:
     except ValueError:
         raise RequestFailed("malformed", f"body is not JSON: {body[:80]!r}") from None
     choices = obj.get("choices") if isinstance(obj, dict) else None
-    if not choices:
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
         raise RequestFailed("bad_response", "response has no choices")
+    if obj.get("usage") is not None:
+        check_usage(obj["usage"], body)  # MalformedStream: a usage of the wrong shape
+    finish = choices[0].get("finish_reason")
+    if not isinstance(finish, str | None):
+        raise RequestFailed("bad_response", f"finish_reason is not a string: {finish!r:.80}")
     acc.usage = obj.get("usage")
-    acc.finish_reason = choices[0].get("finish_reason")
+    acc.finish_reason = finish
     acc.t_first = acc.t_first_content = acc.t_last = t
     acc.chunk_times.append(t)
     if acc.texts is not None:

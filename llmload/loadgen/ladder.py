@@ -289,6 +289,7 @@ class LadderShape(LoadTestShape):
         self.error = ""  # why the run could not start (bad config, failed preflight)
         self.unfinished = False  # a run began (preflight included) and has not finished every rung
         self.told_400 = False  # the server's first HTTP 400 reason was logged
+        self.soak = False  # a soak run: its verdict (llmload.loadgen.soak_monitor) is the exit code
         # called with (run, record dict) for each record, after it is written (e.g. the web UI's tab)
         self.record_hooks: list[Callable[[RunState, dict[str, Any]], None]] = []
 
@@ -361,6 +362,7 @@ class LadderShape(LoadTestShape):
         self.told_400 = False
         options = env.parsed_options
         config = run_config(options)
+        self.soak = config.soak is not None
         ctx = tls_context(getattr(options, "ca_bundle", ""), getattr(options, "tls_insecure", False))
         model = preflight(
             env.host or "",
@@ -476,8 +478,9 @@ class LadderShape(LoadTestShape):
 
     def on_quitting(self, environment: Any, **_: Any) -> None:
         """A run stopped before its last rung (SIGINT, SIGTERM, the web UI's STOP, preflight cut
-        short) exits with the interrupted code, whatever Locust's own would be."""
-        if self.unfinished:
+        short) exits with the interrupted code, whatever Locust's own would be; a soak run's code is
+        its verdict ("incomplete" is the interrupted code too, a breach stays a breach)."""
+        if self.unfinished and not self.soak:
             code = environment.process_exit_code = exit_codes.INTERRUPTED
             log.error("llmload: the run stopped before its last rung finished (exit code %d)", code)
 

@@ -11,6 +11,7 @@ import argparse
 import os
 import unicodedata
 from argparse import Namespace
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -150,3 +151,27 @@ def check_api_key(key: str) -> None:
                 f"U+{code:04X} ({name}), which an HTTP header cannot carry "
                 "(a pasted typographic quote or line break?)"
             )
+
+
+def blocking_file(path: Path) -> Path | None:
+    """The file at `path` or above it that keeps `path` from being (or becoming) a folder."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
+
+
+def _output_path(text: str) -> str:
+    blocker = blocking_file(Path(text).parent)
+    if blocker is not None:
+        raise argparse.ArgumentTypeError(f"{text}: {blocker} is a file, not a folder")
+    return text
+
+
+def guard_output_paths(parser: Any) -> None:
+    """Locust creates the folders of --csv, --html and --json-file before any plugin can look, and
+    a file in the way is its traceback: check them while the command line is parsed (one
+    `locust: error: argument --csv: ...` line, exit 2)."""
+    for action in getattr(parser, "_actions", ()):
+        if action.dest in ("csv_prefix", "html_file", "json_file") and action.type is None:
+            action.type = _output_path

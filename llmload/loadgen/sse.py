@@ -90,7 +90,7 @@ class StreamAccumulator:
         choices = obj.get("choices")
         usage = obj.get("usage")
         if usage is not None:
-            _check_usage(usage, payload)
+            check_usage(usage, payload)
         if choices:
             if not isinstance(choices, list) or not isinstance(choices[0], dict):
                 raise MalformedStream(f"choices is not a list of objects: {payload[:80]!r}")
@@ -180,7 +180,7 @@ class StreamAccumulator:
         return "".join(self.texts or ())
 
 
-def _check_usage(usage: Any, payload: bytes) -> None:
+def check_usage(usage: Any, payload: bytes) -> None:
     """MalformedStream unless usage is an object whose token counts are integers >= 0 (or absent)."""
     if not isinstance(usage, dict):
         raise MalformedStream(f"usage is not an object: {payload[:80]!r}")

@@ -7,10 +7,12 @@ on a port the OS says is free, and is stopped by its own PID (SIGTERM, then SIGK
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -36,6 +38,17 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
             return bool(200 <= resp.status < 300)
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None  # loaded before any fork
+
+
+def die_with_parent() -> None:
+    """In a child between fork and exec: SIGTERM from the kernel when the process that started it
+    dies (Linux prctl PR_SET_PDEATHSIG), so even a SIGKILLed launcher leaves no orphan."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class StartStop:
@@ -84,6 +97,7 @@ class ManagedProcess(StartStop):
         self.env = env
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
+        self.dies_with_parent = False  # set before start(): SIGTERM when this process dies (Linux)
 
     @property
     def pid(self) -> int:
@@ -102,6 +116,7 @@ class ManagedProcess(StartStop):
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **(self.env or {})},
                 start_new_session=True,
+                preexec_fn=die_with_parent if self.dies_with_parent else None,
             )
         finally:
             log.close()

@@ -57,17 +57,31 @@ def no_host() -> str:
         (["--sim", "accept_len=x"], r"--sim: argument --accept-len: invalid float value: 'x'"),
         (["--sim", "base_ms=1", "--sim", "base_ms=2"], r"--sim 'base_ms=2': base_ms given twice \(also .*"),
         (["--sim", "port=80"], r"--sim 'port=80': the sweep chooses the simulator's port itself"),
+        (["--host", "http://127.0.0.1:1", "--sim", "base_ms=1"], r"--sim base_ms: with --host no .*"),
         (["--run-dir", "afile/run"], r"--run-dir afile/run: afile is a file, not a folder"),
         (["--", "--csv", "afile/x/run"], r"--csv afile/x: afile is a file, not a folder"),
     ],
     ids=["no-scheme", "port-text", "port-range", "sim-unknown", "sim-type", "sim-twice", "sim-port",
-         "run-dir-under-file", "csv-under-file"],
+         "sim-and-host", "run-dir-under-file", "csv-under-file"],
 )  # fmt: skip
 def test_sweep_bad_input_is_one_line(tmp_path, args, pattern):
     (tmp_path / "afile").write_text("a file, not a folder\n")
     proc = llmload(tmp_path, "sweep", "--run-dir", str(tmp_path / "run"), *args)
     one_line_error(proc, "llmload sweep", pattern)
     assert "sweeping" not in proc.stderr  # nothing was started
+
+
+@pytest.mark.parametrize("flag", ["--csv", "--html"])
+def test_locust_output_under_a_file_is_one_line(tmp_path, flag):
+    """Plain `locust`: Locust creates these folders before any plugin event; checked while parsing."""
+    (tmp_path / "afile").write_text("a file, not a folder\n")
+    cmd = locust_command(no_host(), tmp_path / "out" / "run", LOCUSTFILES["completions"], ["--rungs", "1"])
+    cmd += [flag, "afile/x/run"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == exit_codes.BAD_INPUT and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1].endswith(
+        f"error: argument {flag}: afile/x/run: afile is a file, not a folder"
+    )
 
 
 def test_sweep_repeated_fault_flags_add_up(tmp_path):
@@ -212,7 +226,7 @@ def test_table_skips_lines_that_are_not_records(tmp_path):
     assert proc.stdout.splitlines()[1].split()[3] == "16"
     assert "skipped 7 unreadable lines: 2, 3, 4, 5, 6, 7, 8" in proc.stdout
     only_junk = write_run(tmp_path, junk, [], [1])
-    one_line_error(llmload(tmp_path, "table", str(only_junk)), "sweep_table", r".*: no measured records")
+    one_line_error(llmload(tmp_path, "table", str(only_junk)), "llmload table", r".*: no measured records")
 
 
 def test_table_accepts_the_folder_and_marks_rungs_without_records(tmp_path):

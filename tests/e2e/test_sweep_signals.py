@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from llmload.cli.sweep_run import LOCUSTFILES, locust_command
 from llmload.core import exit_codes
 from llmload.core.records import read_records
 from llmload.servers.process import LOOPBACK
@@ -89,7 +90,9 @@ def test_sigterm_during_locusts_preflight(tmp_path):
         conn, _ = silent.accept()  # the preflight's GET /v1/models
         with conn:
             out, err = stop_and_check(proc, signal.SIGTERM)
-    assert "the run stopped before its last rung finished" in (tmp_path / "run" / "locust.log").read_text()
+    log = (tmp_path / "run" / "locust.log").read_text()
+    assert "the run stopped before its last rung finished" in log
+    assert "Shutting down (exit code 4)" in log  # Locust's own code too: not 0 as before
     assert out == ""
 
 
@@ -120,3 +123,43 @@ def test_sigterm_between_rungs(tmp_path):
     notes = [line for line in out.splitlines() if line.startswith(("!", "~"))]
     assert notes and not any(f"rung01 c{RUNGS[0]}" in line for line in notes)  # finished: no mark
     assert out.splitlines()[3].split()[0] == f"{RUNGS[2]}~"
+
+
+def test_sigkill_of_the_sweep_leaves_no_orphan(tmp_path):
+    """SIGKILL cannot be handled: the kernel sends SIGTERM to Locust and the simulator instead
+    (PR_SET_PDEATHSIG), and Locust still writes the finished rung's files on its way out."""
+    proc = start_sweep(tmp_path, *SLOW, *LADDER, "--warmup-requests", "0")
+    wait_for(proc, lambda: any(r.rung == 1 for r in records_of(tmp_path)), "a record of the second rung")
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert len(children) >= 2  # the simulator and Locust
+    proc.kill()
+    proc.communicate(timeout=GONE_WITHIN_S)
+    gone, alive = psutil.wait_procs(children, timeout=GONE_WITHIN_S)
+    for child in alive:
+        child.kill()
+    assert alive == []
+    finished = [r for r in records_of(tmp_path) if r.rung == 0]
+    assert len(finished) == RUNGS[0] * PER_USER and all(r.ok for r in finished)
+    assert "the run stopped before its last rung finished" in (tmp_path / "run" / "locust.log").read_text()
+
+
+BREACH = "min_agg_tok_s: 1000000000"
+
+
+@pytest.mark.parametrize(
+    ("threshold", "code"), [("", exit_codes.INTERRUPTED), (BREACH, exit_codes.REQUEST_FAILURES)]
+)
+def test_a_soak_stopped_early_keeps_its_verdict(tmp_path, sim_start, threshold, code):
+    """`locust` on a soak ladder, SIGTERM before its duration: no breach is 'incomplete' (the
+    interrupted code), a breach stays a breach (1): the verdict owns the exit code."""
+    sim = sim_start(accept_len=1, base_ms=5, per_seq_ms=0)
+    ladder = tmp_path / "soak.yaml"
+    ladder.write_text(f"rungs: [2]\nduration: 60\nmax_tokens: 8\nsoak: {{window_s: 1, {threshold}}}\n")
+    prefix = tmp_path / "run"
+    cmd = locust_command(sim.url, prefix, LOCUSTFILES["completions"], ["--ladder", str(ladder)])
+    with (tmp_path / "locust.log").open("wb") as log:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+        records = tmp_path / "run_records.jsonl"
+        wait_for(proc, lambda: records.exists() and len(read_records(records)[0]) > 60, "3 s of records")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=GONE_WITHIN_S) == code, (tmp_path / "locust.log").read_text()[-2000:]
