@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from llmload import __version__
+from llmload.core.exit_codes import BAD_INPUT, OK
 
 SIGPIPE_EXIT = 141  # what a shell reports for a command ended by a closed pipe (128 + SIGPIPE)
 
@@ -49,13 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(usage())
-        return 0
+        return OK
     if args[0] == "--version":
         print(f"llmload {__version__}")
-        return 0
+        return OK
     if args[0] not in COMMANDS:
         print(f"llmload: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     return run_command(args[0], args[1:])
 
 

@@ -24,6 +24,7 @@ from llmload.analysis.budget import (
     render_budget,
 )
 from llmload.core.config import ConfigError
+from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.records import RecordFileError
 
 
@@ -61,6 +62,6 @@ def main(argv: list[str] | None = None) -> int:
         rows = budget_rows(load_points(args.sweep), cfg.cost, cfg.accept_len, cfg.speedup)
     except (ConfigError, RecordFileError, OSError) as exc:
         print(f"llmload budget: error: {exc}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     print(render_budget(rows, cfg.cost, cfg.speedup, args.format))
-    return 0
+    return OK

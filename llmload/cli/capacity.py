@@ -25,6 +25,7 @@ from llmload.analysis.sweep_rows import group_rungs
 from llmload.cli.sweep import _sim_flag
 from llmload.cli.sweep_run import default_run_dir, run_sweep
 from llmload.core.config import ConfigError, load_config, parse_config
+from llmload.core.exit_codes import BAD_INPUT
 from llmload.core.records import RecordFileError, read_records
 from llmload.output.capacity import FORMATS, capacity_plot, render_capacity
 
@@ -65,18 +66,18 @@ def main(argv: list[str] | None = None) -> int:
                 "llmload capacity: error: --ladder: a ladder file with 'mode: capacity' is needed",
                 file=sys.stderr,
             )
-            return 2
+            return BAD_INPUT
         try:
             mode = load_config(args.ladder).mode
         except ConfigError as exc:
             print(f"llmload capacity: error: {exc}", file=sys.stderr)
-            return 2
+            return BAD_INPUT
         if mode != "capacity":
             print(
                 f"llmload capacity: error: {args.ladder}: 'mode' must be capacity, got {mode!r}",
                 file=sys.stderr,
             )
-            return 2
+            return BAD_INPUT
         run_dir = args.run_dir or default_run_dir()
         print(
             f"llmload capacity: searching {args.host or 'the simulator'}; files in {run_dir}", file=sys.stderr

@@ -13,6 +13,7 @@ import sys
 
 from llmload.analysis.compare import compare_runs, render_comparison
 from llmload.analysis.postprocess import load_run
+from llmload.core.exit_codes import BAD_INPUT, OK, REGRESSED
 from llmload.core.records import RecordFileError
 from llmload.output.html_report import find_prefix
 
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         base, cand = (load_run(find_prefix(run)) for run in (args.base, args.cand))
     except RecordFileError as exc:
         print(f"llmload compare: error: {exc}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     result = compare_runs(
         base,
         cand,
@@ -44,4 +45,4 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
     )
     print(render_comparison(result, args.format))
-    return 1 if args.fail_on_regression and result.regressed else 0
+    return REGRESSED if args.fail_on_regression and result.regressed else OK

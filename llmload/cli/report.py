@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.records import RecordFileError
 from llmload.output.html_report import write_report
 
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         page, plots = write_report(args.run, args.out)
     except RecordFileError as exc:
         print(f"llmload report: error: {exc}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     for path in (page, *plots):
         print(path)
-    return 0
+    return OK

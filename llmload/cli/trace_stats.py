@@ -23,6 +23,7 @@ from tabulate import tabulate
 
 from llmload.analysis.trace_stats import TraceStats, trace_stats
 from llmload.core.config import ConfigError
+from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.stats import Summary
 from llmload.core.trace_file import BLOCK_TOKENS, read_trace, replay_window
 
@@ -115,10 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ConfigError as exc:
         print(f"llmload trace-stats: error: {exc}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     if not window:
         print(f"llmload trace-stats: error: {args.trace}: no line in the window", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     unbounded = sum(t.input_length // args.block_size for _, t in window)
     stats = trace_stats(
         window, bin_s=args.bin_s, block_size=args.block_size, capacities=[*args.cache_blocks, unbounded]
@@ -127,4 +128,4 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(asdict(stats), indent=1))
     else:
         print(render(stats))
-    return 0
+    return OK

@@ -15,6 +15,7 @@ BAD_INPUT = 2
 RECONCILIATION = 3
 INTERRUPTED = 4
 DIVERGED = 5  # --fail-on-divergence (llmload.analysis.determinism)
+REGRESSED = 1  # llmload compare --fail-on-regression: a rung regressed (compare runs no requests)
 
 EXIT_CODES: dict[int, str] = {
     OK: "finished: every rung ran to its end, no request failed, the token accounts add up",
