@@ -27,9 +27,10 @@ from tabulate import tabulate
 
 from llmload.analysis.postprocess import load_run
 from llmload.analysis.server_metrics import load_server_metrics
+from llmload.core import run_files
 from llmload.core.config import ConfigError
+from llmload.core.run_files import RunFiles
 from llmload.core.stats import mean
-from llmload.output.html_report import RECORDS_SUFFIX, find_prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +311,6 @@ def run_points(prefix: str) -> list[SweepPoint]:
 def load_points(source: str | Path) -> list[SweepPoint]:
     """From a run (prefix, records file or run folder) or a sweep-table file (CSV, markdown, plain)."""
     path = Path(source)
-    if path.is_file() and not path.name.endswith(RECORDS_SUFFIX):
+    if path.is_file() and not path.name.endswith(run_files.RECORDS):
         return parse_sweep_table(path.read_text(), str(path))
-    return run_points(find_prefix(path))
+    return run_points(str(RunFiles.find(path).prefix))

@@ -27,13 +27,14 @@ rung is reported beside the samples' figures (`read_delay_p99_ms`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from llmload.analysis.sweep_rows import Rung, SweepRow
+from llmload.core.jsonl import iter_jsonl
+from llmload.core.run_files import RunFiles
 from llmload.core.stats import mean, percentile
 
 SAMPLE_INTERVAL_S = 1.0  # one sample per process per second (llmload.loadgen.health_sampler)
@@ -44,19 +45,16 @@ MIN_OVERLAP = 0.5  # a sample speaks for a rung when at least half of its interv
 
 def health_path(records_path: str | Path) -> Path:
     """`<prefix>_health.jsonl` next to `<prefix>_records.jsonl`."""
-    text = str(records_path)
-    return Path(text.removesuffix("_records.jsonl").removesuffix(".jsonl") + "_health.jsonl")
+    return RunFiles.of_records(records_path).health
 
 
 def read_health(path: str | Path) -> list[dict[str, Any]]:
-    """Samples of a health file ([] if there is none); unreadable lines are skipped."""
-    path = Path(path)
-    if not path.exists():
-        return []
+    """Samples of a health file ([] if there is none); lines that are not samples are skipped."""
     samples = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for _, sample in iter_jsonl(path):
+        if sample is None:
+            continue
         try:
-            sample = json.loads(line)
             float(sample["t"]), float(sample["cpu"]), float(sample["lag_ms"]), str(sample["worker"])
         except (ValueError, TypeError, KeyError):
             continue

@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 
 from llmload.analysis.sweep_rows import Rung
 from llmload.core.names import REQUEST_TYPE, parse_rung_name, rung_name
+from llmload.core.run_files import RunFiles
 
 STATS_COLUMNS = ("Type", "Name", "Request Count", "Failure Count", "Average Content Size")
 FAILURES_COLUMNS = ("Method", "Name", "Error", "Occurrences")
@@ -203,7 +204,8 @@ def cross_check(prefix: str | Path, rungs: Sequence[Rung]) -> list[str]:
     """Warnings from `<prefix>_stats.csv` and `<prefix>_failures.csv` (each when it exists).
     A file that cannot be used (empty, missing a column) becomes a warning too."""
     warnings: list[str] = []
-    stats, failures = Path(f"{prefix}_stats.csv"), Path(f"{prefix}_failures.csv")
+    files = RunFiles(Path(prefix))
+    stats, failures = files.stats_csv, files.failures_csv
     try:
         if stats.exists():
             warnings += check_stats(rungs, read_stats_csv(stats))

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from llmload.analysis.determinism import RungDivergence, divergence, divergence_notes
-from llmload.analysis.health import flag_saturated, health_path, read_health
+from llmload.analysis.health import flag_saturated, read_health
 from llmload.analysis.locust_csv import cross_check
 from llmload.analysis.metrics import RungMetrics, all_rung_metrics
 from llmload.analysis.production_traffic import replay_warnings, turn_metrics
 from llmload.analysis.sweep_rows import MissingRung, Rung, SweepRow, group_rungs, sweep_rows
 from llmload.core.records import RecordFileError, RequestRecord, read_records
+from llmload.core.run_files import RunFiles
 from llmload.core.stats import DEFAULT_PERCENTILES
 from llmload.output.table import render
 from llmload.output.turn_table import render_turns
@@ -43,7 +44,7 @@ class RunResult:
 
 def read_run_info(prefix: str | Path) -> dict[str, Any] | None:
     """The ladder's run file, or None if absent or unreadable (a run killed while writing it)."""
-    path = Path(f"{prefix}_run.json")
+    path = RunFiles(Path(prefix)).run
     try:
         info = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError):
@@ -97,14 +98,15 @@ def load_run(
 ) -> RunResult:
     """Post-process a run; raises RecordFileError when there is nothing measured to show."""
     prefix = str(prefix)
-    records_path = f"{prefix}_records.jsonl"
+    files = RunFiles(Path(prefix))
+    records_path = str(files.records)
     records, skipped = read_records(Path(records_path))
     rungs = group_rungs(records)
     if not rungs:
         raise RecordFileError(f"{records_path}: no measured records")
     info = read_run_info(prefix)
     rows = sweep_rows(rungs, partial_rungs=unfinished_rungs(info), requests_per_user=requests_per_user)
-    flag_saturated(rows, rungs, read_health(health_path(records_path)))
+    flag_saturated(rows, rungs, read_health(files.health))
     if slo is None:  # the run's own `slo:` from its config file
         slo = {k: v for k, v in ((info or {}).get("config", {}).get("slo") or {}).items() if v is not None}
     metrics = all_rung_metrics(rungs, percentiles=percentiles, slo=slo) if with_metrics else None

@@ -32,9 +32,11 @@ from typing import IO, Any
 
 from tabulate import tabulate
 
+from llmload.core.jsonl import iter_jsonl
 from llmload.core.names import WARMUP_RUNG, rung_name
 from llmload.core.prometheus_text import scrape_metrics
 from llmload.core.records import RequestRecord
+from llmload.core.run_files import RunFiles
 from llmload.core.stats import mean
 
 # quantity -> (kind, how label sets combine)
@@ -144,7 +146,7 @@ class MetricsScraper:
 
 
 def metrics_path(prefix: str | Path) -> Path:
-    return Path(f"{prefix}_server_metrics.jsonl")
+    return RunFiles(Path(prefix)).server_metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,14 +158,12 @@ class Sample:
 def read_samples(path: Path) -> tuple[str | None, list[Sample]]:
     """(family, successful samples in time order) of a scrape file; unreadable lines skipped."""
     raw: list[tuple[float, dict[str, float]]] = []
-    with Path(path).open(encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            try:
-                data = json.loads(line)
-                if "samples" in data:
-                    raw.append((float(data["t"]), dict(data["samples"])))
-            except (ValueError, TypeError, KeyError):
-                continue
+    for _, data in iter_jsonl(path):
+        try:
+            if data is not None and "samples" in data:
+                raw.append((float(data["t"]), dict(data["samples"])))
+        except (ValueError, TypeError, KeyError):
+            continue
     family = next((f for _, s in raw if (f := detect_family(s)) is not None), None)
     if family is None:
         return None, []

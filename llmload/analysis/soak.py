@@ -32,7 +32,6 @@ when there is no full window to judge; else "pass" (0).
 
 from __future__ import annotations
 
-import json
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable
@@ -41,11 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from llmload.analysis.drift import Trend, fit_trend
+from llmload.analysis.health import read_health
 from llmload.analysis.metrics import tpot_ms, ttft_ms
 from llmload.analysis.postprocess import read_run_info
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError, SoakConfig, SweepConfig, load_config, parse_config
 from llmload.core.records import RecordFileError, iter_records
+from llmload.core.run_files import RunFiles
 from llmload.core.stats import percentile
 
 # the soak verdict in the common exit codes (llmload.core.exit_codes): a breach is a failure
@@ -202,11 +203,14 @@ def run_soak_config(prefix: str, info: dict[str, Any] | None, config_path: str |
     if config_path:
         return load_config(config_path)
     if info is None or "config" not in info:
-        raise ConfigError(f"{prefix}_run.json: missing or unreadable; name the soak config with --config")
+        raise ConfigError(
+            f"{RunFiles(Path(prefix)).run}: missing or unreadable; name the soak config with --config"
+        )
     # only the keys a soak report needs, so other sections of a newer or older run file do not matter
     raw = info["config"]
     return parse_config(
-        {k: raw[k] for k in ("mode", "rungs", "duration", "soak") if k in raw}, source=f"{prefix}_run.json"
+        {k: raw[k] for k in ("mode", "rungs", "duration", "soak") if k in raw},
+        source=str(RunFiles(Path(prefix)).run),
     )
 
 
@@ -217,7 +221,7 @@ def _fill_windows(
     windows: dict[int, Window] = {}
     last_end: float | None = None
     skipped = 0
-    for _, rec, _ in iter_records(records_path):
+    for _, rec in iter_records(records_path):
         if rec is None:
             skipped += 1
             continue
@@ -245,24 +249,8 @@ def _fill_windows(
 
 
 def _first_start(records_path: Path) -> float | None:
-    starts = (r.t_start for _, r, _ in iter_records(records_path) if r is not None and r.phase == "measure")
+    starts = (r.t_start for _, r in iter_records(records_path) if r is not None and r.phase == "measure")
     return min(starts, default=None)
-
-
-def read_health(path: Path) -> list[dict[str, Any]]:
-    """The generator's health samples ({"t", "worker", "cpu", "rss", "lag_ms"}); [] when absent."""
-    if not path.exists():
-        return []
-    samples = []
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            try:
-                sample = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(sample, dict) and isinstance(sample.get("t"), (int, float)):
-                samples.append(sample)
-    return samples
 
 
 def attach_health(windows: Iterable[Window], samples: list[dict[str, Any]]) -> None:
@@ -384,7 +372,8 @@ def soak_report(prefix: str | Path, *, config_path: str | None = None) -> SoakRe
     if config.soak is None:
         raise ConfigError(f"{config.source}: no 'soak' section; this is not a soak configuration")
     soak = config.soak
-    records_path = Path((info or {}).get("records") or f"{prefix}_records.jsonl")
+    files = RunFiles(Path(prefix))
+    records_path = Path((info or {}).get("records") or files.records)
     if not records_path.exists():
         raise RecordFileError(f"{records_path}: no such records file")
     stage = _measured_stage(info)
@@ -416,14 +405,14 @@ def soak_report(prefix: str | Path, *, config_path: str | None = None) -> SoakRe
             for i in range(n)
         ]
         tail = sum(w.requests for i, w in by_index.items() if not 0 <= i < n)
-        attach_health(windows, read_health(Path(f"{prefix}_health.jsonl")))
+        attach_health(windows, read_health(files.health))
         if duration is not None and finished and duration % soak.window_s > 1e-6:
             warnings.append(
                 f"duration {duration:g} s is not a multiple of window_s {soak.window_s:g} s;"
                 " the remainder is not judged"
             )
-    if windows and not Path(f"{prefix}_health.jsonl").exists():
-        warnings.append(f"{prefix}_health.jsonl not found: generator CPU/memory columns are empty")
+    if windows and not files.health.exists():
+        warnings.append(f"{files.health} not found: generator CPU/memory columns are empty")
     drifts = {m: window_drift(windows, m, soak.settle_windows, soak.confidence) for m in ("tok_s", "ttft")}
     report = SoakReport(
         prefix, soak, t0 or 0.0, duration, finished, windows, tail, drifts, [], "", 0, [], warnings

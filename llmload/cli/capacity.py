@@ -27,18 +27,20 @@ from llmload.cli.sweep_run import default_run_dir, run_sweep
 from llmload.core.config import ConfigError, load_config, parse_config
 from llmload.core.exit_codes import BAD_INPUT
 from llmload.core.records import RecordFileError, read_records
+from llmload.core.run_files import RunFiles
 from llmload.output.capacity import FORMATS, capacity_plot, render_capacity
 
 
 def capacity_of_run(prefix: str | Path) -> CapacityResult:
     """The search's answer from a run's records and run file (its config names the SLOs)."""
+    files = RunFiles(Path(prefix))
     info = read_run_info(prefix)
     if info is None or "config" not in info:
-        raise RecordFileError(f"{prefix}_run.json: no run file: cannot tell the run's SLOs")
-    config = parse_config(info["config"], source=f"{prefix}_run.json")
+        raise RecordFileError(f"{files.run}: no run file: cannot tell the run's SLOs")
+    config = parse_config(info["config"], source=str(files.run))
     if config.mode != "capacity":
-        raise ConfigError(f"{prefix}_run.json: the run is 'mode: {config.mode}', not a capacity search")
-    records, _ = read_records(Path(f"{prefix}_records.jsonl"))
+        raise ConfigError(f"{files.run}: the run is 'mode: {config.mode}', not a capacity search")
+    records, _ = read_records(files.records)
     return replay(config.capacity, config.slo, group_rungs(records))
 
 
@@ -98,6 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmload capacity: error: {exc}", file=sys.stderr)
         return returncode or 2
     print(render_capacity(result, args.format))
-    plot = capacity_plot(result, args.plot or Path(f"{prefix}_capacity.png"))
+    plot = capacity_plot(result, args.plot or RunFiles(Path(prefix)).output("capacity.png"))
     print(f"llmload capacity: plot in {plot}", file=sys.stderr)
     return returncode

@@ -15,7 +15,7 @@ from llmload.analysis.compare import compare_runs, render_comparison
 from llmload.analysis.postprocess import load_run
 from llmload.core.exit_codes import BAD_INPUT, OK, REGRESSED
 from llmload.core.records import RecordFileError
-from llmload.output.html_report import find_prefix
+from llmload.core.run_files import RunFiles
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any rung regressed (CI)")
     args = p.parse_args(argv)
     try:
-        base, cand = (load_run(find_prefix(run)) for run in (args.base, args.cand))
+        base, cand = (load_run(str(RunFiles.find(run).prefix)) for run in (args.base, args.cand))
     except RecordFileError as exc:
         print(f"llmload compare: error: {exc}", file=sys.stderr)
         return BAD_INPUT

@@ -23,10 +23,8 @@ from typing import Any, TextIO
 
 from llmload.analysis.rung_tally import SweepTally
 from llmload.core.names import WARMUP_RUNG
+from llmload.core.run_files import RunFiles
 from llmload.output.table import fmt_num
-
-RECORDS_SUFFIX = "_records.jsonl"
-RUN_SUFFIX = "_run.json"
 
 
 class Progress:
@@ -35,8 +33,8 @@ class Progress:
     def __init__(self, prefix: str | Path, stream: TextIO | None = None, columns: int | None = None) -> None:
         """`columns`: the terminal's width (default: asked from the stream); the line is cut to
         fit in it, as a longer one would wrap and defeat the rewrite in place."""
-        self.records_path = Path(f"{prefix}{RECORDS_SUFFIX}")
-        self.run_path = Path(f"{prefix}{RUN_SUFFIX}")
+        files = RunFiles(Path(prefix))
+        self.records_path, self.run_path = files.records, files.run
         self.stream = sys.stderr if stream is None else stream
         isatty = getattr(self.stream, "isatty", None)
         self.on_terminal = bool(isatty and isatty())

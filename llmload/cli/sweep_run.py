@@ -31,6 +31,7 @@ from typing import Any
 
 from llmload.cli.progress import Progress
 from llmload.core.exit_codes import INTERRUPTED
+from llmload.core.run_files import RunFiles
 from llmload.locustfiles import ENDPOINT_LOCUSTFILES, locustfile_path
 from llmload.servers.process import die_with_parent, free_port
 from llmload.servers.simulator import SimulatorProcess
@@ -54,7 +55,7 @@ class SweepRun:
 
     @property
     def records(self) -> Path:
-        return Path(f"{self.prefix}_records.jsonl")
+        return RunFiles(self.prefix).records
 
 
 def default_run_dir() -> Path:

@@ -20,7 +20,7 @@ from llmload.analysis.metrics import SLO_KEYS
 from llmload.analysis.postprocess import load_run, render_run
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, OK
 from llmload.core.records import RecordFileError
-from llmload.output.html_report import find_prefix
+from llmload.core.run_files import RunFiles
 from llmload.output.table import FORMATS
 
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     slo = {k: v for k in SLO_KEYS if (v := getattr(args, f"slo_{k}")) is not None}
     try:
         result = load_run(
-            find_prefix(args.prefix),
+            str(RunFiles.find(args.prefix).prefix),
             with_metrics=args.metrics or args.format == "json",
             percentiles=args.percentiles,
             slo=slo or None,  # none on the command line: the run's config `slo:`

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
+from llmload.core.jsonl import iter_jsonl
+
 OUTCOME_OK = "ok"
 
 
@@ -159,17 +161,14 @@ class RecordFileError(ValueError):
     """A records file is missing or holds no readable record."""
 
 
-def iter_records(path: Path) -> Iterator[tuple[int, RequestRecord | None, str]]:
-    """Yield (line number, record or None, raw line); None for a line that does not parse
-    (for example the half-written last line of a killed run)."""
-    with Path(path).open(encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield lineno, RequestRecord.from_dict(json.loads(line)), line
-            except (ValueError, TypeError, RecursionError):  # not JSON, not a record, nested too deep
-                yield lineno, None, line
+def iter_records(path: Path) -> Iterator[tuple[int, RequestRecord | None]]:
+    """Yield (line number, record or None); None for a line that is not a record (for example the
+    half-written last line of a killed run)."""
+    for lineno, obj in iter_jsonl(path):
+        try:
+            yield lineno, None if obj is None else RequestRecord.from_dict(obj)
+        except (ValueError, TypeError):  # not a record: missing or mistyped fields
+            yield lineno, None
 
 
 def read_records(path: Path) -> tuple[list[RequestRecord], list[int]]:
@@ -180,7 +179,7 @@ def read_records(path: Path) -> tuple[list[RequestRecord], list[int]]:
     records: list[RequestRecord] = []
     skipped: list[int] = []
     try:
-        for lineno, rec, _ in iter_records(path):
+        for lineno, rec in iter_records(path):
             if rec is None:
                 skipped.append(lineno)
             else:

@@ -19,6 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from llmload.core.run_files import RunFiles
+
 PACKAGES = ("llmload", "locust", "gevent", "geventhttpclient")
 VERSION_ENDPOINTS = (
     ("/version", "version"),
@@ -29,7 +31,7 @@ VERSION_ENDPOINTS = (
 
 
 def env_path(prefix: str | Path) -> Path:
-    return Path(f"{prefix}_env.json")
+    return RunFiles(Path(prefix)).environment
 
 
 def server_version(host: str, timeout: float = 1.0) -> dict[str, str] | None:

@@ -45,6 +45,7 @@ from llmload.core import exit_codes
 from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
 from llmload.core.records import RecordWriter, RequestRecord
+from llmload.core.run_files import RunFiles
 from llmload.loadgen.arrivals import arrival_count, slot_ranges
 from llmload.loadgen.health_sampler import MSG_HEALTH
 from llmload.loadgen.options import api_key, run_config
@@ -163,7 +164,7 @@ class RunState:
     host: str
     model: str
     writer: RecordWriter
-    run_file: Path
+    files: RunFiles  # the run's files; the records file may be elsewhere (--records)
     stages: list[Stage]
     progress: list[_StageProgress] = field(default_factory=list)
     records_by_rung: dict[int, int] = field(default_factory=dict)
@@ -199,9 +200,9 @@ class RunState:
                 for p in self.progress
             ],
         }
-        tmp = self.run_file.with_suffix(".tmp")
+        tmp = self.files.run.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(self.run_file)
+        tmp.replace(self.files.run)
 
 
 def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
@@ -274,7 +275,7 @@ def records_path(options: Any) -> Path:
     if getattr(options, "records", ""):
         return Path(options.records)
     prefix = getattr(options, "csv_prefix", None) or time.strftime("reports/run-%Y%m%d-%H%M%S")
-    return Path(f"{prefix}_records.jsonl")
+    return RunFiles(Path(prefix)).records
 
 
 class LadderShape(LoadTestShape):
@@ -375,12 +376,12 @@ class LadderShape(LoadTestShape):
         )
         prompt_words, prompt_vocab, tokens_per_word = self._prepare_workload(config, model, ctx)
         path = records_path(options)
-        run_file = Path(str(path).removesuffix("_records.jsonl").removesuffix(".jsonl") + "_run.json")
+        files = RunFiles.of_records(path)
         prompts = len(workload_for(config, prompt_words, prompt_vocab).pool)
         stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, tokens_per_word)
         # a new run starts new files, as Locust rewrites its CSVs (a second start from the web UI)
         state = RunState(
-            config, env.host, model, RecordWriter(path, fsync=False, truncate=True), run_file, stages
+            config, env.host, model, RecordWriter(path, fsync=False, truncate=True), files, stages
         )
         if config.mode == "capacity":
             state.search, state.prompt_words = CapacitySearch(config.capacity, config.slo), prompt_words

@@ -29,7 +29,7 @@ POLL_S = 0.1  # how often the greenlet looks for a stage change
 
 
 def run_prefix(run: RunState) -> str:
-    return str(run.run_file).removesuffix("_run.json")
+    return str(run.files.prefix)
 
 
 def _stage_mark(run: RunState) -> tuple[int, float | None, float | None]:

@@ -71,7 +71,7 @@ class SoakMonitor:
         if run is None or run.config.soak is None:
             self.prefix = None
             return
-        self.prefix = str(run.run_file).removesuffix("_run.json")
+        self.prefix = str(run.files.prefix)
         if self._trimmer is None:
             self._trimmer = gevent.spawn(self._trim_forever)
 

@@ -21,13 +21,13 @@ from werkzeug.datastructures import ImmutableMultiDict
 
 from llmload.analysis.postprocess import load_run, render_run
 from llmload.core.records import RecordFileError
+from llmload.core.run_files import RunFiles
 from llmload.loadgen.ladder import LadderShape
 from llmload.loadgen.live_sweep import LiveSweep
 from llmload.loadgen.token_charts import CHARTS_PATH, register_charts
 
 TAB_KEY = "tokens"
 CSV_PATH = "/llmload/sweep.csv"
-RECORDS_SUFFIX = "_records.jsonl"
 COLUMNS = (
     ("rung", "Rung"),
     ("users", "Users"),
@@ -76,7 +76,7 @@ def register_web_ui(environment: Any) -> LiveSweep | None:
         live.follow(shape.run)
         if live.run is None:
             return make_response("no run yet: start one first\n", 404)
-        prefix = str(live.run.writer.path).removesuffix(RECORDS_SUFFIX)
+        prefix = str(RunFiles.of_records(live.run.writer.path).prefix)
         try:
             text = render_run(load_run(prefix), "csv")
         except RecordFileError as e:

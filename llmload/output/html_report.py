@@ -21,23 +21,9 @@ import yaml
 
 from llmload.analysis.postprocess import RunResult, load_run
 from llmload.analysis.server_metrics import ServerMetrics, load_server_metrics, render_server_metrics
-from llmload.core.records import RecordFileError
 from llmload.core.run_environment import read_environment
+from llmload.core.run_files import RunFiles
 from llmload.output.table import render, render_metrics
-
-RECORDS_SUFFIX = "_records.jsonl"
-
-
-def find_prefix(path: str | Path) -> str:
-    """A run's prefix from the prefix itself, its records file, or a folder holding one run."""
-    p = Path(path)
-    if p.is_dir():
-        found = sorted(p.glob(f"*{RECORDS_SUFFIX}"))
-        if len(found) != 1:
-            what = "no" if not found else f"{len(found)}"
-            raise RecordFileError(f"{p}: {what} *{RECORDS_SUFFIX} files; give the run's prefix")
-        return str(found[0])[: -len(RECORDS_SUFFIX)]
-    return str(p).removesuffix(RECORDS_SUFFIX)
 
 
 def _when(t: float | None) -> str:
@@ -136,7 +122,7 @@ def write_report(path: str | Path, out_dir: Path | None = None) -> tuple[Path, S
     """Post-process a run and write its plots and HTML page; returns (html, plots)."""
     from llmload.output.plots import write_plots  # matplotlib is imported only when a report is made
 
-    prefix = find_prefix(path)
+    prefix = str(RunFiles.find(path).prefix)
     result = load_run(prefix, with_metrics=True)
     server = load_server_metrics(prefix, result.run_info, result.records)
     env = read_environment(prefix)

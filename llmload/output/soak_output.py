@@ -17,6 +17,7 @@ from typing import Any
 from tabulate import tabulate
 
 from llmload.analysis.soak import SoakReport
+from llmload.core.run_files import RunFiles
 from llmload.output.junit import junit_xml
 from llmload.output.table import fmt_num
 
@@ -133,15 +134,15 @@ def write_png(report: SoakReport, path: Path) -> Path:
 
 def write_outputs(report: SoakReport, *, png: bool = True) -> list[Path]:
     """Write the report's files next to the run's and return their paths."""
-    prefix = report.prefix
-    files = {
-        Path(f"{prefix}_soak_windows.csv"): windows_csv(report),
-        Path(f"{prefix}_soak.json"): json.dumps(report.summary(), indent=1) + "\n",
-        Path(f"{prefix}_soak.xml"): junit_xml(report),
+    run = RunFiles(Path(report.prefix))
+    texts = {
+        run.output("soak_windows.csv"): windows_csv(report),
+        run.output("soak.json"): json.dumps(report.summary(), indent=1) + "\n",
+        run.output("soak.xml"): junit_xml(report),
     }
-    for path, text in files.items():
+    for path, text in texts.items():
         path.write_text(text, encoding="utf-8")
-    written = list(files)
+    written = list(texts)
     if png and report.windows:
-        written.append(write_png(report, Path(f"{prefix}_soak.png")))
+        written.append(write_png(report, run.output("soak.png")))
     return written

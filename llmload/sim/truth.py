@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from llmload.core.jsonl import iter_jsonl
+
 
 def text_hash(text: str) -> str:
     """A short stable hash of a message text (the truth log's history_hashes / reply_hash)."""
@@ -114,33 +116,22 @@ class TruthLog:
             self._fh = None
 
 
+def _lines(path: Path) -> list[dict[str, Any]]:
+    """The truth log's lines; only a truncated last line may be unreadable (a killed server)."""
+    read = list(iter_jsonl(path))
+    bad = [number for number, data in read if data is None]
+    if bad and bad != [read[-1][0]]:
+        raise ValueError(f"{path}:{bad[0]}: not a JSON object line")
+    return [data for _, data in read if data is not None]
+
+
 def load_truth(path: Path) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     """Read a truth log: (requests by id, steps in order). A truncated last line is skipped."""
-    requests: dict[str, dict[str, Any]] = {}
-    steps: list[dict[str, Any]] = []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, start=1):
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):
-                break  # the process was killed while writing its last line
-            raise ValueError(f"{path}:{number}: not a JSON line") from None
-        if data.get("type") == "request":
-            requests[data["id"]] = data
-        elif data.get("type") == "step":
-            steps.append(data)
-    return requests, steps
+    lines = _lines(path)
+    requests = {data["id"]: data for data in lines if data.get("type") == "request"}
+    return requests, [data for data in lines if data.get("type") == "step"]
 
 
 def load_connections(path: Path) -> list[dict[str, Any]]:
     """The connection lines of a truth log, in acceptance order."""
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a killed process's half-written last line
-        if data.get("type") == "connection":
-            out.append(data)
-    return out
+    return [data for data in _lines(path) if data.get("type") == "connection"]

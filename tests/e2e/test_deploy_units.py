@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
+from fixtures.locust_options import APP_DIR, locust_options
 from fixtures.paths import REPO
-from test_k8s_manifests import APP_DIR, locust_options
 
 from llmload.core.config import load_config
 from llmload.servers.process import free_port
@@ -146,4 +146,6 @@ def test_cronjob_manifest_runs_the_soak_config_once_per_schedule():
 def test_image_holds_what_the_cronjob_runs():
     dockerfile = (DEPLOY / "k8s" / "Dockerfile").read_text()
     copied = re.findall(r"^COPY (\S+)", dockerfile, flags=re.M)
-    assert "locustfiles" in copied and "config" in copied
+    assert copied == ["."]  # the whole checkout (.dockerignore leaves out the venv, reports, .git)
+    ignored = (REPO / ".dockerignore").read_text().split()
+    assert not {"locustfiles", "config", "llmload"} & set(ignored)

@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import subprocess
-import sys
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from fixtures.locust_options import APP_DIR, locust_options
 from fixtures.paths import REPO
 
 from llmload.core.config import load_config, parse_config
 
 K8S = REPO / "deploy" / "k8s"
-APP_DIR = "/app"  # the image's working directory (deploy/k8s/Dockerfile)
 SOAK = "soak-cronjob.yaml"  # applied on its own, not by the kustomization; tests/e2e/test_deploy_units.py
 
 
@@ -46,29 +43,6 @@ def container(deployment: dict[str, Any]) -> dict[str, Any]:
 
 def arg_value(args: list[str], option: str) -> str:
     return args[args.index(option) + 1]
-
-
-# Locust prints --help before it imports the locustfile, so llmload's options are not in it: build
-# the parser as Locust does (its options, then the init_command_line_parser listeners the
-# locustfile registered), in a fresh interpreter.
-_LIST_OPTIONS = (
-    "import runpy; runpy.run_path('locustfiles/completions.py'); "
-    "from locust.argument_parser import get_parser; print(*get_parser()._option_string_actions)"
-)
-
-
-@cache
-def locust_options() -> frozenset[str]:
-    """Every option of `locust -f locustfiles/completions.py` (Locust's and llmload's)."""
-    out = subprocess.run(
-        [sys.executable, "-c", _LIST_OPTIONS],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    return frozenset(out.split())
 
 
 def test_objects_and_kinds():

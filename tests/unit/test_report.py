@@ -8,13 +8,16 @@ import io
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from fixtures.paths import REPO
 from PIL import Image
 
 from llmload.analysis.sweep_rows import SweepRow
-from llmload.output.html_report import find_prefix, write_report
+from llmload.core.records import RecordFileError
+from llmload.core.run_files import RunFiles
+from llmload.output.html_report import write_report
 from llmload.output.plots import pareto_front
 
 FIXTURE = REPO / "tests" / "fixtures" / "report_run"
@@ -67,10 +70,12 @@ def test_page_holds_config_and_environment(report):
     assert "locust version</th><td>2.47.0" in text and "sim-model" in text
 
 
-def test_find_prefix(tmp_path):
-    assert find_prefix(FIXTURE) == str(FIXTURE / "run")
-    assert find_prefix(FIXTURE / "run_records.jsonl") == str(FIXTURE / "run")
-    assert find_prefix("reports/x") == "reports/x"
+def test_a_run_is_found_by_folder_records_file_or_prefix(tmp_path):
+    assert RunFiles.find(FIXTURE).prefix == FIXTURE / "run"
+    assert RunFiles.find(FIXTURE / "run_records.jsonl").prefix == FIXTURE / "run"
+    assert RunFiles.find("reports/x").prefix == Path("reports/x")
+    with pytest.raises(RecordFileError, match="no \\*_records.jsonl files"):
+        RunFiles.find(tmp_path)
 
 
 def test_script(tmp_path):

@@ -1,0 +1,80 @@
+"""Every file of a run, named in one place.
+
+A run is a prefix (Locust's `--csv`, e.g. `reports/sweep-…/run`); its files are the prefix plus a
+suffix. `RunFiles.find(path)` accepts what a user types: the prefix, the records file, or a folder
+holding exactly one run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmload.core.records import RecordFileError
+
+RECORDS = "_records.jsonl"  # one RequestRecord per request (llmload.core.records)
+RUN = "_run.json"  # the ladder's own account: stages, start times, finished or not, the config
+HEALTH = "_health.jsonl"  # the generator's health samples (llmload.loadgen.health_sampler)
+ENVIRONMENT = "_env.json"  # what produced the run (llmload.core.run_environment)
+SERVER_METRICS = "_server_metrics.jsonl"  # scrapes of the server's /metrics
+STATS_CSV = "_stats.csv"  # Locust's own CSVs
+FAILURES_CSV = "_failures.csv"
+
+
+@dataclass(frozen=True, slots=True)
+class RunFiles:
+    """The files of the run at `prefix`."""
+
+    prefix: Path
+
+    @classmethod
+    def of_records(cls, records: str | Path) -> RunFiles:
+        """The run whose records file is `records` (`<prefix>_records.jsonl`, or any `.jsonl`)."""
+        return cls(Path(str(records).removesuffix(RECORDS).removesuffix(".jsonl")))
+
+    @classmethod
+    def find(cls, path: str | Path) -> RunFiles:
+        """The run a user named: its prefix, its records file, or a folder holding one run."""
+        p = Path(path)
+        if p.is_dir():
+            found = sorted(p.glob(f"*{RECORDS}"))
+            if len(found) != 1:
+                what = "no" if not found else f"{len(found)}"
+                raise RecordFileError(f"{p}: {what} *{RECORDS} files; give the run's prefix")
+            return cls.of_records(found[0])
+        return cls.of_records(p)
+
+    def _with(self, suffix: str) -> Path:
+        return Path(f"{self.prefix}{suffix}")
+
+    @property
+    def records(self) -> Path:
+        return self._with(RECORDS)
+
+    @property
+    def run(self) -> Path:
+        return self._with(RUN)
+
+    @property
+    def health(self) -> Path:
+        return self._with(HEALTH)
+
+    @property
+    def environment(self) -> Path:
+        return self._with(ENVIRONMENT)
+
+    @property
+    def server_metrics(self) -> Path:
+        return self._with(SERVER_METRICS)
+
+    @property
+    def stats_csv(self) -> Path:
+        return self._with(STATS_CSV)
+
+    @property
+    def failures_csv(self) -> Path:
+        return self._with(FAILURES_CSV)
+
+    def output(self, name: str) -> Path:
+        """A file a report writes beside the run: `<prefix>_<name>` (e.g. "soak.json")."""
+        return self._with(f"_{name}")
