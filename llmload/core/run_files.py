@@ -21,6 +21,16 @@ STATS_CSV = "_stats.csv"  # Locust's own CSVs
 FAILURES_CSV = "_failures.csv"
 
 
+class _Suffix:
+    """A file of the run: the prefix plus this suffix (read as an attribute of RunFiles)."""
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
+
+    def __get__(self, files: RunFiles, owner: type | None = None) -> Path:
+        return Path(f"{files.prefix}{self.suffix}")
+
+
 @dataclass(frozen=True, slots=True)
 class RunFiles:
     """The files of the run at `prefix`."""
@@ -44,37 +54,14 @@ class RunFiles:
             return cls.of_records(found[0])
         return cls.of_records(p)
 
-    def _with(self, suffix: str) -> Path:
-        return Path(f"{self.prefix}{suffix}")
-
-    @property
-    def records(self) -> Path:
-        return self._with(RECORDS)
-
-    @property
-    def run(self) -> Path:
-        return self._with(RUN)
-
-    @property
-    def health(self) -> Path:
-        return self._with(HEALTH)
-
-    @property
-    def environment(self) -> Path:
-        return self._with(ENVIRONMENT)
-
-    @property
-    def server_metrics(self) -> Path:
-        return self._with(SERVER_METRICS)
-
-    @property
-    def stats_csv(self) -> Path:
-        return self._with(STATS_CSV)
-
-    @property
-    def failures_csv(self) -> Path:
-        return self._with(FAILURES_CSV)
+    records = _Suffix(RECORDS)
+    run = _Suffix(RUN)
+    health = _Suffix(HEALTH)
+    environment = _Suffix(ENVIRONMENT)
+    server_metrics = _Suffix(SERVER_METRICS)
+    stats_csv = _Suffix(STATS_CSV)
+    failures_csv = _Suffix(FAILURES_CSV)
 
     def output(self, name: str) -> Path:
         """A file a report writes beside the run: `<prefix>_<name>` (e.g. "soak.json")."""
-        return self._with(f"_{name}")
+        return Path(f"{self.prefix}_{name}")

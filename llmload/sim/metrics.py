@@ -29,52 +29,56 @@ def render(engine: Engine, model_name: str) -> str:
         for extra, value in samples:
             lines.append(f"{name}{{{labels}{extra}}} {value}")
 
-    metric(
-        "vllm:num_requests_running", "gauge", "Requests in the running batch.", [("", len(engine.running))]
+    # (name, kind, help, samples: (extra labels, value))
+    families: list[tuple[str, str, str, list[tuple[str, float]]]] = [
+        ("vllm:num_requests_running", "gauge", "Requests in the running batch.", [("", len(engine.running))]),
+        (
+            "vllm:num_requests_waiting",
+            "gauge",
+            "Requests waiting to be admitted.",
+            [("", len(engine.waiting))],
+        ),
+        (
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            "KV-cache usage (1 = 100 %): tokens held over max_num_seqs * max_model_len.",
+            [("", engine.kv_cache_usage())],
+        ),
+        ("vllm:prompt_tokens_total", "counter", "Prefill tokens processed.", [("", c.prompt_tokens)]),
+        (
+            "vllm:generation_tokens_total",
+            "counter",
+            "Generation tokens processed.",
+            [("", c.generation_tokens)],
+        ),
+        (
+            "vllm:request_success_total",
+            "counter",
+            "Finished requests by finish reason.",
+            [(f',finished_reason="{_label(r)}"', n) for r, n in sorted(c.finished.items())],
+        ),
+    ]
+    counters = (  # (name, help, value) of the plain counters
+        (
+            "vllm:prefix_cache_queries_total",
+            "Prompt tokens looked up in the prefix cache.",
+            c.prefix_cache_queries,
+        ),
+        ("vllm:prefix_cache_hits_total", "Prompt tokens served by the prefix cache.", c.prefix_cache_hits),
+        ("vllm:num_preemptions_total", "Cumulative preemptions.", c.preemptions),
+        ("vllm:spec_decode_num_drafts_total", "Speculative drafts.", c.spec_drafts),
+        (
+            "vllm:spec_decode_num_draft_tokens_total",
+            "Speculative draft tokens proposed.",
+            c.spec_draft_tokens,
+        ),
+        (
+            "vllm:spec_decode_num_accepted_tokens_total",
+            "Speculative draft tokens accepted.",
+            c.spec_accepted_tokens,
+        ),
     )
-    metric(
-        "vllm:num_requests_waiting", "gauge", "Requests waiting to be admitted.", [("", len(engine.waiting))]
-    )
-    metric(
-        "vllm:kv_cache_usage_perc",
-        "gauge",
-        "KV-cache usage (1 = 100 %): tokens held over max_num_seqs * max_model_len.",
-        [("", engine.kv_cache_usage())],
-    )
-    metric("vllm:prompt_tokens_total", "counter", "Prefill tokens processed.", [("", c.prompt_tokens)])
-    metric(
-        "vllm:generation_tokens_total", "counter", "Generation tokens processed.", [("", c.generation_tokens)]
-    )
-    metric(
-        "vllm:request_success_total",
-        "counter",
-        "Finished requests by finish reason.",
-        [(f',finished_reason="{_label(r)}"', n) for r, n in sorted(c.finished.items())],
-    )
-    metric(
-        "vllm:prefix_cache_queries_total",
-        "counter",
-        "Prompt tokens looked up in the prefix cache.",
-        [("", c.prefix_cache_queries)],
-    )
-    metric(
-        "vllm:prefix_cache_hits_total",
-        "counter",
-        "Prompt tokens served by the prefix cache.",
-        [("", c.prefix_cache_hits)],
-    )
-    metric("vllm:num_preemptions_total", "counter", "Cumulative preemptions.", [("", c.preemptions)])
-    metric("vllm:spec_decode_num_drafts_total", "counter", "Speculative drafts.", [("", c.spec_drafts)])
-    metric(
-        "vllm:spec_decode_num_draft_tokens_total",
-        "counter",
-        "Speculative draft tokens proposed.",
-        [("", c.spec_draft_tokens)],
-    )
-    metric(
-        "vllm:spec_decode_num_accepted_tokens_total",
-        "counter",
-        "Speculative draft tokens accepted.",
-        [("", c.spec_accepted_tokens)],
-    )
+    families += [(name, "counter", help_text, [("", value)]) for name, help_text, value in counters]
+    for family in families:
+        metric(*family)
     return "\n".join(lines) + "\n"
