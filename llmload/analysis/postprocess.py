@@ -49,7 +49,9 @@ def read_run_info(prefix: str | Path) -> dict[str, Any] | None:
         info = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError):
         return None
-    stages = info.get("stages") if isinstance(info, dict) else None
+    if not isinstance(info, dict):
+        return None
+    stages = info.get("stages")
     if not isinstance(stages, list) or not all(_stage_ok(s) for s in stages):
         return None
     return info
@@ -73,9 +75,9 @@ def unfinished_rungs(run_info: Mapping[str, Any] | None) -> set[int]:
 def missing_rungs(run_info: Mapping[str, Any] | None, rungs: Sequence[Rung]) -> list[MissingRung]:
     """The ladder's rungs (from the run file's config) that have no measured record."""
     config = (run_info or {}).get("config")
-    ladder = config.get("rungs") if isinstance(config, dict) else None
-    if not isinstance(ladder, list):
+    if not isinstance(config, dict) or not isinstance(config.get("rungs"), list):
         return []
+    ladder = config["rungs"]
     started = {s["rung"]: s["users"] for s in (run_info or {}).get("stages", [])}
     measured = {r.index for r in rungs}
     rate_mode = config.get("mode") == "rate"

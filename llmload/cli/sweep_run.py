@@ -149,6 +149,12 @@ def locust_command(host: str, prefix: Path, locustfile: Path, extra: Sequence[st
     ]
 
 
+def _child_setup(held: set[int | signal.Signals]) -> None:
+    """In Locust's process, before it runs: the signals the sweep held, and death with the sweep."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    die_with_parent()
+
+
 def _start_locust(cmd: Sequence[str], out: Any) -> subprocess.Popen[bytes]:
     """Locust in its own process group (a terminal's Ctrl+C reaches only this process, which
     forwards it); signals are held back until its PID is known, so no stop can miss it."""
@@ -160,7 +166,7 @@ def _start_locust(cmd: Sequence[str], out: Any) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=lambda: (signal.pthread_sigmask(signal.SIG_SETMASK, held), die_with_parent()),
+            preexec_fn=lambda: _child_setup(held),
         )
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)

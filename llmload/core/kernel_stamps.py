@@ -32,5 +32,5 @@ def stamp_of(ancillary: Iterable[tuple[int, int, bytes]]) -> float | None:
     for level, kind, raw in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
             sec, nsec = _TIMESPEC.unpack_from(raw)
-            return sec + nsec * 1e-9
+            return float(sec + nsec * 1e-9)
     return None

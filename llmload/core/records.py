@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
@@ -114,7 +114,11 @@ def _is_number(v: Any) -> bool:
     return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
 
 
-_FIELD_CHECKS = {
+def _unchecked(_: Any) -> bool:
+    return True
+
+
+_FIELD_CHECKS: dict[str, Callable[[Any], bool]] = {
     "int": _is_int,
     "float": _is_number,
     "bool": lambda v: isinstance(v, bool),
@@ -130,7 +134,7 @@ def _field_ok(annotation: str, value: Any) -> bool:
     kinds = [k.strip() for k in annotation.split("|")]
     if value is None:
         return "None" in kinds
-    return any(_FIELD_CHECKS.get(k, lambda _: True)(value) for k in kinds if k != "None")
+    return any(_FIELD_CHECKS.get(k, _unchecked)(value) for k in kinds if k != "None")
 
 
 class RecordWriter:

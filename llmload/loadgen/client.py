@@ -169,7 +169,7 @@ def _exchange(
     try:
         if conns is not None:
             conns.note_response(resp)
-        status = resp.get_code()
+        status = int(resp.get_code())
         if status != 200:
             detail = resp.read()[:200].decode("utf-8", "replace")
             raise RequestFailed(f"http_{status}", detail, status, resp.get("retry-after"))

@@ -106,9 +106,9 @@ class UserConnections:
         self._lost: str | None = None  # why the user's last connection ended
         self._had_connection = False
         self._tls_s = 0.0
-        pool.get_socket = self._get_socket
-        pool.return_socket = self._return_socket
-        pool.release_socket = self._release_socket
+        pool.get_socket = self._get_socket  # type: ignore[method-assign]
+        pool.return_socket = self._return_socket  # type: ignore[method-assign]
+        pool.release_socket = self._release_socket  # type: ignore[method-assign]
         if isinstance(pool, SSLConnectionPool):
             wrap = pool.ssl_context.wrap_socket
 

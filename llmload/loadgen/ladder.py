@@ -257,8 +257,8 @@ def plan_stages(
         per_user = warmup_per_user(config, first_users, prompts)
         stages.append(Stage(0, WARMUP_RUNG, first_users, per_user, model, cfg))
     if config.mode == "trace":
-        rate = trace_workload(config, tokens_per_word).rate
-        stages.append(Stage(len(stages), 0, config.max_concurrency, 1, model, cfg, rate=rate))
+        trace_rate = trace_workload(config, tokens_per_word).rate
+        stages.append(Stage(len(stages), 0, config.max_concurrency, 1, model, cfg, rate=trace_rate))
     for i, value in enumerate(config.rungs if config.mode in ("concurrency", "rate") else ()):
         users, rate = (config.max_concurrency, float(value)) if config.rate_mode else (int(value), None)
         stages.append(Stage(len(stages), i, users, config.requests_per_user, model, cfg, rate=rate))
@@ -284,7 +284,7 @@ class LadderShape(LoadTestShape):
     abstract = False
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.run: RunState | None = None
         self._failed = False
         self.error = ""  # why the run could not start (bad config, failed preflight)
@@ -293,6 +293,12 @@ class LadderShape(LoadTestShape):
         self.soak = False  # a soak run: its verdict (llmload.loadgen.soak_monitor) is the exit code
         # called with (run, record dict) for each record, after it is written (e.g. the web UI's tab)
         self.record_hooks: list[Callable[[RunState, dict[str, Any]], None]] = []
+
+    @property
+    def _runner(self) -> Any:
+        """The runner this shape drives (Locust sets it before the first tick)."""
+        assert self.runner is not None
+        return self.runner
 
     # --- messages from the users (master / local process) -------------------------------
     def on_record(self, environment: Any, msg: Any, **_: Any) -> None:
@@ -359,7 +365,7 @@ class LadderShape(LoadTestShape):
         self._failed = False
 
     def _begin(self) -> RunState:
-        env = self.runner.environment
+        env = self._runner.environment
         self.told_400 = False
         options = env.parsed_options
         config = run_config(options)
@@ -401,7 +407,7 @@ class LadderShape(LoadTestShape):
         per_word_needed = config.mode == "trace" or config.sessions is not None
         if config.prompt_tokens is None and not per_word_needed:
             return None, None, None
-        env = self.runner.environment
+        env = self._runner.environment
         # the endpoint the users send to: a user class may pin one (ChatUser), whatever the file says
         sent = {getattr(u, "endpoint", None) or config.endpoint for u in env.user_classes or ()}
         endpoint = sent.pop() if len(sent) == 1 else config.endpoint  # mixed: the file's (checked later)
@@ -434,11 +440,11 @@ class LadderShape(LoadTestShape):
         )
         if problem:
             log.error("llmload: token reconciliation failed: %s", problem)
-            self.runner.environment.process_exit_code = exit_codes.RECONCILIATION
+            self._runner.environment.process_exit_code = exit_codes.RECONCILIATION
         missed = check_inputs(progress.stage.name, tally, run.config.input_tolerance)
         if missed:
             log.error("llmload: input lengths not as asked: %s", missed)
-            self.runner.environment.process_exit_code = exit_codes.RECONCILIATION
+            self._runner.environment.process_exit_code = exit_codes.RECONCILIATION
 
     # --- mode: capacity -------------------------------------------------------------------
     def _plan_probe(self, run: RunState) -> None:
@@ -472,7 +478,7 @@ class LadderShape(LoadTestShape):
 
     def _fail(self, message: str, code: int = exit_codes.BAD_INPUT) -> None:
         log.error("llmload: %s", message)
-        self.runner.environment.process_exit_code = code
+        self._runner.environment.process_exit_code = code
         self._failed = True
         self.unfinished = False  # the exit code already says why
         self.error = message
@@ -495,7 +501,7 @@ class LadderShape(LoadTestShape):
         run = self.run
         assert run is not None
         run.progress.append(_StageProgress(stage, time.time()))
-        self.runner.send_message(MSG_STAGE, dataclasses.asdict(stage))
+        self._runner.send_message(MSG_STAGE, dataclasses.asdict(stage))
 
     def _go(self, progress: _StageProgress) -> None:
         """Every user is ready: announce the common start time (and the deadline)."""
@@ -514,7 +520,7 @@ class LadderShape(LoadTestShape):
         progress.started = progress.last_progress = start_at
         run.write_run_file()
         log.info("llmload: %s starts (%d users)", progress.stage.name, progress.stage.users)
-        self.runner.send_message(MSG_STAGE, dataclasses.asdict(progress.stage))
+        self._runner.send_message(MSG_STAGE, dataclasses.asdict(progress.stage))
 
     def _stats_caught_up(self) -> bool:
         run = self.run
@@ -581,7 +587,9 @@ class LadderShape(LoadTestShape):
                     run.write_run_file(finished=True)
                     self.unfinished = False
                     return None
-        return run.current.stage.users, run.config.spawn_rate
+        current = run.current
+        assert current is not None
+        return current.stage.users, run.config.spawn_rate
 
 
 def on_test_stop(environment: Any, **_: Any) -> None:

@@ -23,13 +23,13 @@ from llmload.loadgen.soak_monitor import SoakMonitor
 from llmload.loadgen.webui import register_web_ui
 
 
-@events.init_command_line_parser.add_listener
+@events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
 def _add_options(parser: Any, **_: Any) -> None:
     add_arguments(parser)
     guard_output_paths(parser)  # --csv/--html/--json-file under a file: one line, not a traceback
 
 
-@events.init.add_listener
+@events.init.add_listener  # type: ignore[untyped-decorator]
 def _on_init(environment: Any, **_: Any) -> None:
     register_messages(environment)
     install_shutdown(environment)  # Ctrl+C and SIGTERM: clean exit, final CSVs (llmload.loadgen.shutdown)

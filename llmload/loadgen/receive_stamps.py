@@ -34,12 +34,13 @@ KERNEL, USER = "kernel", "user"
 _READING: dict[Any, ReceiveClock] = {}  # greenlet -> the clock of the request it is reading
 
 
-class StampedSocket(gevent.socket.socket):
+class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
     """A gevent TCP socket whose `recv` hands the kernel's receive time of the data it returned
     (the last packet's, when one read spans several) to the `ReceiveClock` of the greenlet
     reading it."""
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data: bytes
         data, ancillary, _, _ = self.recvmsg(bufsize, ANCILLARY_SIZE, flags)
         clock = _READING.get(getcurrent())
         if clock is not None:

@@ -108,12 +108,11 @@ class LLMUser(FastHttpUser):
             "Accept-Encoding": "identity",
             **auth_headers(api_key(options)),
         }
-        self._http = self.client.client.clientpool.get_client(self.host)
-        stamp_receive_times(
-            self._http
-        )  # message times from the kernel where it can (llmload.loadgen.receive_stamps)
+        host = str(self.host or "")  # Locust checks --host before it starts users
+        self._http = self.client.client.clientpool.get_client(host)
+        stamp_receive_times(self._http)  # message times from the kernel where it can
         self._conns = UserConnections(self._http, config.connection)  # llmload.loadgen.connections
-        self._base_path = urlsplit(self.host).path.rstrip("/")
+        self._base_path = urlsplit(host).path.rstrip("/")
 
     def _stage_config(self, stage: Stage) -> SweepConfig:
         if stage.seq != self._config_seq:
@@ -138,7 +137,7 @@ class LLMUser(FastHttpUser):
                 self.environment.runner.send_message(MSG_USER_READY, ready)
                 self._ready_seq = stage.seq
             stage = BOARD.wait_go(stage.seq, STAGE_POLL_S)
-            if stage is None:
+            if stage is None or stage.start_at is None:
                 return
         gevent.sleep(max(0.0, stage.start_at - time.time()))
         sent = 0

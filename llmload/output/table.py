@@ -117,25 +117,22 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
 def _input_notes(rows: Sequence[SweepRow]) -> list[str]:
     """Runs that asked for a prompt length (`prompt_tokens`): the input tokens each rung sent
     (server's count), and a warning when they missed the ask. (JSON has them for every run.)"""
-    sent = [r for r in rows if r.input_tokens is not None and r.input_tokens["asked"]]
+    sent = [(r, r.input_tokens) for r in rows if r.input_tokens is not None and r.input_tokens["asked"]]
     if not sent:
         return []
     notes = [
-        f"input tokens (asked {sent[0].input_tokens['asked']}): "
+        f"input tokens (asked {sent[0][1]['asked']}): "
         + ", ".join(
-            f"{rung_name(r.rung, r.conc)} mean {r.input_tokens['mean']:.1f} "
-            f"min {r.input_tokens['min']} max {r.input_tokens['max']}"
-            for r in sent
+            f"{rung_name(r.rung, r.conc)} mean {inputs['mean']:.1f} min {inputs['min']} max {inputs['max']}"
+            for r, inputs in sent
         )
     ]
     limit = 100.0 * INPUT_TOLERANCE
-    missed = [
-        r for r in sent if r.input_tokens["miss_pct"] is not None and abs(r.input_tokens["miss_pct"]) > limit
-    ]
+    missed = [(r, i) for r, i in sent if i["miss_pct"] is not None and abs(i["miss_pct"]) > limit]
     if missed:
         notes.append(
             f"inputs missed the asked length by more than {limit:g} %: "
-            + ", ".join(f"{rung_name(r.rung, r.conc)} {r.input_tokens['miss_pct']:+.1f} %" for r in missed)
+            + ", ".join(f"{rung_name(r.rung, r.conc)} {i['miss_pct']:+.1f} %" for r, i in missed)
             + " (every latency and rate is for a different input length than asked)"
         )
     return notes

@@ -106,7 +106,7 @@ class ConnectionTracker:
             lost(handler, exc)
 
         server.connection_made = connection_made  # type: ignore[method-assign]
-        server.connection_lost = connection_lost  # type: ignore[method-assign]
+        server.connection_lost = connection_lost  # type: ignore[method-assign,assignment]
         data_received = RequestHandler.data_received
         received = self._received
 
@@ -117,7 +117,7 @@ class ConnectionTracker:
                 stamp = _rx_time(handler)
                 received.setdefault(handler, t if stamp is None else stamp)
 
-        RequestHandler.data_received = stamped  # type: ignore[method-assign]  # this process's only server
+        RequestHandler.data_received = stamped  # type: ignore[method-assign,assignment]  # the only server
 
     def _accepted(self, handler: Any, transport: Any) -> None:
         conn = Connection(next(self._ids), time.time())

@@ -14,6 +14,7 @@ import signal
 import ssl
 import sys
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -58,7 +59,9 @@ async def serve(config: SimConfig) -> None:
         prefix_cache=cache,
     )
     sim = SimServer(config, engine, truth)
-    keep_alive = {} if config.keep_alive_timeout is None else {"keepalive_timeout": config.keep_alive_timeout}
+    keep_alive: dict[str, Any] = (
+        {} if config.keep_alive_timeout is None else {"keepalive_timeout": config.keep_alive_timeout}
+    )
     runner = web.AppRunner(sim.app(), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S, **keep_alive)
     await runner.setup()
     assert runner.server is not None

@@ -49,7 +49,7 @@ _MASK64 = (1 << 64) - 1
 
 def _tokens(text: str) -> list[str]:
     """The tokens of `text` (without BOS), as strings."""
-    out = []
+    out: list[str] = []
     for piece in _PIECES.findall(text):
         letters = piece.lstrip(" ")
         if letters.isalpha() and len(letters) > LETTERS_PER_TOKEN:
