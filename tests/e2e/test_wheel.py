@@ -29,6 +29,8 @@ def swept(wheel_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
         lines = proc.stdout.splitlines()
         assert lines[0].split()[:2] == ["conc", "agg_tok/s"]
         assert [line.split()[0] for line in lines[1:3]] == ["1", "2"]
+        log = (cwd / "reports" / name / "locust.log").read_text()
+        assert "spawn rate is very high" not in log  # the ladder's spawn rate is Locust's limit
     return cwd, cwd / "reports"
 
 
@@ -44,7 +46,7 @@ def test_table_report_and_compare_work_on_the_sweeps_output(
     wheel_venv: Path, swept: tuple[Path, Path]
 ) -> None:
     cwd, reports = swept
-    table = llmload(wheel_venv, cwd, "table", "reports/a/run", "--metrics")
+    table = llmload(wheel_venv, cwd, "table", "reports/a", "--metrics")  # the run's folder
     assert table.returncode == 0, table.stderr
     assert "ttft" in table.stdout.lower()
     report = llmload(wheel_venv, cwd, "report", "reports/a")
