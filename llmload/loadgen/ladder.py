@@ -46,10 +46,18 @@ from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
 from llmload.core.records import RecordWriter, RequestRecord
 from llmload.core.run_files import RunFiles
-from llmload.loadgen.arrivals import arrival_count, slot_ranges
+from llmload.loadgen.arrivals import arrival_count
 from llmload.loadgen.health_sampler import MSG_HEALTH
 from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.preflight import PreflightError, auth_headers, preflight, tls_context
+from llmload.loadgen.stage_protocol import (
+    Announced,
+    LadderDone,
+    StageProgress,
+    StageProtocol,
+    Stalled,
+    Started,
+)
 from llmload.loadgen.trace import trace_workload
 from llmload.loadgen.workload import calibrate, load_prompt_file, workload_for
 
@@ -59,9 +67,7 @@ MSG_STAGE = "llmload_stage"
 MSG_RECORD = "llmload_record"
 MSG_USER_DONE = "llmload_user_done"
 MSG_USER_READY = "llmload_user_ready"
-GO_MARGIN_S = 0.25  # start_at is this far ahead of the "go" announcement, so it reaches every worker
 STATS_CATCH_UP_S = 12.0  # workers report stats every 3 s; wait at most this for the last ones
-READY_TIMEOUT_S = 60.0  # a stage starts with the users that are ready after this long
 STALL_MARGIN_S = 10.0  # a stage with no progress for timeouts.total + this is abandoned...
 RETRY_WAIT_MAX_S = 60.0  # ...plus the longest wait between retries (client caps Retry-After at 60 s)
 
@@ -141,22 +147,6 @@ BOARD = StageBoard()
 
 
 @dataclass(slots=True)
-class _StageProgress:
-    stage: Stage
-    started: float
-    ready: set[str] = field(default_factory=set)
-    ready_by_process: dict[str, int] = field(default_factory=dict)  # ready users per worker
-    users_done: int = 0
-    requests_reported: int = 0
-    records: int = 0
-    finished: float | None = None
-    last_progress: float = field(default_factory=time.time)  # last ready / record / done message
-
-    def complete(self) -> bool:
-        return self.users_done >= self.stage.users and self.records >= self.requests_reported
-
-
-@dataclass(slots=True)
 class RunState:
     """Everything the master knows about the run in progress."""
 
@@ -166,7 +156,7 @@ class RunState:
     writer: RecordWriter
     files: RunFiles  # the run's files; the records file may be elsewhere (--records)
     stages: list[Stage]
-    progress: list[_StageProgress] = field(default_factory=list)
+    protocol: StageProtocol
     records_by_rung: dict[int, int] = field(default_factory=dict)
     all_done_at: float | None = None
     health: RecordWriter | None = None  # the generator's health samples (llmload.analysis.health)
@@ -177,8 +167,12 @@ class RunState:
     prompt_words: int | None = None
 
     @property
-    def current(self) -> _StageProgress | None:
-        return self.progress[-1] if self.progress else None
+    def progress(self) -> list[StageProgress]:
+        return self.protocol.progress
+
+    @property
+    def current(self) -> StageProgress | None:
+        return self.protocol.current
 
     def write_run_file(self, finished: bool = False) -> None:
         data = {
@@ -314,10 +308,7 @@ class LadderShape(LoadTestShape):
             if run.search is not None:
                 run.probe_records.append(RequestRecord.from_dict(data))
         self._report_first_400(data)
-        for p in run.progress:
-            if p.stage.rung == rung:
-                p.records += 1
-                p.last_progress = time.time()
+        run.protocol.recorded(rung, time.time())
         for hook in self.record_hooks:
             hook(run, data)
 
@@ -333,26 +324,13 @@ class LadderShape(LoadTestShape):
             self.run.health.write(msg.data)
 
     def on_user_ready(self, environment: Any, msg: Any, **_: Any) -> None:
-        current = self.run.current if self.run is not None else None
-        if (
-            current is not None
-            and current.stage.seq == msg.data["seq"]
-            and msg.data["user"] not in current.ready
-        ):
-            current.ready.add(msg.data["user"])
-            current.last_progress = time.time()
-            process = msg.data.get("worker", "local")
-            current.ready_by_process[process] = current.ready_by_process.get(process, 0) + 1
+        if self.run is not None:
+            data = msg.data
+            self.run.protocol.ready(data["seq"], data["user"], data.get("worker", "local"), time.time())
 
     def on_user_done(self, environment: Any, msg: Any, **_: Any) -> None:
-        run = self.run
-        if run is None:
-            return
-        for p in run.progress:
-            if p.stage.seq == msg.data["seq"]:
-                p.users_done += 1
-                p.requests_reported += msg.data["requests"]
-                p.last_progress = time.time()
+        if self.run is not None:
+            self.run.protocol.done(msg.data["seq"], msg.data["requests"], time.time())
 
     # --- the shape ----------------------------------------------------------------------
     def close(self) -> None:
@@ -386,8 +364,13 @@ class LadderShape(LoadTestShape):
         prompts = len(workload_for(config, prompt_words, prompt_vocab).pool)
         stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, tokens_per_word)
         # a new run starts new files, as Locust rewrites its CSVs (a second start from the web UI)
+        protocol = StageProtocol(
+            stages,
+            duration=config.duration,
+            stall_limit=self._stall_limit(config),
+        )
         state = RunState(
-            config, env.host, model, RecordWriter(path, fsync=False, truncate=True), files, stages
+            config, env.host, model, RecordWriter(path, fsync=False, truncate=True), files, stages, protocol
         )
         if config.mode == "capacity":
             state.search, state.prompt_words = CapacitySearch(config.capacity, config.slo), prompt_words
@@ -428,7 +411,7 @@ class LadderShape(LoadTestShape):
         )
         return words, list(cal.vocab), 1.0 if per_word_needed else None
 
-    def _reconcile(self, progress: _StageProgress) -> None:
+    def _reconcile(self, progress: StageProgress) -> None:
         """A finished rung whose token accounts do not add up fails the run (exit code 3)."""
         run = self.run
         assert run is not None
@@ -463,7 +446,7 @@ class LadderShape(LoadTestShape):
         stage = Stage(len(run.stages), rung, probe.users, probe.requests_per_user, run.model, cfg)
         run.stages.append(dataclasses.replace(stage, prompt_words=run.prompt_words))
 
-    def _observe_probe(self, run: RunState, progress: _StageProgress) -> None:
+    def _observe_probe(self, run: RunState, progress: StageProgress) -> None:
         """A finished probe stage: judge it (llmload.analysis.capacity), then plan the next."""
         assert run.search is not None
         probe = run.search.observe(progress.stage.users, progress.stage.rung, run.probe_records)
@@ -496,32 +479,6 @@ class LadderShape(LoadTestShape):
         if self.error:
             print(f"llmload: error: {self.error}", file=sys.stderr, flush=True)
 
-    def _announce(self, stage: Stage) -> None:
-        """Tell the users to get ready for a new stage (Locust spawns its users meanwhile)."""
-        run = self.run
-        assert run is not None
-        run.progress.append(_StageProgress(stage, time.time()))
-        self._runner.send_message(MSG_STAGE, dataclasses.asdict(stage))
-
-    def _go(self, progress: _StageProgress) -> None:
-        """Every user is ready: announce the common start time (and the deadline)."""
-        run = self.run
-        assert run is not None
-        start_at = time.time() + GO_MARGIN_S
-        deadline = None
-        if run.config.duration is not None and progress.stage.rung != WARMUP_RUNG:
-            deadline = start_at + run.config.duration
-        slots = None
-        if progress.stage.rate is not None:
-            slots = {k: list(v) for k, v in slot_ranges(progress.ready_by_process).items()}
-        progress.stage = dataclasses.replace(
-            progress.stage, start_at=start_at, deadline=deadline, slots=slots
-        )
-        progress.started = progress.last_progress = start_at
-        run.write_run_file()
-        log.info("llmload: %s starts (%d users)", progress.stage.name, progress.stage.users)
-        self._runner.send_message(MSG_STAGE, dataclasses.asdict(progress.stage))
-
     def _stats_caught_up(self) -> bool:
         run = self.run
         assert run is not None
@@ -543,50 +500,41 @@ class LadderShape(LoadTestShape):
             except (ConfigError, PreflightError, OSError) as e:
                 self._fail(str(e))
                 return None
-            self._announce(self.run.stages[0])
         run = self.run
-        current = run.current
-        assert current is not None
-        idle = time.time() - current.last_progress
-        if current.stage.start_at is None:
-            # this tick comes after Locust finished spawning the stage's users (start() blocks)
-            if len(current.ready) >= current.stage.users:
-                self._go(current)
-            elif idle > READY_TIMEOUT_S:
-                log.warning(
-                    "llmload: %s: only %d of %d users ready after %.0f s; starting with them",
-                    current.stage.name,
-                    len(current.ready),
-                    current.stage.users,
-                    idle,
-                )
-                self._go(current)
-        elif not current.complete() and idle > self._stall_limit(run.config):
-            # every request ends within timeouts.total, so users were lost (a worker died or
-            # Locust moved users mid-request): stop instead of waiting forever
-            self._fail(
-                f"{current.stage.name}: no progress for {idle:.0f} s ({current.users_done} of "
-                f"{current.stage.users} users done); the run stops, the rung is partial",
-                exit_codes.INTERRUPTED,
-            )
-            run.write_run_file()
-            return None
-        elif current.complete():
-            if current.finished is None:
-                current.finished = time.time()
-                run.write_run_file()
-                log.info("llmload: %s done: %d requests", current.stage.name, current.records)
-                self._reconcile(current)
-                if run.search is not None and current.stage.rung != WARMUP_RUNG:
-                    self._observe_probe(run, current)
-            if len(run.progress) < len(run.stages):
-                self._announce(run.stages[len(run.progress)])
-            else:
+        while (event := run.protocol.step(time.time())) is not None:
+            if isinstance(event, LadderDone):
                 run.all_done_at = run.all_done_at or time.time()
                 if self._stats_caught_up() or time.time() - run.all_done_at > STATS_CATCH_UP_S:
                     run.write_run_file(finished=True)
                     self.unfinished = False
                     return None
+                break
+            stage = event.progress.stage
+            if isinstance(event, Announced):  # users get ready while Locust spawns them
+                self._runner.send_message(MSG_STAGE, dataclasses.asdict(stage))
+                break
+            if isinstance(event, Started):
+                if event.short:
+                    log.warning("llmload: %s: %d users not ready; starting anyway", stage.name, event.short)
+                run.write_run_file()
+                log.info("llmload: %s starts (%d users)", stage.name, stage.users)
+                self._runner.send_message(MSG_STAGE, dataclasses.asdict(stage))
+                break
+            if isinstance(event, Stalled):
+                # every request ends within timeouts.total, so users were lost (a worker died or
+                # Locust moved users mid-request): stop instead of waiting forever
+                self._fail(
+                    f"{stage.name}: no progress for {event.idle_s:.0f} s ({event.progress.users_done} of "
+                    f"{stage.users} users done); the run stops, the rung is partial",
+                    exit_codes.INTERRUPTED,
+                )
+                run.write_run_file()
+                return None
+            run.write_run_file()  # Finished
+            log.info("llmload: %s done: %d requests", stage.name, event.progress.records)
+            self._reconcile(event.progress)
+            if run.search is not None and stage.rung != WARMUP_RUNG:
+                self._observe_probe(run, event.progress)  # may plan the next probe
         current = run.current
         assert current is not None
         return current.stage.users, run.config.spawn_rate
