@@ -29,7 +29,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
 from llmload.core.records import RecordWriter, RequestRecord
 from llmload.core.run_files import RunFiles
-from llmload.loadgen.arrivals import arrival_count
+from llmload.loadgen.arrivals import ArrivalQueue, arrival_count
 from llmload.loadgen.health_sampler import MSG_HEALTH
 from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.preflight import PreflightError, auth_headers, preflight, tls_context
@@ -143,7 +143,23 @@ class StageBoard:
         self.announce(Stage(**msg.data))
 
 
-BOARD = StageBoard()
+@dataclass(slots=True)
+class ProcessState:
+    """What the users of one Locust process share for the run in progress, one per Locust
+    environment (not module globals, so two environments in one interpreter do not mix): the
+    announced stage, the current rate stage's arrivals, the prompt counter of the current stage."""
+
+    board: StageBoard = field(default_factory=StageBoard)
+    arrivals: dict[int, ArrivalQueue] = field(default_factory=dict)
+    prompt_index: dict[tuple[int, float | None], Iterator[int]] = field(default_factory=dict)
+
+
+def process_state(environment: Any) -> ProcessState:
+    """The environment's ProcessState (made on first use)."""
+    state = getattr(environment, "llmload_state", None)
+    if state is None:
+        state = environment.llmload_state = ProcessState()
+    return state
 
 
 @dataclass(slots=True)
@@ -542,7 +558,7 @@ class LadderShape(LoadTestShape):
 
 def on_test_stop(environment: Any, **_: Any) -> None:
     """A stopped or finished test ends the run on every process (the next start is a new run)."""
-    BOARD.reset()
+    process_state(environment).board.reset()
     if isinstance(environment.shape_class, LadderShape):
         environment.shape_class.close()
 
@@ -553,7 +569,7 @@ def register_messages(environment: Any) -> None:
     shape = environment.shape_class
     environment.events.test_stop.add_listener(on_test_stop)
     if not isinstance(runner, MasterRunner):  # local and worker processes run users
-        runner.register_message(MSG_STAGE, BOARD.on_message)
+        runner.register_message(MSG_STAGE, process_state(environment).board.on_message)
     if isinstance(shape, LadderShape) and not isinstance(runner, WorkerRunner):
         runner.register_message(MSG_RECORD, shape.on_record)
         runner.register_message(MSG_USER_DONE, shape.on_user_done)

@@ -1,6 +1,6 @@
 """Locust user classes that send greedy, fixed-length completion requests with token accounting.
 
-A user waits for the ladder's current stage (`llmload.loadgen.ladder.BOARD`), sends its quota of
+A user waits for the ladder's current stage (its process's `ProcessState.board`), sends its quota of
 requests for it, reports that it is done, and waits for the next stage. Each request becomes
 one `RequestRecord` (sent to the master to be written) and one Locust request event named after
 the rung, with response_time = end-to-end ms and response_length = output tokens, so Locust's
@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,7 +29,14 @@ from llmload.core.records import RequestRecord
 from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets
 from llmload.loadgen.client import RequestContext, send_request
 from llmload.loadgen.connections import UserConnections
-from llmload.loadgen.ladder import BOARD, MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
+from llmload.loadgen.ladder import (
+    MSG_RECORD,
+    MSG_USER_DONE,
+    MSG_USER_READY,
+    ProcessState,
+    Stage,
+    process_state,
+)
 from llmload.loadgen.options import api_key
 from llmload.loadgen.payload import build_payload, endpoint_path
 from llmload.loadgen.preflight import auth_headers, tls_context
@@ -39,24 +46,22 @@ from llmload.loadgen.trace import trace_workload
 from llmload.loadgen.workload import workload_for
 
 STAGE_POLL_S = 1.0
-_ARRIVALS: dict[int, ArrivalQueue] = {}  # rate mode: this process's arrivals of the current stage
-# concurrency mode: the process's users take prompts in turn, from prompt 0 at every stage, so
-# prompt i of a rung is the same prompt at every rung (the greedy-determinism check compares them)
-_PROMPT_INDEX: dict[tuple[int, float | None], Iterator[int]] = {}
 
 
-def next_prompt_index(stage: Stage) -> int:
-    """The next prompt index of this process for the stage (0, 1, 2, ... per stage)."""
+def next_prompt_index(state: ProcessState, stage: Stage) -> int:
+    """The next prompt index of this process for the stage (0, 1, 2, ... per stage): the users take
+    prompts in turn from prompt 0 at every stage, so prompt i of a rung is the same prompt at
+    every rung (the greedy-determinism check compares them)."""
     key = (stage.seq, stage.start_at)  # a new run restarts seq at 0; start_at tells it apart
-    if key not in _PROMPT_INDEX:
-        _PROMPT_INDEX.clear()
-        _PROMPT_INDEX[key] = itertools.count()
-    return next(_PROMPT_INDEX[key])
+    if key not in state.prompt_index:
+        state.prompt_index.clear()
+        state.prompt_index[key] = itertools.count()
+    return next(state.prompt_index[key])
 
 
-def arrival_queue(stage: Stage, config: SweepConfig, process: str) -> ArrivalQueue:
+def arrival_queue(state: ProcessState, stage: Stage, config: SweepConfig, process: str) -> ArrivalQueue:
     """This process's share of a rate stage's schedule, shared by its users (llmload.loadgen.arrivals)."""
-    queue = _ARRIVALS.get(stage.seq)
+    queue = state.arrivals.get(stage.seq)
     if queue is None:
         assert stage.rate is not None and stage.start_at is not None and stage.slots is not None
         if config.mode == "trace":  # the trace's own schedule (llmload.loadgen.trace)
@@ -67,8 +72,8 @@ def arrival_queue(stage: Stage, config: SweepConfig, process: str) -> ArrivalQue
                 stage.rate, count, burstiness=config.burstiness, seed=config.seed, rung=stage.rung
             )
         lo, hi = stage.slots.get(process, (0, 0))
-        _ARRIVALS.clear()
-        queue = _ARRIVALS[stage.seq] = ArrivalQueue(stage.start_at, offsets, (lo, hi), stage.users)
+        state.arrivals.clear()
+        queue = state.arrivals[stage.seq] = ArrivalQueue(stage.start_at, offsets, (lo, hi), stage.users)
     return queue
 
 
@@ -84,7 +89,8 @@ class LLMUser(FastHttpUser):
     endpoint: str | None = None  # subclasses may pin "completions" or "chat"
 
     def __init__(self, environment: Any) -> None:
-        stage = BOARD.stage
+        self._process = process_state(environment)
+        stage = self._process.board.stage
         config = stage.sweep_config() if stage else SweepConfig()
         options = environment.parsed_options
         # must be set before FastHttpUser builds its session
@@ -124,7 +130,7 @@ class LLMUser(FastHttpUser):
 
     @task
     def run_stage(self) -> None:
-        stage = BOARD.wait_after(self._last_seq, STAGE_POLL_S)
+        stage = self._process.board.wait_after(self._last_seq, STAGE_POLL_S)
         if stage is None:
             return
         if stage.start_at is None:
@@ -136,13 +142,13 @@ class LLMUser(FastHttpUser):
                 ready = {"seq": stage.seq, "user": self._uid, "worker": self._worker}
                 self.environment.runner.send_message(MSG_USER_READY, ready)
                 self._ready_seq = stage.seq
-            stage = BOARD.wait_go(stage.seq, STAGE_POLL_S)
+            stage = self._process.board.wait_go(stage.seq, STAGE_POLL_S)
             if stage is None or stage.start_at is None:
                 return
         gevent.sleep(max(0.0, stage.start_at - time.time()))
         sent = 0
         if stage.rate is not None:
-            queue = arrival_queue(stage, self._stage_config(stage), self._worker)
+            queue = arrival_queue(self._process, stage, self._stage_config(stage), self._worker)
             while (arrival := queue.take()) is not None:
                 index, due = arrival
                 if (delay := due - time.time()) > 0:  # an arrival already due is sent without yielding
@@ -179,7 +185,7 @@ class LLMUser(FastHttpUser):
         goes to `on_reply`."""
         config = self._stage_config(stage)
         request_id = uuid.uuid4().hex
-        index = next_prompt_index(stage) if index is None else index
+        index = next_prompt_index(self._process, stage) if index is None else index
         trace_line = None
         if config.mode == "trace" and stage.phase == "measure":
             prompt, max_tokens, trace_line = trace_workload(config, stage.tokens_per_word).request(index)
