@@ -17,7 +17,7 @@ from llmload.core.config import ConfigError, SweepConfig
 from llmload.core.trace_file import TraceLine, parse_trace, read_trace, replay_window
 from llmload.loadgen.trace import TraceWorkload
 from llmload.sim.prefix_cache import PrefixCache, block_keys, prompt_units
-from llmload.sim.tokens import chat_prompt, count_tokens
+from llmload.sim.tokens import CHAT_TEMPLATE_TOKENS_PER_MESSAGE, chat_prompt, count_tokens
 
 SAMPLE = REPO / "config" / "sample-trace.jsonl"
 
@@ -179,6 +179,22 @@ def test_trace_workload_prompts_share_blocks_exactly_where_hash_ids_do(tmp_path)
     short.write_text('{"timestamp": 0, "input_length": 1, "output_length": 1}\n')
     with pytest.raises(ConfigError, match=re.escape(f"{short}:1: 'input_length' 1 is below the 2 tokens")):
         TraceWorkload(SweepConfig(mode="trace", trace_file=str(short)), SIM_VOCAB, SIM_OVERHEAD)
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_the_simulator_cache_hits_what_trace_stats_predicts_on_the_built_prompts(endpoint):
+    # the built prompts through the simulator's own units and cache, against the prediction from
+    # hash_ids alone: block boundaries agree whatever the overhead (chat adds 3 template tokens)
+    config = SweepConfig(mode="trace", trace_file=str(SAMPLE), duration_s=2)
+    chat = endpoint == "chat"
+    wl = TraceWorkload(config, SIM_VOCAB, SIM_OVERHEAD + (CHAT_TEMPLATE_TOKENS_PER_MESSAGE if chat else 0))
+    cache = PrefixCache(16, 256)
+    served = []
+    for prompt, t in zip(wl.prepare(), wl.lines, strict=True):
+        units = prompt_units(None, [{"role": "user", "content": prompt}]) if chat else prompt_units(prompt)
+        assert len(units) == t.input_length
+        served.append(cache.admit(block_keys(units, 16), len(units)))
+    assert served == predicted_cached_tokens(wl.lines, 16, 256) and sum(served) > 0
 
 
 def test_sample_trace_is_what_its_script_writes(tmp_path):
