@@ -7,9 +7,11 @@ actual reply, the text the client received, unchanged), then a new user message 
 (constant, or exponentially distributed with that mean). A turn that fails ends its session
 (there is no reply to resend). The system and user messages are `system_tokens` / `user_tokens`
 words of the run's calibrated vocabulary (`Calibration.vocab`, `llmload.loadgen.workload`: words
-that cost one token each on the server), drawn by a generator seeded by (seed, session id), so
-sessions never share a prefix with each other. The server adds its chat template around each
-message (the simulator: `CHAT_TEMPLATE_TOKENS_PER_MESSAGE`, 3, plus one BOS per request).
+that cost one token each after a space on the server), each preceded by a space, the first one
+too (some of them cost two tokens at the very start of a text), drawn by a generator seeded by
+(seed, session id), so sessions never share a prefix with each other. The server adds its chat
+template around each message (the simulator: `CHAT_TEMPLATE_TOKENS_PER_MESSAGE`, 3, plus one BOS
+per request; ChatML: 5, see docs/traces-and-sessions.md).
 
 Count-based rungs: each user plays `per_user` sessions. Time-based rungs (`duration`): users play
 sessions until the deadline and start no turn after it. Every turn's record carries `session`
@@ -54,7 +56,7 @@ class Session:
         self.turns = 0
 
     def _text(self, tokens: int) -> str:
-        return synthetic_text(self._rng, tokens, self._vocab)
+        return " " + synthetic_text(self._rng, tokens, self._vocab)  # every word after a space
 
     def next_turn(self) -> Turn:
         """The next turn: the history plus a new user message."""

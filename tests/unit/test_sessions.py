@@ -34,6 +34,7 @@ def test_each_turn_resends_the_history_as_answered():
 def test_messages_are_one_token_words_of_the_calibration_and_sessions_differ():
     a = Session(SessionConfig(user_tokens=100, system_tokens=20), seed=0, vocab=SIM_VOCAB)
     messages = a.next_turn().messages
+    assert all(m["content"][0] == " " for m in messages)  # every word after a space (calibrated form)
     assert all(w in SIM_VOCAB for m in messages for w in m["content"].split())
     # the simulator's count: BOS, then each message's template tokens and exactly its tokens
     assert chat_prompt(messages)[1] == BOS_TOKENS + 2 * CHAT_TEMPLATE_TOKENS_PER_MESSAGE + 20 + 100
