@@ -58,7 +58,7 @@ from llmload.loadgen.stage_protocol import (
     Stalled,
     Started,
 )
-from llmload.loadgen.trace import trace_workload
+from llmload.loadgen.trace import TraceWorkload, trace_workload
 from llmload.loadgen.workload import calibrate, load_prompt_file, workload_for
 
 log = logging.getLogger("llmload")
@@ -87,8 +87,8 @@ class Stage:
     rate: float | None = None  # rate mode: requests/s (users are the client slots); None: concurrency
     slots: dict[str, list[int]] | None = None  # rate mode, with start_at: each process's [lo, hi) slots
     prompt_words: int | None = None  # synthetic prompts: words per prompt (calibrated on the server)
-    prompt_vocab: list[str] | None = None  # synthetic prompts: the words that cost one token each
-    tokens_per_word: float | None = None  # trace and sessions: the server's tokens per synthetic word
+    prompt_vocab: list[str] | None = None  # synthetic prompts, traces, sessions: the one-token words
+    prompt_overhead: int | None = None  # trace: tokens every prompt costs (BOS, chat template, anchor)
 
     @property
     def phase(self) -> str:
@@ -180,7 +180,7 @@ class RunState:
     # mode: capacity: the search (llmload.analysis.capacity) and the running probe's records
     search: CapacitySearch | None = None
     probe_records: list[RequestRecord] = field(default_factory=list)
-    prompt_words: int | None = None
+    workload: dict[str, Any] = field(default_factory=dict)  # the Stage fields of the calibration
 
     @property
     def progress(self) -> list[StageProgress]:
@@ -215,10 +215,16 @@ class RunState:
         tmp.replace(self.files.run)
 
 
+def stage_trace(stage: Stage, config: SweepConfig) -> TraceWorkload:
+    """A trace run's workload in this process, built with the calibration the stage carries."""
+    assert stage.prompt_vocab is not None and stage.prompt_overhead is not None
+    return trace_workload(config, stage.prompt_vocab, stage.prompt_overhead)
+
+
 def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
     """Requests a finished stage holds; None for a time-based concurrency rung."""
     if config.mode == "trace" and stage.rate is not None:  # the trace window's lines
-        return len(trace_workload(config, stage.tokens_per_word).offsets)
+        return len(stage_trace(stage, config).offsets)
     if config.sessions is not None and stage.phase == "measure" and not stage.deadline:
         return stage.users * config.sessions.per_user * config.sessions.turns  # unless a turn fails
     if stage.rate is not None:
@@ -247,7 +253,7 @@ def plan_stages(
     prompt_words: int | None = None,
     prompt_vocab: list[str] | None = None,
     prompts: int = 1,
-    tokens_per_word: float | None = None,
+    prompt_overhead: int | None = None,
 ) -> list[Stage]:
     """Warm-up (if any) then one stage per rung; deadlines are filled in when announced. In rate
     mode every stage has `max_concurrency` users (the client slots); the warm-up is a concurrency
@@ -267,14 +273,15 @@ def plan_stages(
         per_user = warmup_per_user(config, first_users, prompts)
         stages.append(Stage(0, WARMUP_RUNG, first_users, per_user, model, cfg))
     if config.mode == "trace":
-        trace_rate = trace_workload(config, tokens_per_word).rate
+        assert prompt_vocab is not None and prompt_overhead is not None
+        trace_rate = trace_workload(config, prompt_vocab, prompt_overhead).rate
         stages.append(Stage(len(stages), 0, config.max_concurrency, 1, model, cfg, rate=trace_rate))
     for i, value in enumerate(config.rungs if config.mode in ("concurrency", "rate") else ()):
         users, rate = (config.max_concurrency, float(value)) if config.rate_mode else (int(value), None)
         stages.append(Stage(len(stages), i, users, config.requests_per_user, model, cfg, rate=rate))
     return [
         dataclasses.replace(
-            s, prompt_words=prompt_words, prompt_vocab=prompt_vocab, tokens_per_word=tokens_per_word
+            s, prompt_words=prompt_words, prompt_vocab=prompt_vocab, prompt_overhead=prompt_overhead
         )
         for s in stages
     ]
@@ -374,11 +381,11 @@ class LadderShape(LoadTestShape):
             max_tokens=config.max_tokens,
             prompt_tokens=config.prompt_tokens,
         )
-        prompt_words, prompt_vocab, tokens_per_word = self._prepare_workload(config, model, ctx)
+        prompt_words, prompt_vocab, prompt_overhead = self._prepare_workload(config, model, ctx)
         path = records_path(options)
         files = RunFiles.of_records(path)
         prompts = len(workload_for(config, prompt_words, prompt_vocab).pool)
-        stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, tokens_per_word)
+        stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, prompt_overhead)
         # a new run starts new files, as Locust rewrites its CSVs (a second start from the web UI)
         protocol = StageProtocol(
             stages,
@@ -388,8 +395,13 @@ class LadderShape(LoadTestShape):
         state = RunState(
             config, env.host, model, RecordWriter(path, fsync=False, truncate=True), files, stages, protocol
         )
+        state.workload = {
+            "prompt_words": prompt_words,
+            "prompt_vocab": prompt_vocab,
+            "prompt_overhead": prompt_overhead,
+        }
         if config.mode == "capacity":
-            state.search, state.prompt_words = CapacitySearch(config.capacity, config.slo), prompt_words
+            state.search = CapacitySearch(config.capacity, config.slo)
             self._plan_probe(state)
         state.health = RecordWriter(health_path(path), fsync=False, truncate=True)
         log.info("llmload: model %s, rungs %s, records in %s", model, list(config.rungs), path)
@@ -397,14 +409,13 @@ class LadderShape(LoadTestShape):
 
     def _prepare_workload(
         self, config: SweepConfig, model: str, ctx: Any
-    ) -> tuple[int | None, list[str] | None, float | None]:
-        """Check the prompt file; for synthetic prompts, the words per prompt and the words that
-        cost one token each (llmload.loadgen.workload); for traces and sessions, the server's
-        tokens per word (llmload.loadgen.trace, .sessions)."""
+    ) -> tuple[int | None, list[str] | None, int | None]:
+        """Check the prompt file; for synthetic prompts, traces and sessions, calibrate on the
+        server (llmload.loadgen.workload): the words per synthetic prompt (None without
+        prompt_tokens), the words that cost one token each, and the tokens every prompt costs."""
         if config.prompt_file is not None:
             load_prompt_file(config.prompt_file, config.prompt_format)
-        per_word_needed = config.mode == "trace" or config.sessions is not None
-        if config.prompt_tokens is None and not per_word_needed:
+        if config.prompt_tokens is None and config.mode != "trace" and config.sessions is None:
             return None, None, None
         env = self._runner.environment
         # the endpoint the users send to: a user class may pin one (ChatUser), whatever the file says
@@ -412,8 +423,14 @@ class LadderShape(LoadTestShape):
         endpoint = sent.pop() if len(sent) == 1 else config.endpoint  # mixed: the file's (checked later)
         cal = calibrate(env.host or "", model, endpoint, auth_headers(api_key(env.parsed_options)), ctx)
         if config.prompt_tokens is None:
-            log.info("llmload: %d one-token words (by %s)", len(cal.vocab), cal.method)
-            return None, list(cal.vocab), 1.0
+            log.info(
+                "llmload: %d one-token words (by %s), %d tokens every prompt costs (by %s)",
+                len(cal.vocab),
+                cal.method,
+                cal.overhead,
+                cal.overhead_method,
+            )
+            return None, list(cal.vocab), cal.overhead
         words = cal.words_for(config.prompt_tokens, config.unique_prompts)
         log.info(
             "llmload: prompt_tokens %d -> %d one-token words + %d tokens every prompt costs "
@@ -425,7 +442,7 @@ class LadderShape(LoadTestShape):
             cal.method,
             cal.overhead_method,
         )
-        return words, list(cal.vocab), 1.0 if per_word_needed else None
+        return words, list(cal.vocab), cal.overhead
 
     def _reconcile(self, progress: StageProgress) -> None:
         """A finished rung whose token accounts do not add up fails the run (exit code 3)."""
@@ -460,7 +477,7 @@ class LadderShape(LoadTestShape):
         rung = sum(1 for s in run.stages if s.rung != WARMUP_RUNG)
         cfg = config_to_dict(run.config)
         stage = Stage(len(run.stages), rung, probe.users, probe.requests_per_user, run.model, cfg)
-        run.stages.append(dataclasses.replace(stage, prompt_words=run.prompt_words))
+        run.stages.append(dataclasses.replace(stage, **run.workload))
 
     def _observe_probe(self, run: RunState, progress: StageProgress) -> None:
         """A finished probe stage: judge it (llmload.analysis.capacity), then plan the next."""

@@ -5,9 +5,13 @@ A session is `turns` chat requests. Turn k sends the session's system message (i
 actual reply, the text the client received, unchanged), then a new user message of
 `user_tokens` tokens. Between a reply and the next turn the user thinks for `think_time_s`
 (constant, or exponentially distributed with that mean). A turn that fails ends its session
-(there is no reply to resend). Message texts are synthetic words (`llmload.loadgen.workload`),
-round(tokens / tokens_per_word) of them, where tokens_per_word is the server's calibrated tokens
-per word; seeded by (seed, session id), so sessions never share a prefix with each other.
+(there is no reply to resend). The system and user messages are `system_tokens` / `user_tokens`
+words of the run's calibrated vocabulary (`Calibration.vocab`, `llmload.loadgen.workload`: words
+that cost one token each after a space on the server), each preceded by a space, the first one
+too (some of them cost two tokens at the very start of a text), drawn by a generator seeded by
+(seed, session id), so sessions never share a prefix with each other. The server adds its chat
+template around each message (the simulator: `CHAT_TEMPLATE_TOKENS_PER_MESSAGE`, 3, plus one BOS
+per request; ChatML: 5, see docs/traces-and-sessions.md).
 
 Count-based rungs: each user plays `per_user` sessions. Time-based rungs (`duration`): users play
 sessions until the deadline and start no turn after it. Every turn's record carries `session`
@@ -19,7 +23,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,18 +45,18 @@ class Turn:
 class Session:
     """One conversation: its history so far, its next message, its think times."""
 
-    def __init__(self, config: SessionConfig, seed: int, tokens_per_word: float = 1.0) -> None:
+    def __init__(self, config: SessionConfig, seed: int, vocab: Sequence[str]) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.config = config
         self._rng = random.Random(f"llmload-session:{seed}:{self.id}")
-        self._words_per_token = 1.0 / tokens_per_word
+        self._vocab = tuple(vocab)
         self.history: list[dict[str, str]] = []
         if config.system_tokens:
             self.history.append({"role": "system", "content": self._text(config.system_tokens)})
         self.turns = 0
 
     def _text(self, tokens: int) -> str:
-        return synthetic_text(self._rng, max(1, round(tokens * self._words_per_token)))
+        return " " + synthetic_text(self._rng, tokens, self._vocab)  # every word after a space
 
     def next_turn(self) -> Turn:
         """The next turn: the history plus a new user message."""
@@ -79,14 +83,14 @@ class SessionSender(Protocol):
 
 
 def play_sessions(
-    config: SessionConfig, seed: int, tokens_per_word: float, deadline: float | None, send: SessionSender
+    config: SessionConfig, seed: int, vocab: Sequence[str], deadline: float | None, send: SessionSender
 ) -> int:
     """Play this user's sessions of a rung (see the module docstring); returns the records sent."""
     sent = 0
     played = 0
     while (played < config.per_user) if deadline is None else (time.time() < deadline):
         played += 1
-        session = Session(config, seed, tokens_per_word)
+        session = Session(config, seed, vocab)
         for number in range(1, config.turns + 1):
             if deadline is not None and time.time() >= deadline:
                 break

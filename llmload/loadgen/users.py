@@ -36,13 +36,13 @@ from llmload.loadgen.ladder import (
     ProcessState,
     Stage,
     process_state,
+    stage_trace,
 )
 from llmload.loadgen.options import api_key
 from llmload.loadgen.payload import build_payload, endpoint_path
 from llmload.loadgen.preflight import auth_headers, tls_context
 from llmload.loadgen.receive_stamps import stamp_receive_times
 from llmload.loadgen.sessions import Turn, play_sessions
-from llmload.loadgen.trace import trace_workload
 from llmload.loadgen.workload import workload_for
 
 STAGE_POLL_S = 1.0
@@ -65,7 +65,7 @@ def arrival_queue(state: ProcessState, stage: Stage, config: SweepConfig, proces
     if queue is None:
         assert stage.rate is not None and stage.start_at is not None and stage.slots is not None
         if config.mode == "trace":  # the trace's own schedule (llmload.loadgen.trace)
-            offsets = trace_workload(config, stage.tokens_per_word).offsets
+            offsets = stage_trace(stage, config).offsets
         else:
             count = arrival_count(stage.rate, config.requests_per_rung, config.duration)
             offsets = arrival_offsets(
@@ -138,7 +138,7 @@ class LLMUser(FastHttpUser):
                 config = self._stage_config(stage)
                 workload_for(config, stage.prompt_words, stage.prompt_vocab)  # built before the go
                 if config.mode == "trace":
-                    trace_workload(config, stage.tokens_per_word).prepare()
+                    stage_trace(stage, config).prepare()
                 ready = {"seq": stage.seq, "user": self._uid, "worker": self._worker}
                 self.environment.runner.send_message(MSG_USER_READY, ready)
                 self._ready_seq = stage.seq
@@ -155,10 +155,11 @@ class LLMUser(FastHttpUser):
                     gevent.sleep(delay)
                 sent += self.send_one(stage, index, t_scheduled=due)
         elif (sessions := self._stage_config(stage).sessions) is not None and stage.phase == "measure":
+            assert stage.prompt_vocab is not None  # session runs are calibrated (ladder._prepare_workload)
             sent += play_sessions(
                 sessions,
                 self._stage_config(stage).seed,
-                stage.tokens_per_word or 1.0,
+                stage.prompt_vocab,
                 stage.deadline,
                 lambda turn, on_reply: self.send_one(stage, turn=turn, on_reply=on_reply),
             )
@@ -188,7 +189,7 @@ class LLMUser(FastHttpUser):
         index = next_prompt_index(self._process, stage) if index is None else index
         trace_line = None
         if config.mode == "trace" and stage.phase == "measure":
-            prompt, max_tokens, trace_line = trace_workload(config, stage.tokens_per_word).request(index)
+            prompt, max_tokens, trace_line = stage_trace(stage, config).request(index)
             config = dataclasses.replace(config, max_tokens=max_tokens)
         else:
             prompt = workload_for(config, stage.prompt_words, stage.prompt_vocab).prompt(index, request_id)

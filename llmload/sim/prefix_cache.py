@@ -1,9 +1,10 @@
 """The simulator's prefix cache: fixed-size blocks of prompt tokens, chained by content, evicted LRU.
 
 The model (the same one `llmload trace-stats` uses to predict hit rates):
-- A prompt is a sequence of token units (`prompt_units`: the words of a completions prompt; for
-  chat, per message three template units then the words of its content, so the units count
-  exactly the tokens `llmload.sim.tokens.chat_prompt` counts).
+- A prompt is a sequence of token units (`prompt_units`): the BOS unit, then the simulator's
+  tokens of a completions prompt (`llmload.sim.tokens.text_tokens`), or for chat, per message
+  three template units then the tokens of its content; so unit i is the prompt's token i, and
+  the units count exactly the tokens `count_tokens` / `chat_prompt` count.
 - Its full blocks of `block_size` units get keys chained over the prefix (a block's key hashes
   its parent's key and its own units), so a block hits only when the whole prompt before it is
   the same. A trailing partial block is never cached.
@@ -22,17 +23,21 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
+from llmload.sim.tokens import BOS_TOKENS, CHAT_TEMPLATE_TOKENS_PER_MESSAGE, text_tokens
+
 TEMPLATE_UNITS = ("<|start|>", "<|sep|>")  # with the role unit: 3 per chat message
+assert len(TEMPLATE_UNITS) + 1 == CHAT_TEMPLATE_TOKENS_PER_MESSAGE
+BOS_UNITS = ["<|bos|>"] * BOS_TOKENS
 
 
 def prompt_units(prompt: str | None, messages: Iterable[Mapping[str, object]] | None = None) -> list[str]:
     """The token units of a completions prompt, or of chat messages when given."""
     if messages is None:
-        return (prompt or "").split()
-    units: list[str] = []
+        return BOS_UNITS + text_tokens(prompt or "")
+    units = list(BOS_UNITS)
     for m in messages:
         units += [TEMPLATE_UNITS[0], f"<|{m.get('role', '')}|>", TEMPLATE_UNITS[1]]
-        units += str(m.get("content") or "").split()
+        units += text_tokens(str(m.get("content") or ""))
     return units
 
 
@@ -41,7 +46,7 @@ def block_keys(units: Sequence[str], block_size: int) -> list[bytes]:
     keys: list[bytes] = []
     parent = b""
     for start in range(0, len(units) - block_size + 1, block_size):
-        block = " ".join(units[start : start + block_size]).encode()
+        block = "\x00".join(units[start : start + block_size]).encode()
         parent = hashlib.blake2b(parent + b"\x00" + block, digest_size=16).digest()
         keys.append(parent)
     return keys

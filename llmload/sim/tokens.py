@@ -7,7 +7,8 @@ letters piece costs one token per started `LETTERS_PER_TOKEN` letters (common sh
 "government": 2), every other piece 1, and a prompt starts with one BOS token; a chat prompt adds
 `CHAT_TEMPLATE_TOKENS_PER_MESSAGE` per message. A tag like `[1f3a9c0b2d4e]` costs ~10 tokens, as
 on a real tokenizer. Every generated token is `" " + word` from a fixed vocabulary of short
-words, so `len(text.split())` of a completion equals its `usage.completion_tokens` exactly.
+words, so `len(text.split())` of a completion equals its `usage.completion_tokens` exactly, and
+the text, sent back in a prompt, counts that many tokens again.
 Everything here is a pure function of the prompt (and the seed for the acceptance pattern), so
 the same prompt always gets the same text, the same natural stop length and the same
 speculative-decoding step pattern, like a greedy model on a real server.
@@ -27,12 +28,13 @@ import zlib
 from collections.abc import Collection, Sequence
 
 # Plain ASCII words with no characters JSON would escape, so a chunk's text can be built by
-# concatenation and the token count survives any client-side whitespace split.
+# concatenation and the token count survives any client-side whitespace split; none longer than
+# LETTERS_PER_TOKEN, so a reply sent back as context (sessions) costs its completion_tokens again.
 _WORDS = (
     "the of and to in is was for on that with as by at from it his an were are which this "
     "be or has had not first one their its new after but who they have her she two been "
     "other when there all during into school time may years more most only over city some "
-    "world would where later up such used many can state about national out known university "
+    "world would where later up such used many can state about nation out known under "
     "united then made"
 )
 VOCAB: tuple[str, ...] = tuple(_WORDS.split())
@@ -47,7 +49,7 @@ TOKEN_ID_SPACE = 32000  # ids returned by /tokenize are crc32(word) modulo this
 _MASK64 = (1 << 64) - 1
 
 
-def _tokens(text: str) -> list[str]:
+def text_tokens(text: str) -> list[str]:
     """The tokens of `text` (without BOS), as strings."""
     out: list[str] = []
     for piece in _PIECES.findall(text):
@@ -63,12 +65,12 @@ def _tokens(text: str) -> list[str]:
 
 def count_tokens(text: str) -> int:
     """Tokens of a prompt `text`: BOS + its pieces (module docstring)."""
-    return BOS_TOKENS + len(_tokens(text))
+    return BOS_TOKENS + len(text_tokens(text))
 
 
 def token_ids(text: str) -> list[int]:
     """Stable integer ids of the tokens of a prompt, BOS (id 1) first (what `/tokenize` returns)."""
-    return [1] * BOS_TOKENS + [zlib.crc32(t.encode()) % TOKEN_ID_SPACE for t in _tokens(text)]
+    return [1] * BOS_TOKENS + [zlib.crc32(t.encode()) % TOKEN_ID_SPACE for t in text_tokens(text)]
 
 
 def chat_prompt(messages: Sequence[dict[str, object]]) -> tuple[str, int]:
@@ -76,7 +78,7 @@ def chat_prompt(messages: Sequence[dict[str, object]]) -> tuple[str, int]:
     `CHAT_TEMPLATE_TOKENS_PER_MESSAGE` per message."""
     contents = [str(m.get("content") or "") for m in messages]
     text = "\n".join(f"{m.get('role', '')}: {c}" for m, c in zip(messages, contents, strict=True))
-    tokens = BOS_TOKENS + sum(len(_tokens(c)) for c in contents)
+    tokens = BOS_TOKENS + sum(len(text_tokens(c)) for c in contents)
     return text, tokens + CHAT_TEMPLATE_TOKENS_PER_MESSAGE * len(messages)
 
 

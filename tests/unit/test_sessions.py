@@ -7,16 +7,18 @@ import re
 
 import pytest
 from fixtures.runs import make_record
+from fixtures.sim_calibration import SIM_VOCAB
 
 from llmload.analysis.production_traffic import replay_warnings, turn_metrics
 from llmload.analysis.sweep_rows import group_rungs
 from llmload.core.config import ConfigError, SessionConfig, parse_config
 from llmload.loadgen.sessions import Session, play_sessions
 from llmload.loadgen.sse import StreamAccumulator
+from llmload.sim.tokens import BOS_TOKENS, CHAT_TEMPLATE_TOKENS_PER_MESSAGE, chat_prompt
 
 
 def test_each_turn_resends_the_history_as_answered():
-    session = Session(SessionConfig(turns=3, user_tokens=5, system_tokens=7), seed=1)
+    session = Session(SessionConfig(turns=3, user_tokens=5, system_tokens=7), seed=1, vocab=SIM_VOCAB)
     first = session.next_turn()
     assert first.number == 1 and [m["role"] for m in first.messages] == ["system", "user"]
     assert [len(m["content"].split()) for m in first.messages] == [7, 5]
@@ -29,16 +31,20 @@ def test_each_turn_resends_the_history_as_answered():
     assert len(first.messages) == 2  # a turn's messages are a copy, not the live history
 
 
-def test_message_lengths_follow_the_calibration_and_sessions_differ():
-    a = Session(SessionConfig(user_tokens=100), seed=0, tokens_per_word=1.25)
-    assert len(a.next_turn().messages[0]["content"].split()) == 80
-    b = Session(SessionConfig(user_tokens=100), seed=0, tokens_per_word=1.25)
-    assert b.next_turn().messages != a.history[:1]
+def test_messages_are_one_token_words_of_the_calibration_and_sessions_differ():
+    a = Session(SessionConfig(user_tokens=100, system_tokens=20), seed=0, vocab=SIM_VOCAB)
+    messages = a.next_turn().messages
+    assert all(m["content"][0] == " " for m in messages)  # every word after a space (calibrated form)
+    assert all(w in SIM_VOCAB for m in messages for w in m["content"].split())
+    # the simulator's count: BOS, then each message's template tokens and exactly its tokens
+    assert chat_prompt(messages)[1] == BOS_TOKENS + 2 * CHAT_TEMPLATE_TOKENS_PER_MESSAGE + 20 + 100
+    b = Session(SessionConfig(user_tokens=100), seed=0, vocab=SIM_VOCAB)
+    assert b.next_turn().messages != a.history[1:2]
 
 
 def test_think_times():
-    assert Session(SessionConfig(think_time_s=0.5), 0).think_time() == 0.5
-    s = Session(SessionConfig(think_time_s=0.5, think_time="exponential"), 0)
+    assert Session(SessionConfig(think_time_s=0.5), 0, SIM_VOCAB).think_time() == 0.5
+    s = Session(SessionConfig(think_time_s=0.5, think_time="exponential"), 0, SIM_VOCAB)
     draws = [s.think_time() for _ in range(4000)]
     assert sum(draws) / len(draws) == pytest.approx(0.5, rel=0.06)
     assert min(draws) < 0.05  # exponential, not constant
@@ -54,11 +60,11 @@ def test_play_sessions_counts_and_stops_a_session_at_a_failed_turn():
         return 1
 
     config = SessionConfig(turns=4, per_user=3)
-    assert play_sessions(config, 0, 1.0, None, send) == 4 + 2 + 4
+    assert play_sessions(config, 0, SIM_VOCAB, None, send) == 4 + 2 + 4
     sessions = list(dict.fromkeys(s for s, _ in sent))
     assert [n for s, n in sent if s == sessions[1]] == [1, 2]
     assert len(sessions) == 3
-    assert play_sessions(config, 0, 1.0, 0.0, send) == 0  # a deadline in the past starts nothing
+    assert play_sessions(config, 0, SIM_VOCAB, 0.0, send) == 0  # a deadline in the past starts nothing
 
 
 def test_text_collector_keeps_the_reply_and_cached_tokens_are_read():

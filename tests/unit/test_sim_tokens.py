@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmload.sim.tokens import chat_prompt, count_tokens, token_ids
+from llmload.sim.tokens import chat_prompt, completion_text, count_tokens, prompt_hash, token_ids
 
 
 @pytest.mark.parametrize(
@@ -28,3 +28,8 @@ def test_counts(text, tokens):
 def test_chat_adds_the_template():
     _, n = chat_prompt([{"role": "user", "content": "time year"}])
     assert n == 1 + 2 + 3
+
+
+def test_a_reply_sent_back_costs_its_completion_tokens():
+    text = completion_text(prompt_hash("any prompt"), 0, 300)
+    assert len(text.split()) == 300 and count_tokens(text) == 1 + 300

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from fixtures.paths import REPO
+from fixtures.sim_calibration import SIM_OVERHEAD, SIM_VOCAB
 
 from llmload.analysis.trace_stats import block_ids, predicted_cached_tokens, rate_bins, trace_stats
 from llmload.cli.trace_stats import main as trace_stats_main
@@ -16,7 +17,7 @@ from llmload.core.config import ConfigError, SweepConfig
 from llmload.core.trace_file import TraceLine, parse_trace, read_trace, replay_window
 from llmload.loadgen.trace import TraceWorkload
 from llmload.sim.prefix_cache import PrefixCache, block_keys, prompt_units
-from llmload.sim.tokens import chat_prompt, count_tokens
+from llmload.sim.tokens import CHAT_TEMPLATE_TOKENS_PER_MESSAGE, chat_prompt, count_tokens
 
 SAMPLE = REPO / "config" / "sample-trace.jsonl"
 
@@ -111,7 +112,7 @@ def test_block_keys_chain_over_the_prefix():
 
 def test_chat_units_count_the_simulator_tokens():
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi  there you"}]
-    assert len(prompt_units(None, messages)) == chat_prompt(messages)[1] == 11
+    assert len(prompt_units(None, messages)) == chat_prompt(messages)[1] == 13  # BOS, 2 * 3 template
     for text in ("a  b\nc", "Hello, world: 42 tokens!", " x"):  # the simulator's count, whatever it is
         assert len(prompt_units(text)) == count_tokens(text)
 
@@ -154,25 +155,46 @@ def test_trace_workload_prompts_share_blocks_exactly_where_hash_ids_do(tmp_path)
     trace = tmp_path / "t.jsonl"
     trace.write_text(JSONL)
     config = SweepConfig(mode="trace", trace_file=str(trace), warmup_requests=0, seed=3)
-    wl = TraceWorkload(config, tokens_per_word=1.0)
+    wl = TraceWorkload(config, SIM_VOCAB, SIM_OVERHEAD)
     prompts = [wl.request(i) for i in range(3)]
     assert [(n, line_no) for _, n, line_no in prompts] == [(7, 2), (5, 1), (3, 4)]
-    a, b = prompts[0][0].split(), prompts[1][0].split()
-    assert (len(a), len(b)) == (1024, 600)  # one simulator token per word: exactly input_length
+    # the simulator's count (BOS + one token per word): exactly input_length
+    assert [count_tokens(p) for p, _, _ in prompts[:2]] == [1024, 600]
+    a, b = (prompt_units(p) for p, _, _ in prompts[:2])
     assert a[:512] == b[:512] and a[512:600] != b[512:]  # block 1 shared, blocks 2 and 3 differ
     assert prompts[2][0] == "hello there"  # input_text verbatim
     # the same block id always gives the same text, and a partial block is the full one's prefix
-    again = TraceWorkload(config, 1.0)
+    again = TraceWorkload(config, SIM_VOCAB, SIM_OVERHEAD)
     assert again.request(0)[0] == prompts[0][0]
-    assert wl._block(3, 88).split() == wl._block(3, 512).split()[:88]
+    assert wl._block(3, False, 88).split() == wl._block(3, False, 512).split()[:88]
     # another seed, other texts (a rerun against a server with a warm cache starts cold)
-    other = TraceWorkload(SweepConfig(mode="trace", trace_file=str(trace), seed=4), 1.0)
+    other = TraceWorkload(SweepConfig(mode="trace", trace_file=str(trace), seed=4), SIM_VOCAB, SIM_OVERHEAD)
     assert other.request(0)[0] != prompts[0][0]
-    # a tokenizer with 1.25 tokens per word: 512 tokens are ~410 words
-    assert len(TraceWorkload(config, 1.25).request(0)[0].split()) == 2 * round(512 / 1.25)
-    assert count_tokens(prompts[1][0]) == 600
+    # a bigger overhead (a chat template) shortens the first block only: still input_length tokens
+    chat = TraceWorkload(config, SIM_VOCAB, SIM_OVERHEAD + 3)
+    assert [len(p.split()) for p in chat.prepare()[:2]] == [1024 - 4, 600 - 4]
     with pytest.raises(ConfigError, match=re.escape(f"{trace}: no line in the window 'start_s' 100")):
-        TraceWorkload(SweepConfig(mode="trace", trace_file=str(trace), start_s=100), 1.0)
+        TraceWorkload(SweepConfig(mode="trace", trace_file=str(trace), start_s=100), SIM_VOCAB, SIM_OVERHEAD)
+    short = tmp_path / "short.jsonl"
+    short.write_text('{"timestamp": 0, "input_length": 1, "output_length": 1}\n')
+    with pytest.raises(ConfigError, match=re.escape(f"{short}:1: 'input_length' 1 is below the 2 tokens")):
+        TraceWorkload(SweepConfig(mode="trace", trace_file=str(short)), SIM_VOCAB, SIM_OVERHEAD)
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_the_simulator_cache_hits_what_trace_stats_predicts_on_the_built_prompts(endpoint):
+    # the built prompts through the simulator's own units and cache, against the prediction from
+    # hash_ids alone: block boundaries agree whatever the overhead (chat adds 3 template tokens)
+    config = SweepConfig(mode="trace", trace_file=str(SAMPLE), duration_s=2)
+    chat = endpoint == "chat"
+    wl = TraceWorkload(config, SIM_VOCAB, SIM_OVERHEAD + (CHAT_TEMPLATE_TOKENS_PER_MESSAGE if chat else 0))
+    cache = PrefixCache(16, 256)
+    served = []
+    for prompt, t in zip(wl.prepare(), wl.lines, strict=True):
+        units = prompt_units(None, [{"role": "user", "content": prompt}]) if chat else prompt_units(prompt)
+        assert len(units) == t.input_length
+        served.append(cache.admit(block_keys(units, 16), len(units)))
+    assert served == predicted_cached_tokens(wl.lines, 16, 256) and sum(served) > 0
 
 
 def test_sample_trace_is_what_its_script_writes(tmp_path):
