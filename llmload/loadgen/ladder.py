@@ -152,6 +152,21 @@ class ProcessState:
     board: StageBoard = field(default_factory=StageBoard)
     arrivals: dict[int, ArrivalQueue] = field(default_factory=dict)
     prompt_index: dict[tuple[int, float | None], Iterator[int]] = field(default_factory=dict)
+    configs: dict[int, SweepConfig] = field(default_factory=dict)  # stage seq -> its configuration
+
+    def config_of(self, stage: Stage) -> SweepConfig:
+        """The stage's configuration, decoded and validated once per process (not once per user)."""
+        config = self.configs.get(stage.seq)
+        if config is None:
+            config = self.configs[stage.seq] = stage.sweep_config()
+        return config
+
+    def reset(self) -> None:
+        """Forget a finished or stopped run (the next one numbers its stages from 0 again)."""
+        self.board.reset()
+        self.arrivals.clear()
+        self.prompt_index.clear()
+        self.configs.clear()
 
 
 def process_state(environment: Any) -> ProcessState:
@@ -575,7 +590,7 @@ class LadderShape(LoadTestShape):
 
 def on_test_stop(environment: Any, **_: Any) -> None:
     """A stopped or finished test ends the run on every process (the next start is a new run)."""
-    process_state(environment).board.reset()
+    process_state(environment).reset()
     if isinstance(environment.shape_class, LadderShape):
         environment.shape_class.close()
 

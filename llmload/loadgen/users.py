@@ -91,7 +91,7 @@ class LLMUser(FastHttpUser):
     def __init__(self, environment: Any) -> None:
         self._process = process_state(environment)
         stage = self._process.board.stage
-        config = stage.sweep_config() if stage else SweepConfig()
+        config = self._process.config_of(stage) if stage else SweepConfig()
         options = environment.parsed_options
         # must be set before FastHttpUser builds its session
         self.connection_timeout = config.timeouts.connect
@@ -104,8 +104,6 @@ class LLMUser(FastHttpUser):
         self._last_seq = -1
         self._ready_seq = -1
         self._uid = uuid.uuid4().hex
-        self._config_seq = -1
-        self._config = config
         runner = environment.runner
         self._worker = runner.client_id if isinstance(runner, WorkerRunner) else "local"
         self._headers = {
@@ -121,12 +119,11 @@ class LLMUser(FastHttpUser):
         self._base_path = urlsplit(host).path.rstrip("/")
 
     def _stage_config(self, stage: Stage) -> SweepConfig:
-        if stage.seq != self._config_seq:
-            config = stage.sweep_config()
-            if self.endpoint:
-                config = config.with_overrides(endpoint=self.endpoint)
-            self._config, self._config_seq = config, stage.seq
-        return self._config
+        """The stage's configuration (the process's one copy), with the endpoint this user class pins."""
+        config = self._process.config_of(stage)
+        if self.endpoint and config.endpoint != self.endpoint:
+            config = dataclasses.replace(config, endpoint=self.endpoint)  # a valid choice by definition
+        return config
 
     @task
     def run_stage(self) -> None:
