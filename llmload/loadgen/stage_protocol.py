@@ -57,33 +57,36 @@ class StageProgress:
 
 
 @dataclass(frozen=True, slots=True)
-class Announced:
-    """A new stage: tell the users to get ready (Locust spawns its users meanwhile)."""
+class StageEvent:
+    """Something that happened to a stage."""
 
     progress: StageProgress
+
+
+class Announced(StageEvent):
+    """A new stage: tell the users to get ready (Locust spawns its users meanwhile)."""
+
+    __slots__ = ()
+
+
+class Finished(StageEvent):
+    """Every user is done and every record arrived."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
-class Started:
+class Started(StageEvent):
     """Every user is ready (or `short` of them after READY_TIMEOUT_S): announce the start."""
 
-    progress: StageProgress
     short: int = 0  # users not ready when it started anyway
 
 
 @dataclass(frozen=True, slots=True)
-class Finished:
-    """Every user is done and every record arrived."""
-
-    progress: StageProgress
-
-
-@dataclass(frozen=True, slots=True)
-class Stalled:
+class Stalled(StageEvent):
     """No message for longer than any request can take: users were lost."""
 
-    progress: StageProgress
-    idle_s: float
+    idle_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

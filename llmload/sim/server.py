@@ -18,7 +18,7 @@ import socket
 import struct
 import time
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
@@ -75,6 +75,17 @@ async def flush_then_reset(request: web.BaseRequest) -> None:
     while transport is not None and transport.get_write_buffer_size() > 0 and time.monotonic() < deadline:
         await asyncio.sleep(0.001)
     reset_connection(request)
+
+
+class Reply(NamedTuple):
+    """One answer being written: the request, its response, the engine's sequence, the shapes'
+    formatter and the request's truth line."""
+
+    request: web.Request
+    resp: web.StreamResponse
+    seq: Sequence
+    fmt: shapes.Formatter
+    rec: RequestTruth
 
 
 class SimServer:
@@ -234,10 +245,8 @@ class SimServer:
         )
         resp = web.StreamResponse(headers=headers)
         try:
-            if req.stream:
-                await self._stream(request, resp, seq, fmt, rec)
-            else:
-                await self._complete(request, resp, seq, fmt, rec)
+            reply = Reply(request, resp, seq, fmt, rec)
+            await (self._stream if req.stream else self._complete)(reply)
         except ConnectionError:
             rec.finish_reason = "abort"  # the client went away
         except asyncio.CancelledError:
@@ -298,14 +307,8 @@ class SimServer:
             cache_n=cached,
         )
 
-    async def _stream(
-        self,
-        request: web.Request,
-        resp: web.StreamResponse,
-        seq: Sequence,
-        fmt: shapes.Formatter,
-        rec: RequestTruth,
-    ) -> None:
+    async def _stream(self, reply: Reply) -> None:
+        request, resp, seq, fmt, rec = reply
         cfg, fault = self.config, rec.fault
         resp.content_type = SSE_CONTENT_TYPE
         resp.headers["Cache-Control"] = "no-cache"
@@ -352,14 +355,8 @@ class SimServer:
         if cfg.close_after_stream and request.transport is not None:
             request.transport.close()  # after the buffered reply is flushed, as llama-server does
 
-    async def _complete(
-        self,
-        request: web.Request,
-        resp: web.StreamResponse,
-        seq: Sequence,
-        fmt: shapes.Formatter,
-        rec: RequestTruth,
-    ) -> None:
+    async def _complete(self, reply: Reply) -> None:
+        request, resp, seq, fmt, rec = reply
         cfg, fault = self.config, rec.fault
         first = None  # when the engine produced the first token (for llama.cpp's timings)
         while seq.generated < seq.target_tokens:
