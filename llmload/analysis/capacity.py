@@ -189,14 +189,8 @@ class Probe:
         return max(failing, key=lambda c: c.excess) if self.verdict == FAIL and failing else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "users": self.users,
-            "rungs": self.rungs,
-            "requests": self.requests,
-            "verdict": self.verdict,
-            "by_point": self.by_point,
-            "agg_tok_s": self.agg_tok_s,
-            "per_req_tok_s": self.per_req_tok_s,
+        plain = ("users", "rungs", "requests", "verdict", "by_point", "agg_tok_s", "per_req_tok_s")
+        return {name: getattr(self, name) for name in plain} | {
             "criteria": [
                 {
                     "key": c.key,

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from gevent.event import Event
 from locust import LoadTestShape
@@ -586,6 +586,28 @@ class LadderShape(LoadTestShape):
         current = run.current
         assert current is not None
         return current.stage.users, run.config.spawn_rate
+
+
+class LadderHook:
+    """A hook of the master (or the local process) of a ladder run: `install(environment)`, from
+    `events.init`, makes one and attaches its `LISTENS` (Locust event -> method name); on a worker,
+    or without the ladder shape, it makes none."""
+
+    LISTENS: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, environment: Any) -> None:
+        self.environment = environment
+
+    @classmethod
+    def install(cls, environment: Any) -> Self | None:
+        if isinstance(environment.runner, WorkerRunner) or not isinstance(
+            environment.shape_class, LadderShape
+        ):
+            return None
+        hook = cls(environment)
+        for event, method in cls.LISTENS.items():
+            getattr(environment.events, event).add_listener(getattr(hook, method))
+        return hook
 
 
 def on_test_stop(environment: Any, **_: Any) -> None:

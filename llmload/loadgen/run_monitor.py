@@ -15,14 +15,13 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gevent
-from locust.runners import WorkerRunner
 
 from llmload.analysis.server_metrics import MetricsScraper, metrics_path
 from llmload.core.run_environment import collect_environment, write_environment
-from llmload.loadgen.ladder import LadderShape, RunState
+from llmload.loadgen.ladder import LadderHook, RunState
 
 log = logging.getLogger("llmload")
 POLL_S = 0.1  # how often the greenlet looks for a stage change
@@ -39,25 +38,15 @@ def _stage_mark(run: RunState) -> tuple[int, float | None, float | None]:
     return (len(run.progress), current.stage.start_at, current.finished)
 
 
-class RunMonitor:
+class RunMonitor(LadderHook):
     """Environment file and server-metrics scraping for one process's runs (see module docstring)."""
 
+    LISTENS: ClassVar[dict[str, str]] = {"test_start": "on_test_start", "test_stop": "on_test_stop"}
+
     def __init__(self, environment: Any) -> None:
-        self.environment = environment
+        super().__init__(environment)
         self.scraper: MetricsScraper | None = None
         self.greenlet: gevent.Greenlet | None = None
-
-    @classmethod
-    def install(cls, environment: Any) -> RunMonitor | None:
-        """Attach to a master or local process running the ladder shape; None elsewhere."""
-        if isinstance(environment.runner, WorkerRunner) or not isinstance(
-            environment.shape_class, LadderShape
-        ):
-            return None
-        monitor = cls(environment)
-        environment.events.test_start.add_listener(monitor.on_test_start)
-        environment.events.test_stop.add_listener(monitor.on_test_stop)
-        return monitor
 
     def on_test_start(self, **_: Any) -> None:
         run = self.environment.shape_class.run

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import gevent
-from locust.runners import WorkerRunner
 
 from llmload.analysis.soak import EXIT_NOT_RUN, soak_report
 from llmload.core.config import ConfigError
 from llmload.core.records import RecordFileError
-from llmload.loadgen.ladder import LadderShape
+from llmload.loadgen.ladder import LadderHook, LadderShape
 from llmload.output.soak_output import write_outputs
 
 log = logging.getLogger("llmload")
@@ -48,22 +47,15 @@ def trim_stats(stats: Any, now: float) -> None:
         history[:half] = history[:half:2]
 
 
-class SoakMonitor:
+class SoakMonitor(LadderHook):
     """Per-process soak hooks; `install(environment)` from `events.init`."""
 
+    LISTENS: ClassVar[dict[str, str]] = {"test_start": "on_test_start", "quitting": "on_quitting"}
+
     def __init__(self, environment: Any) -> None:
-        self.environment = environment
+        super().__init__(environment)
         self.prefix: str | None = None
         self._trimmer: gevent.Greenlet | None = None
-
-    @classmethod
-    def install(cls, environment: Any) -> SoakMonitor | None:
-        if isinstance(environment.runner, WorkerRunner):
-            return None
-        monitor = cls(environment)
-        environment.events.test_start.add_listener(monitor.on_test_start)
-        environment.events.quitting.add_listener(monitor.on_quitting)
-        return monitor
 
     def on_test_start(self, environment: Any, **_: Any) -> None:
         shape = environment.shape_class
