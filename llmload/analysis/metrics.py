@@ -8,7 +8,8 @@ Latencies come from completed (outcome "ok") requests and are summarized from ra
   TTFT, TPOT and ITL are left out ('-'), never shown as the end time.
 - E2EL = t_end - t_start.
 - TPOT per request = (E2EL - TTFT) / (output_tokens - 1); requests with <= 1 token are excluded.
-- ITL = gaps between successive content chunks (`chunk_times`), pooled over requests. When the
+- ITL = gaps between successive content chunks (`chunk_times`, recorded to the microsecond: the gaps
+  are taken in whole microseconds), pooled over requests. When the
   server reports tokens per chunk (`chunk_tokens`), ITL is per token: the gap before a chunk of
   k tokens contributes k values of gap / k (so the ITL values of a request add up to its decode
   time and there is one per token after the first chunk, comparable with TPOT under speculative
@@ -41,8 +42,10 @@ disagree (usage, chunks, max_tokens and finish_reason do not add up), chunks_ove
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from itertools import repeat
+from operator import mul, sub
 from typing import Any
 
 from llmload.analysis.sweep_rows import Rung
@@ -94,20 +97,32 @@ def _usable_chunk_tokens(rec: RequestRecord) -> list[int] | None:
     return tokens if tokens is not None and len(tokens) == len(rec.chunk_times) else None
 
 
+def chunk_times_us(rec: RequestRecord) -> list[int]:
+    """The chunk times in whole microseconds after t_start (the client records them to the µs)."""
+    return list(map(round, map(mul, rec.chunk_times, repeat(1e6))))
+
+
+def itl_gaps_us(rec: RequestRecord) -> list[int]:
+    """The gaps between successive content chunks in whole microseconds (one per chunk after the
+    first): the per-chunk ITL values of a request, in µs."""
+    us = chunk_times_us(rec)
+    return list(map(sub, us[1:], us))
+
+
 def itl_ms(rec: RequestRecord) -> list[float]:
-    """The request's inter-token latencies in ms: per token when `chunk_tokens` is known (the gap
-    before a chunk of k tokens gives k values of gap / k), else one value per chunk gap."""
-    times = rec.chunk_times
+    """The request's inter-token latencies in ms, from the chunk times in whole microseconds: per
+    token when `chunk_tokens` is known (the gap before a chunk of k tokens gives k values of
+    gap / k), else one value per chunk gap."""
     tokens = _usable_chunk_tokens(rec)
     if tokens is None:
-        return [(b - a) * 1000.0 for a, b in zip(times, times[1:], strict=False)]
+        return [gap / 1000.0 for gap in itl_gaps_us(rec)]
     values: list[float] = []
-    previous: float | None = None
-    for t, k in zip(times, tokens, strict=True):
+    previous: int | None = None
+    for t, k in zip(chunk_times_us(rec), tokens, strict=True):
         if k <= 0:
             continue
         if previous is not None:
-            values.extend([(t - previous) * 1000.0 / k] * k)
+            values.extend([(t - previous) / 1000.0 / k] * k)
         previous = t
     return values
 
@@ -194,12 +209,3 @@ def rung_metrics(
     from llmload.analysis.rung_tally import tally_records  # the tally is built on this module
 
     return tally_records(rung.index, rung.users, rung.records, slo).metrics(percentiles)
-
-
-def all_rung_metrics(
-    rungs: Iterable[Rung],
-    *,
-    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
-    slo: Mapping[str, float] | None = None,
-) -> list[RungMetrics]:
-    return [rung_metrics(r, percentiles=percentiles, slo=slo) for r in rungs]

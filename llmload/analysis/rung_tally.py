@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from llmload.analysis.metrics import (
     LATENCY_NAMES,
     RungMetrics,
@@ -53,6 +55,54 @@ def _floats() -> array[float]:
     return array("d")
 
 
+class GapHistogram:
+    """Per-chunk ITL gaps in whole microseconds -> how many, fed one request's chunk times at a
+    time. The arithmetic of `metrics.itl_gaps_us` (times * 1e6 rounded half to even, successive
+    differences) is done by numpy on batches of about a million chunk times; gaps under
+    `DENSE_US` are counted in a dense array (2 MB), longer ones in a dict."""
+
+    BATCH = 1 << 18  # chunk times per batch
+    DENSE_US = 1 << 18  # gaps under ~262 ms: dense counts
+
+    def __init__(self) -> None:
+        self._times: list[float] = []
+        self._ends: list[int] = []  # where each request's chunk times end in _times
+        self._dense: np.ndarray | None = None
+        self._sparse: Counter[int] = Counter()
+
+    def add(self, chunk_times: list[float]) -> None:
+        self._times.extend(chunk_times)
+        self._ends.append(len(self._times))
+        if len(self._times) >= self.BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._times:
+            return
+        us = np.rint(np.asarray(self._times, dtype=np.float64) * 1e6).astype(np.int64)
+        gaps = np.diff(us)
+        between = np.asarray(self._ends[:-1], dtype=np.int64) - 1  # last of one request -> first of next
+        keep = np.ones(gaps.size, dtype=bool)
+        keep[between[(between >= 0) & (between < gaps.size)]] = False
+        gaps = gaps[keep]
+        dense = (gaps >= 0) & (gaps < self.DENSE_US)
+        counted = np.bincount(gaps[dense], minlength=self.DENSE_US)
+        self._dense = counted if self._dense is None else self._dense + counted
+        values, times = np.unique(gaps[~dense], return_counts=True)
+        self._sparse.update(dict(zip(values.tolist(), times.tolist(), strict=True)))
+        self._times.clear()
+        self._ends.clear()
+
+    def counts(self) -> Counter[int]:
+        """Gap (µs) -> how many, of every request added so far."""
+        self._flush()
+        out = Counter(self._sparse)
+        if self._dense is not None:
+            (nonzero,) = np.nonzero(self._dense)
+            out.update(dict(zip(nonzero.tolist(), self._dense[nonzero].tolist(), strict=True)))
+        return out
+
+
 @dataclass(slots=True)
 class RungTally:
     """One rung's figures as running sums, per-request values and an ITL histogram (module
@@ -70,7 +120,9 @@ class RungTally:
     failures: Counter[str] = field(default_factory=Counter)
     rates: array[float] = field(default_factory=_floats)  # output_tokens / E2E s, completed requests
     values: dict[str, array[float]] = field(default_factory=dict)  # per-request latencies, ms
-    itl_counts: Counter[float] = field(default_factory=Counter)  # ITL value (ms) -> how many
+    itl: bool = True  # tally the ITL (off: the sweep row alone does not need it)
+    itl_us: GapHistogram = field(default_factory=GapHistogram)  # per-chunk ITL (whole µs) -> how many
+    itl_token_ms: Counter[float] = field(default_factory=Counter)  # per-token ITL (ms) -> how many
     itl_per_chunk: bool = False
     counts: Tally = field(default_factory=Tally)  # token reconciliation and input tokens
     prompt_tokens: int = 0  # usage.prompt_tokens of completed requests, summed
@@ -90,7 +142,7 @@ class RungTally:
             self.values.setdefault(name, _floats())
 
     def add(self, rec: RequestRecord, data: Mapping[str, Any] | None = None) -> None:
-        """Tally one measured record; `data` is the same record as a dict when the caller has it."""
+        """Tally one measured record; `data`: the JSON object it was read from, when there is one."""
         self.requests += 1
         self.first_start = min(self.first_start, rec.t_start)
         self.last_end = max(self.last_end, rec.t_end)
@@ -123,7 +175,11 @@ class RungTally:
         for name, fn in _COMPLETED_VALUES.items():
             if (v := fn(rec)) is not None:
                 self.values[name].append(v)
-        self.itl_counts.update(itl_ms(rec))
+        if self.itl:
+            if rec.chunk_tokens is not None and len(rec.chunk_tokens) == len(rec.chunk_times):
+                self.itl_token_ms.update(itl_ms(rec))
+            else:
+                self.itl_us.add(rec.chunk_times)
         self.itl_per_chunk = self.itl_per_chunk or itl_is_per_chunk(rec)
         self.good += meets_slo(rec, self.slo)
 
@@ -171,10 +227,18 @@ class RungTally:
             new_connections=self.new_connections,
         )
 
+    def itl_counts(self) -> Counter[float]:
+        """The pooled ITL values (ms) -> how many (`metrics.itl_ms`)."""
+        if not self.itl and self.completed:
+            raise ValueError("this tally was built without the ITL (itl=False)")
+        counts = Counter({gap / 1000.0: n for gap, n in self.itl_us.counts().items()})
+        counts.update(self.itl_token_ms)
+        return counts
+
     def metrics(self, percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> RungMetrics:
         """Latency summaries, rates, goodput and token reconciliation (`llmload.analysis.metrics`)."""
         latencies = {
-            name: summarize_counts(self.itl_counts, percentiles)
+            name: summarize_counts(self.itl_counts(), percentiles)
             if name == "itl"
             else summarize(self.values[name], percentiles)
             for name in LATENCY_NAMES
@@ -216,14 +280,27 @@ def tally_records(
     return tally
 
 
+def tally_rungs(records: Iterable[RequestRecord], slo: Mapping[str, float] | None = None) -> list[RungTally]:
+    """The measured records as rung tallies, in ladder order (`sweep_rows.group_rungs`, tallied)."""
+    rungs: dict[int, RungTally] = {}
+    for rec in records:
+        if rec.phase == WARMUP_PHASE:
+            continue
+        if rec.rung not in rungs:
+            rungs[rec.rung] = RungTally(rec.rung, rec.users, dict(slo or {}))
+        rungs[rec.rung].add(rec)
+    return [rungs[i] for i in sorted(rungs)]
+
+
 class SweepTally:
     """The rungs of one run as tallies, fed with records as plain dicts (as the ladder receives
     them and as the records file holds them); warm-up requests are only counted."""
 
-    def __init__(self, slo: Mapping[str, float] | None = None) -> None:
+    def __init__(self, slo: Mapping[str, float] | None = None, *, itl: bool = False) -> None:
         self.rungs: dict[int, RungTally] = {}
         self.warmup_requests = 0
         self.slo = dict(slo or {})
+        self.itl = itl  # tally the ITL too (the latency metrics need it; the sweep rows do not)
 
     def add(self, data: dict[str, Any], rec: RequestRecord | None = None) -> RungTally | None:
         """Tally one record (`rec`: the same record, when the caller has already built it);
@@ -234,6 +311,6 @@ class SweepTally:
         rec = RequestRecord.from_dict(data) if rec is None else rec
         tally = self.rungs.get(rec.rung)
         if tally is None:
-            tally = self.rungs[rec.rung] = RungTally(rec.rung, rec.users, self.slo)
+            tally = self.rungs[rec.rung] = RungTally(rec.rung, rec.users, self.slo, itl=self.itl)
         tally.add(rec, data)
         return tally

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from llmload.core.records import RequestRecord
 
@@ -56,6 +56,13 @@ class Rung:
     def output_tokens(self) -> int:
         """Output tokens of completed requests (the tokens every rate counts)."""
         return sum(r.output_tokens for r in self.completed)
+
+    @property
+    def requests(self) -> int:
+        return len(self.records)
+
+    def row(self, *, partial: bool = False) -> SweepRow:
+        return sweep_row(self, partial=partial)
 
     def per_second(self, amount: float) -> float:
         """`amount` divided by the rung's wall time (0 for a zero-length rung)."""
@@ -114,8 +121,20 @@ def sweep_row(rung: Rung, *, partial: bool = False) -> SweepRow:
     return tally_records(rung.index, rung.users, rung.records).row(partial=partial)
 
 
+class RowSource(Protocol):
+    """A rung that gives its sweep row: a `Rung` of records or a `rung_tally.RungTally`."""
+
+    index: int
+    users: int
+
+    @property
+    def requests(self) -> int: ...
+
+    def row(self, *, partial: bool = False) -> SweepRow: ...
+
+
 def sweep_rows(
-    rungs: Iterable[Rung],
+    rungs: Iterable[RowSource],
     *,
     partial_rungs: Collection[int] = (),
     requests_per_user: int | None = None,
@@ -125,6 +144,6 @@ def sweep_rows(
     measured requests."""
     rows = []
     for rung in rungs:
-        short = requests_per_user is not None and len(rung.records) < rung.users * requests_per_user
-        rows.append(sweep_row(rung, partial=rung.index in partial_rungs or short))
+        short = requests_per_user is not None and rung.requests < rung.users * requests_per_user
+        rows.append(rung.row(partial=rung.index in partial_rungs or short))
     return rows

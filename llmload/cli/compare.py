@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any rung regressed (CI)")
     args = p.parse_args(argv)
     try:
-        base, cand = (load_run(find_prefix(run)) for run in (args.base, args.cand))
+        base, cand = (load_run(find_prefix(run), keep_records=True) for run in (args.base, args.cand))
     except RecordFileError as exc:
         print(f"llmload compare: error: {exc}", file=sys.stderr)
         return BAD_INPUT

@@ -34,7 +34,7 @@ from llmload.analysis.locust_csv import (
     read_stats_csv,
 )
 from llmload.analysis.postprocess import load_run, render_run
-from llmload.analysis.sweep_rows import group_rungs
+from llmload.analysis.rung_tally import tally_rungs
 from llmload.cli.sweep import sim_args
 from llmload.core import checks, config
 from llmload.core.config import ConfigError, load_config
@@ -306,7 +306,7 @@ def csv_texts(draw: st.DrawFn, columns: tuple[str, ...]) -> str:
 
 def test_locust_csv_reader(workdir):
     prefix = workdir / "csvrun"
-    rungs = group_rungs([RequestRecord.from_dict(GOOD)])
+    rungs = tally_rungs([RequestRecord.from_dict(GOOD)])
 
     @FUZZ
     @given(csv_texts(STATS_COLUMNS), csv_texts(FAILURES_COLUMNS))
