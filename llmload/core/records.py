@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
+from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
@@ -98,6 +99,9 @@ class RequestRecord:
         or holds a field of the wrong type (unknown fields are ignored)."""
         if not isinstance(data, dict):
             raise TypeError(f"a record is a JSON object, got {type(data).__name__}")
+        plan = _plan_of(data)
+        if plan is not None and plan.fits(data):
+            return cls(**(data if plan.all_fields else {k: v for k, v in data.items() if k in _ANNOTATIONS}))
         known = {}
         for name, value in data.items():
             if name not in _ANNOTATIONS:
@@ -145,9 +149,63 @@ def _field_ok(name: str, value: Any) -> bool:
         return False
     if kind is float:
         return math.isfinite(value)
-    if kind is list:  # items of the accepted types; a finite sum: no inf or nan among them
-        return set(map(type, value)) <= _ITEMS[name] and math.isfinite(sum(value) if value else 0)
+    if kind is list:  # items of the accepted types, none inf or nan (a finite sum: none)
+        return set(map(type, value)) <= _ITEMS[name] and (
+            math.isfinite(sum(value)) or all(map(math.isfinite, value))
+        )
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The checks left for records with one shape (the same keys, in order, holding values of the
+    same types, all accepted by their fields): finite floats and list items. A record that does not
+    fit takes the field-by-field check, which names the bad field."""
+
+    floats: Callable[[tuple[Any, ...]], Any] | None  # picks the float values
+    lists: tuple[tuple[int, frozenset[type]], ...]  # position of each list, its item types
+    all_fields: bool  # no key that is not a field
+
+    def fits(self, data: dict[str, Any]) -> bool:
+        values = tuple(data.values())
+        if self.floats is not None:
+            picked = self.floats(values)
+            if not math.isfinite(sum(picked) if isinstance(picked, tuple) else picked):
+                return False
+        for i, items in self.lists:
+            v = values[i]
+            if not (set(map(type, v)) <= items and math.isfinite(sum(v) if v else 0)):
+                return False
+        return True
+
+
+_PLANS: dict[tuple[Any, ...], _Plan | None] = {}
+_MAX_PLANS = 1024  # record shapes remembered (a run has a few; a fuzzed file has many)
+
+
+def _plan_of(data: dict[str, Any]) -> _Plan | None:
+    """The plan of records shaped like `data`; None when a value's type is not its field's."""
+    shape = (*data, *map(type, data.values()))
+    if shape in _PLANS:
+        return _PLANS[shape]
+    floats, lists, plan = [], [], None
+    for i, (name, value) in enumerate(data.items()):
+        accepted = _ACCEPTED.get(name, frozenset())
+        if name not in _ANNOTATIONS or accepted is None:
+            continue
+        if type(value) not in accepted:
+            break
+        if type(value) is float:
+            floats.append(i)
+        elif type(value) is list:
+            lists.append((i, _ITEMS[name]))
+    else:
+        plan = _Plan(
+            itemgetter(*floats) if floats else None, tuple(lists), all(k in _ANNOTATIONS for k in data)
+        )
+    if len(_PLANS) < _MAX_PLANS:
+        _PLANS[shape] = plan
+    return plan
 
 
 class RecordWriter:
@@ -192,7 +250,7 @@ def parse_record(line: bytes) -> tuple[dict[str, Any], RequestRecord] | None:
     try:
         data = _loads(line)
         return data, RequestRecord.from_dict(data)
-    except (ValueError, TypeError, RecursionError):  # not JSON, not a record, nested too deep
+    except (ValueError, TypeError, RecursionError, OverflowError):  # not JSON, not a record, too deep
         return None
 
 
