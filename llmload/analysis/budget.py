@@ -303,7 +303,7 @@ def render_budget(
 def run_points(prefix: str) -> list[SweepPoint]:
     """Points of a run's measured rungs, with the accept length its server's counters gave per rung."""
     result = load_run(prefix)
-    server = load_server_metrics(prefix, result.run_info, result.records)
+    server = load_server_metrics(prefix, result.run_info, result.iter_records())
     accept = {m.rung: m.accept_len for m in server.measured} if server else {}
     return [SweepPoint(r.conc, r.agg_tok_s, accept.get(r.rung)) for r in result.rows]
 

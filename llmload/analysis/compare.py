@@ -148,12 +148,18 @@ def _log_bootstrap(fig: Figure, recs: Sequence[RequestRecord], rng: random.Rando
     return out
 
 
-def _repeat_sd(fig: Figure, results: Sequence[RunResult], conc: int) -> float:
+def _rung_rows(res: RunResult) -> list[tuple[Rung, SweepRow]]:
+    """Each rung's records with its row (the bootstrap resamples records: a run loaded with
+    `load_run(keep_records=True)` holds them)."""
+    return list(zip(res.record_rungs(), res.rows, strict=True))
+
+
+def _repeat_sd(fig: Figure, runs: Sequence[list[tuple[Rung, SweepRow]]], conc: int) -> float:
     """Pooled sd of log(figure) between repeats of `conc` within each run; 0 without repeats."""
     squares, dof = 0.0, 0
-    for res in results:
+    for pairs in runs:
         logs = []
-        for rung, row in zip(res.rungs, res.rows, strict=True):
+        for rung, row in pairs:
             if rung.users == conc and (v := _point(fig, rung, row)) and v > 0:
                 logs.append(math.log(v))
         if len(logs) >= 2:
@@ -218,8 +224,8 @@ def compare_runs(
 ) -> Comparison:
     """Compare every rung present in both runs (matched by index and concurrency)."""
     rng = random.Random(seed)
-    base_by = {(r.index, r.users): (r, row) for r, row in zip(base.rungs, base.rows, strict=True)}
-    cand_by = {(r.index, r.users): (r, row) for r, row in zip(cand.rungs, cand.rows, strict=True)}
+    runs = (_rung_rows(base), _rung_rows(cand))
+    base_by, cand_by = ({(r.index, r.users): (r, row) for r, row in pairs} for pairs in runs)
     rungs = []
     for key in sorted(base_by.keys() & cand_by.keys()):
         b, c = base_by[key], cand_by[key]
@@ -228,7 +234,7 @@ def compare_runs(
                 fig,
                 b,
                 c,
-                repeat_sd=_repeat_sd(fig, (base, cand), key[1]),
+                repeat_sd=_repeat_sd(fig, runs, key[1]),
                 rng=rng,
                 resamples=resamples,
                 confidence=confidence,

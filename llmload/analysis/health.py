@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmload.analysis.sweep_rows import Rung, SweepRow
+from llmload.analysis.rung_tally import RungTally
+from llmload.analysis.sweep_rows import SweepRow
 from llmload.core.jsonl import iter_jsonl
 from llmload.core.run_files import RunFiles
 from llmload.core.stats import mean, percentile
@@ -127,18 +128,17 @@ def rung_health(samples: Iterable[dict[str, Any]], start: float, end: float) -> 
 
 
 def flag_saturated(
-    rows: Sequence[SweepRow], rungs: Sequence[Rung], samples: Sequence[dict[str, Any]]
+    rows: Sequence[SweepRow], rungs: Sequence[RungTally], samples: Sequence[dict[str, Any]]
 ) -> None:
     """Fill in each row's `generator` figures and `saturated` flag from the health samples
     taken during its rung (first request sent to last response received), plus the p99 of the
     records' read delay (arrival in the kernel -> read by the generator, kernel stamps only)."""
     by_index = {r.index: r for r in rungs}
     for row in rows:
-        records = by_index[row.rung].records
-        window = (min(x.t_start for x in records), max(x.t_end for x in records))
-        health = rung_health(samples, *window) if samples else None
+        rung = by_index[row.rung]
+        health = rung_health(samples, rung.first_start, rung.last_end) if samples else None
         figures = health.as_dict() if health is not None else {}
-        delays = [x.read_delay_ms for x in records if x.read_delay_ms is not None]
+        delays = rung.read_delays_ms
         if delays:
             figures["read_delay_p99_ms"] = round(percentile(delays, 99.0), 2)
         if figures:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from llmload.analysis.sweep_rows import Rung
+from llmload.analysis.rung_tally import RungTally
 from llmload.core.names import REQUEST_TYPE, parse_rung_name, rung_name
 from llmload.core.run_files import RunFiles
 
@@ -146,7 +146,7 @@ def _skipped_note(table: CsvRows[Any]) -> list[str]:
     return [f"{table.path}: skipped incomplete rows (truncated file?) at lines {lines}"]
 
 
-def check_stats(rungs: Sequence[Rung], stats: CsvRows[StatsEntry]) -> list[str]:
+def check_stats(rungs: Sequence[RungTally], stats: CsvRows[StatsEntry]) -> list[str]:
     """Warnings where Locust's per-rung counts or token totals disagree with the records."""
     warnings = _skipped_note(stats)
     entries = {e.rung: e for e in stats.rows}
@@ -154,12 +154,12 @@ def check_stats(rungs: Sequence[Rung], stats: CsvRows[StatsEntry]) -> list[str]:
         label = rung_name(rung.index, rung.users)
         entry = entries.pop(rung.index, None)
         if entry is None:
-            warnings.append(f"{label}: {len(rung.records)} records but no entry in {stats.path}")
+            warnings.append(f"{label}: {rung.requests} records but no entry in {stats.path}")
             continue
-        tokens = sum(r.output_tokens for r in rung.records)
+        tokens = rung.tokens + rung.partial_tokens
         checks = [
-            ("requests", len(rung.records), entry.request_count),
-            ("failures", len(rung.failed), entry.failure_count),
+            ("requests", rung.requests, entry.request_count),
+            ("failures", rung.failures.total(), entry.failure_count),
             ("output tokens (Request Count * Average Content Size)", tokens, entry.content_total),
             ("users", rung.users, entry.users),
         ]
@@ -179,15 +179,15 @@ def _kinds(counts: Counter[str]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def check_failures(rungs: Sequence[Rung], failures: CsvRows[FailureEntry]) -> list[str]:
+def check_failures(rungs: Sequence[RungTally], failures: CsvRows[FailureEntry]) -> list[str]:
     """Warnings where Locust's failures by kind disagree with the records' outcomes."""
     warnings = _skipped_note(failures)
     by_rung: dict[int, Counter[str]] = {}
-    kinds = {r.outcome for rung in rungs for r in rung.failed}
+    kinds = {kind for rung in rungs for kind in rung.failures}
     for f in failures.rows:
         by_rung.setdefault(f.rung, Counter())[failure_kind(f.error, kinds)] += f.occurrences
     for rung in rungs:
-        ours = Counter(r.outcome for r in rung.failed)
+        ours = rung.failures
         theirs = by_rung.pop(rung.index, Counter())
         if ours != theirs:
             warnings.append(
@@ -200,7 +200,7 @@ def check_failures(rungs: Sequence[Rung], failures: CsvRows[FailureEntry]) -> li
     return warnings
 
 
-def cross_check(prefix: str | Path, rungs: Sequence[Rung]) -> list[str]:
+def cross_check(prefix: str | Path, rungs: Sequence[RungTally]) -> list[str]:
     """Warnings from `<prefix>_stats.csv` and `<prefix>_failures.csv` (each when it exists).
     A file that cannot be used (empty, missing a column) becomes a warning too."""
     warnings: list[str] = []

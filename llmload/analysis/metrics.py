@@ -8,7 +8,8 @@ Latencies come from completed (outcome "ok") requests and are summarized from ra
   TTFT, TPOT and ITL are left out ('-'), never shown as the end time.
 - E2EL = t_end - t_start.
 - TPOT per request = (E2EL - TTFT) / (output_tokens - 1); requests with <= 1 token are excluded.
-- ITL = gaps between successive content chunks (`chunk_times`), pooled over requests. When the
+- ITL = gaps between successive content chunks (`chunk_times`, recorded to the microsecond: the gaps
+  are taken in whole microseconds), pooled over requests. When the
   server reports tokens per chunk (`chunk_tokens`), ITL is per token: the gap before a chunk of
   k tokens contributes k values of gap / k (so the ITL values of a request add up to its decode
   time and there is one per token after the first chunk, comparable with TPOT under speculative
@@ -41,14 +42,15 @@ disagree (usage, chunks, max_tokens and finish_reason do not add up), chunks_ove
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from itertools import repeat
+from operator import mul, sub
 from typing import Any
 
-from llmload.analysis.reconcile import tally
 from llmload.analysis.sweep_rows import Rung
 from llmload.core.records import RequestRecord
-from llmload.core.stats import DEFAULT_PERCENTILES, Summary, summarize
+from llmload.core.stats import DEFAULT_PERCENTILES, Summary
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 LATENCY_NAMES = ("ttft", "ttft_content", "tpot", "itl", "e2el", "queue_wait", "connect", "tls")
@@ -57,6 +59,14 @@ VLLM_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2el"}  #
 
 def queue_wait_ms(rec: RequestRecord) -> float | None:
     return None if rec.t_scheduled is None else (rec.t_start - rec.t_scheduled) * 1000.0
+
+
+def connect_ms(rec: RequestRecord) -> float | None:
+    return rec.connect_ms
+
+
+def tls_ms(rec: RequestRecord) -> float | None:
+    return rec.tls_ms
 
 
 def ttft_ms(rec: RequestRecord) -> float | None:
@@ -87,20 +97,32 @@ def _usable_chunk_tokens(rec: RequestRecord) -> list[int] | None:
     return tokens if tokens is not None and len(tokens) == len(rec.chunk_times) else None
 
 
+def chunk_times_us(rec: RequestRecord) -> list[int]:
+    """The chunk times in whole microseconds after t_start (the client records them to the µs)."""
+    return list(map(round, map(mul, rec.chunk_times, repeat(1e6))))
+
+
+def itl_gaps_us(rec: RequestRecord) -> list[int]:
+    """The gaps between successive content chunks in whole microseconds (one per chunk after the
+    first): the per-chunk ITL values of a request, in µs."""
+    us = chunk_times_us(rec)
+    return list(map(sub, us[1:], us))
+
+
 def itl_ms(rec: RequestRecord) -> list[float]:
-    """The request's inter-token latencies in ms: per token when `chunk_tokens` is known (the gap
-    before a chunk of k tokens gives k values of gap / k), else one value per chunk gap."""
-    times = rec.chunk_times
+    """The request's inter-token latencies in ms, from the chunk times in whole microseconds: per
+    token when `chunk_tokens` is known (the gap before a chunk of k tokens gives k values of
+    gap / k), else one value per chunk gap."""
     tokens = _usable_chunk_tokens(rec)
     if tokens is None:
-        return [(b - a) * 1000.0 for a, b in zip(times, times[1:], strict=False)]
+        return [gap / 1000.0 for gap in itl_gaps_us(rec)]
     values: list[float] = []
-    previous: float | None = None
-    for t, k in zip(times, tokens, strict=True):
+    previous: int | None = None
+    for t, k in zip(chunk_times_us(rec), tokens, strict=True):
         if k <= 0:
             continue
         if previous is not None:
-            values.extend([(t - previous) * 1000.0 / k] * k)
+            values.extend([(t - previous) / 1000.0 / k] * k)
         previous = t
     return values
 
@@ -182,52 +204,8 @@ def rung_metrics(
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     slo: Mapping[str, float] | None = None,
 ) -> RungMetrics:
-    """Latency summaries, rates, goodput and token reconciliation of one rung."""
-    slo = dict(slo or {})
-    completed = rung.completed
-    raw: dict[str, list[float]] = {
-        "ttft": [v for v in map(ttft_ms, completed) if v is not None],
-        "ttft_content": [v for v in map(ttft_content_ms, completed) if v is not None],
-        "tpot": [v for v in map(tpot_ms, completed) if v is not None],
-        "itl": [v for rec in completed for v in itl_ms(rec)],
-        "e2el": [e2el_ms(r) for r in completed],
-        "queue_wait": [v for v in map(queue_wait_ms, rung.records) if v is not None],
-        "connect": [r.connect_ms for r in rung.records if r.connect_ms is not None],
-        "tls": [r.tls_ms for r in rung.records if r.tls_ms is not None],
-    }
-    output_tokens = rung.output_tokens
-    prompt_known = all(r.prompt_tokens is not None for r in completed)
-    prompt_tokens = sum(r.prompt_tokens or 0 for r in completed)
-    good = sum(meets_slo(r, slo) for r in completed)
-    tokens = tally(r.to_dict() for r in completed)
-    return RungMetrics(
-        rung=rung.index,
-        conc=rung.users,
-        completed=len(completed),
-        latencies={name: summarize(raw[name], percentiles) for name in LATENCY_NAMES},
-        itl_per_chunk=any(itl_is_per_chunk(r) for r in completed),
-        output_tok_s=rung.per_second(output_tokens),
-        total_tok_s=rung.per_second(prompt_tokens + output_tokens) if prompt_known else None,
-        request_s=rung.per_second(len(completed)),
-        achieved_concurrency=rung.per_second(sum(r.e2e_s for r in rung.records)),
-        slo=slo,
-        good_requests=good,
-        goodput_request_s=rung.per_second(good),
-        stopped_early=tokens.stopped_early,
-        chunks_over_tokens=tokens.kinds.get("chunks_over_tokens", 0),
-        disagree=tokens.disagree,
-        rate=next((r.rate for r in rung.records if r.rate is not None), None),
-        input_tokens=summarize(
-            [r.prompt_tokens for r in completed if r.prompt_tokens is not None], percentiles
-        ),
-        wall_s=rung.wall_s,
-    )
+    """Latency summaries, rates, goodput and token reconciliation of one rung (computed by its
+    `llmload.analysis.rung_tally.RungTally`, the one implementation)."""
+    from llmload.analysis.rung_tally import tally_records  # the tally is built on this module
 
-
-def all_rung_metrics(
-    rungs: Iterable[Rung],
-    *,
-    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
-    slo: Mapping[str, float] | None = None,
-) -> list[RungMetrics]:
-    return [rung_metrics(r, percentiles=percentiles, slo=slo) for r in rungs]
+    return tally_records(rung.index, rung.users, rung.records, slo).metrics(percentiles)

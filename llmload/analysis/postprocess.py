@@ -1,5 +1,13 @@
 """A finished (or crashed) run's files -> the sweep rows, metrics and warnings, in one call.
 
+One pass over the records file: each record is decoded, tallied into its rung's
+`llmload.analysis.rung_tally.RungTally` and dropped, so memory grows with the rungs (and the
+per-request floats and ITL histogram of each), not with the records and their chunk times. What
+needs the raw records reads the file again, one record at a time (`RunResult.iter_records`): the
+per-turn table of session runs, the server-metrics token cross-check, and the greedy-determinism
+check (which keeps the checked records of the run: only when the run hashed its texts).
+`load_run(keep_records=True)` keeps every record (`llmload compare`'s bootstrap needs them).
+
 Reads `<prefix>_records.jsonl` (required), `<prefix>_run.json` (the ladder's own account: which
 rungs finished; optional), `<prefix>_health.jsonl` (the generator's own health: saturated rungs
 are flagged; optional) and Locust's `<prefix>_stats.csv` / `_failures.csv` (cross-check;
@@ -9,7 +17,7 @@ optional). Shared by `llmload table`, `llmload sweep` and the reports.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,10 +25,11 @@ from typing import Any
 from llmload.analysis.determinism import RungDivergence, divergence, divergence_notes
 from llmload.analysis.health import flag_saturated, read_health
 from llmload.analysis.locust_csv import cross_check
-from llmload.analysis.metrics import RungMetrics, all_rung_metrics
+from llmload.analysis.metrics import RungMetrics
 from llmload.analysis.production_traffic import replay_warnings, turn_metrics
+from llmload.analysis.rung_tally import RungTally, SweepTally
 from llmload.analysis.sweep_rows import MissingRung, Rung, SweepRow, group_rungs, sweep_rows
-from llmload.core.records import RecordFileError, RequestRecord, read_records
+from llmload.core.records import RecordFileError, RequestRecord, iter_record_lines
 from llmload.core.run_files import RunFiles
 from llmload.core.stats import DEFAULT_PERCENTILES
 from llmload.output.table import render
@@ -32,14 +41,32 @@ class RunResult:
     """Everything post-processing derived from one run."""
 
     prefix: str
-    records: list[RequestRecord]
-    rungs: list[Rung]
+    records: list[RequestRecord] | None  # every record, only with load_run(keep_records=True)
+    rungs: list[RungTally]
     rows: list[SweepRow]
     metrics: list[RungMetrics] | None
     warnings: list[str]
     run_info: dict[str, Any] | None  # the parsed <prefix>_run.json, when present
     missing: list[MissingRung] = field(default_factory=list)  # ladder rungs without any record
     divergence: list[RungDivergence] = field(default_factory=list)  # greedy-determinism check
+
+    @property
+    def records_path(self) -> Path:
+        return RunFiles(Path(self.prefix)).records
+
+    def iter_records(self) -> Iterator[RequestRecord]:
+        """The run's readable records, read again from its file one at a time."""
+        if self.records is not None:
+            yield from self.records
+            return
+        for _, parsed in iter_record_lines(self.records_path):
+            if parsed is not None:
+                yield parsed[1]
+
+    def record_rungs(self) -> list[Rung]:
+        """The measured records grouped into rungs (holds every record: a bounded path for the
+        consumers that resample or compare records; see the module docstring)."""
+        return group_rungs(self.iter_records())
 
 
 def read_run_info(prefix: str | Path) -> dict[str, Any] | None:
@@ -72,7 +99,7 @@ def unfinished_rungs(run_info: Mapping[str, Any] | None) -> set[int]:
     return {s["rung"] for s in run_info.get("stages", []) if s.get("finished") is None and s["rung"] >= 0}
 
 
-def missing_rungs(run_info: Mapping[str, Any] | None, rungs: Sequence[Rung]) -> list[MissingRung]:
+def missing_rungs(run_info: Mapping[str, Any] | None, rungs: Sequence[RungTally]) -> list[MissingRung]:
     """The ladder's rungs (from the run file's config) that have no measured record."""
     config = (run_info or {}).get("config")
     if not isinstance(config, dict) or not isinstance(config.get("rungs"), list):
@@ -97,37 +124,40 @@ def load_run(
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     slo: Mapping[str, float] | None = None,
     requests_per_user: int | None = None,
+    keep_records: bool = False,
 ) -> RunResult:
-    """Post-process a run; raises RecordFileError when there is nothing measured to show."""
+    """Post-process a run in one pass over its records; raises RecordFileError when there is nothing
+    measured to show. `keep_records`: also keep every record in `RunResult.records`."""
     prefix = str(prefix)
     files = RunFiles(Path(prefix))
     records_path = str(files.records)
-    records, skipped = read_records(Path(records_path))
-    rungs = group_rungs(records)
-    if not rungs:
-        raise RecordFileError(f"{records_path}: no measured records")
     info = read_run_info(prefix)
-    rows = sweep_rows(rungs, partial_rungs=unfinished_rungs(info), requests_per_user=requests_per_user)
-    flag_saturated(rows, rungs, read_health(files.health))
     if slo is None:  # the run's own `slo:` from its config file
         slo = {k: v for k, v in ((info or {}).get("config", {}).get("slo") or {}).items() if v is not None}
-    metrics = all_rung_metrics(rungs, percentiles=percentiles, slo=slo) if with_metrics else None
+    tally = SweepTally(slo, itl=with_metrics)
+    kept: list[RequestRecord] | None = [] if keep_records else None
+    skipped: list[int] = []
+    for lineno, parsed in iter_record_lines(Path(records_path)):
+        if parsed is None:
+            skipped.append(lineno)
+            continue
+        tally.add(*parsed)
+        if kept is not None:
+            kept.append(parsed[1])
+    rungs = [tally.rungs[i] for i in sorted(tally.rungs)]
+    if not rungs:
+        raise RecordFileError(f"{records_path}: no measured records")
+    rows = sweep_rows(rungs, partial_rungs=unfinished_rungs(info), requests_per_user=requests_per_user)
+    flag_saturated(rows, rungs, read_health(files.health))
+    metrics = [t.metrics(percentiles) for t in rungs] if with_metrics else None
     warnings = cross_check(prefix, rungs) + replay_warnings(rungs)  # trace replay: fell behind?
     if skipped:
         lines = ", ".join(map(str, skipped))
         warnings.insert(0, f"{records_path}: skipped {len(skipped)} unreadable lines: {lines}")
-    checked = any(r.text_hash is not None for r in records)
-    return RunResult(
-        prefix,
-        records,
-        rungs,
-        rows,
-        metrics,
-        warnings,
-        info,
-        missing_rungs(info, rungs),
-        divergence(rungs) if checked else [],
-    )
+    result = RunResult(prefix, kept, rungs, rows, metrics, warnings, info, missing_rungs(info, rungs))
+    if any(t.checked for t in rungs):  # greedy-determinism hashes: compare the texts
+        result.divergence = divergence(result.record_rungs())
+    return result
 
 
 def render_run(
@@ -147,5 +177,6 @@ def render_run(
         missing=result.missing,
         notes=divergence_notes(result.divergence),
     )
-    turns = render_turns(turn_metrics(result.records), fmt) if fmt in ("table", "markdown") else ""
+    sessions = fmt in ("table", "markdown") and any(t.sessions for t in result.rungs)
+    turns = render_turns(turn_metrics(result.iter_records()), fmt) if sessions else ""
     return f"{text}\n\n{turns}" if turns else text

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from llmload.analysis.metrics import queue_wait_ms, ttft_content_ms, ttft_ms
-from llmload.analysis.sweep_rows import Rung
+from llmload.analysis.metrics import ttft_content_ms, ttft_ms
+from llmload.analysis.rung_tally import RungTally
 from llmload.core.names import rung_name
 from llmload.core.records import RequestRecord
 from llmload.core.stats import mean, percentile
@@ -75,11 +75,11 @@ def turn_metrics(records: Iterable[RequestRecord]) -> list[TurnMetrics]:
     return rows
 
 
-def replay_warnings(rungs: Sequence[Rung]) -> list[str]:
+def replay_warnings(rungs: Sequence[RungTally]) -> list[str]:
     """A warning for each trace-replay rung whose generator fell behind the schedule."""
     warnings = []
     for rung in rungs:
-        late = [v for r in rung.records if r.trace_line is not None and (v := queue_wait_ms(r)) is not None]
+        late = rung.trace_late_ms
         if not late or (p99 := percentile(late, 99.0)) <= LATE_P99_MS:
             continue
         very = sum(v > VERY_LATE_MS for v in late)

@@ -35,7 +35,7 @@ def issues(rec: Mapping[str, Any]) -> list[str]:
     """The reconciliation findings of one record (as a dict); [] for a request that adds up."""
     if rec.get("outcome", "ok") != "ok":
         return []
-    tokens, max_tokens, finish = rec["output_tokens"], rec["max_tokens"], rec.get("finish_reason")
+    tokens, max_tokens, finish = rec.get("output_tokens", 0), rec["max_tokens"], rec.get("finish_reason")
     found = []
     if tokens < max_tokens and finish != "length":
         found.append("stopped_early")

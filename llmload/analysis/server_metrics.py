@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import urllib.error
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -241,14 +241,24 @@ def _accept_len(
     return _gauge_mean(inside, "accept_len_gauge")
 
 
-def rung_server_metrics(
-    samples: Sequence[Sample], windows: Sequence[Window], records: Sequence[RequestRecord]
-) -> list[ServerRungMetrics]:
-    """Per-stage server figures (see the module docstring for the window rules)."""
-    times = [s.t for s in samples]
+def client_tokens(records: Iterable[RequestRecord]) -> tuple[dict[int, int], list[int]]:
+    """Output tokens the client received per rung index (warm-up and failed requests too), and the
+    rungs with a failed request; one pass over the records."""
     client: dict[int, int] = {}
+    failed: set[int] = set()
     for rec in records:
         client[rec.rung] = client.get(rec.rung, 0) + rec.output_tokens
+        if not rec.ok:
+            failed.add(rec.rung)
+    return client, sorted(failed)
+
+
+def rung_server_metrics(
+    samples: Sequence[Sample], windows: Sequence[Window], client: Mapping[int, int]
+) -> list[ServerRungMetrics]:
+    """Per-stage server figures (see the module docstring for the window rules); `client`: output
+    tokens the client received per rung index (`client_tokens`)."""
+    times = [s.t for s in samples]
     out = []
     for w in windows:
         inside = samples[bisect_left(times, w.start) : bisect_right(times, w.end)]
@@ -318,7 +328,7 @@ class ServerMetrics:
 
 
 def load_server_metrics(
-    prefix: str | Path, run_info: Mapping[str, Any] | None, records: Sequence[RequestRecord]
+    prefix: str | Path, run_info: Mapping[str, Any] | None, records: Iterable[RequestRecord]
 ) -> ServerMetrics | None:
     """Per-rung server metrics of a run, or None without a scrape file, samples or run file."""
     path = metrics_path(prefix)
@@ -327,9 +337,9 @@ def load_server_metrics(
     family, samples = read_samples(path)
     if family is None or not samples:
         return None
-    metrics = rung_server_metrics(samples, stage_windows(run_info, samples[-1].t), records)
+    client, failed = client_tokens(records)
+    metrics = rung_server_metrics(samples, stage_windows(run_info, samples[-1].t), client)
     gen = [s.values["generation_tokens"] for s in samples if "generation_tokens" in s.values]
-    failed = sorted({r.rung for r in records if not r.ok})
     return ServerMetrics(
         family=family,
         rungs=metrics,

@@ -9,6 +9,8 @@ left out of every figure. Per window:
 - agg_tok/s = output tokens of the completed requests that ended in the window / W;
 - TTFT and TPOT p50/p99 (ms) over the completed requests that ended in it (vLLM definitions, as
   `llmload.analysis.metrics`; linear-interpolation percentiles from raw values);
+  each window is a `llmload.analysis.rung_tally.RungTally` of its requests, the post-processor's
+  one implementation of these figures, fed by the same streaming reader;
 - requests and failures that ended in it;
 - the load generator's own CPU (sum over its processes of each one's mean, % of one core), RSS
   (sum of each process's maximum, MB) and event-loop lag (maximum, ms) from `<prefix>_health.jsonl`
@@ -32,17 +34,16 @@ when there is no full window to judge; else "pass" (0).
 
 from __future__ import annotations
 
-from array import array
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from llmload.analysis.drift import Trend, fit_trend
 from llmload.analysis.health import read_health
-from llmload.analysis.metrics import tpot_ms, ttft_ms
 from llmload.analysis.postprocess import read_run_info
+from llmload.analysis.rung_tally import RungTally
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError, SoakConfig, SweepConfig, load_config, parse_config
 from llmload.core.records import RecordFileError, iter_records
@@ -63,14 +64,30 @@ class Window:
     index: int
     start: float  # epoch seconds
     end: float
-    requests: int = 0
-    failures: int = 0
-    tokens: int = 0
-    ttft_ms: array[float] = field(default_factory=lambda: array("d"))
-    tpot_ms: array[float] = field(default_factory=lambda: array("d"))
+    tally: RungTally = field(default_factory=lambda: RungTally(-1, 0, itl=False))  # its requests
     gen_cpu_pct: float | None = None
     gen_rss_mb: float | None = None
     gen_lag_ms: float | None = None
+
+    @property
+    def requests(self) -> int:
+        return self.tally.requests
+
+    @property
+    def failures(self) -> int:
+        return self.tally.failures.total()
+
+    @property
+    def tokens(self) -> int:
+        return self.tally.tokens
+
+    @property
+    def ttft_ms(self) -> Sequence[float]:
+        return self.tally.ttfts_ms
+
+    @property
+    def tpot_ms(self) -> Sequence[float]:
+        return self.tally.tpots_ms
 
     @property
     def agg_tok_s(self) -> float:
@@ -202,15 +219,14 @@ def run_soak_config(prefix: str, info: dict[str, Any] | None, config_path: str |
     """The run's configuration: `config_path` if given, else the one recorded in the run file."""
     if config_path:
         return load_config(config_path)
+    run_file = RunFiles(Path(prefix)).run
     if info is None or "config" not in info:
-        raise ConfigError(
-            f"{RunFiles(Path(prefix)).run}: missing or unreadable; name the soak config with --config"
-        )
+        raise ConfigError(f"{run_file}: missing or unreadable; name the soak config with --config")
     # only the keys a soak report needs, so other sections of a newer or older run file do not matter
     raw = info["config"]
     return parse_config(
         {k: raw[k] for k in ("mode", "rungs", "duration", "soak") if k in raw},
-        source=str(RunFiles(Path(prefix)).run),
+        source=str(run_file),
     )
 
 
@@ -234,17 +250,7 @@ def _fill_windows(
         w = windows.get(i)
         if w is None:
             w = windows[i] = Window(i, t0 + i * window_s, t0 + (i + 1) * window_s)
-        w.requests += 1
-        if not rec.ok:
-            w.failures += 1
-            continue
-        w.tokens += rec.output_tokens
-        ttft = ttft_ms(rec)
-        if ttft is not None:
-            w.ttft_ms.append(ttft)
-        tpot = tpot_ms(rec)
-        if tpot is not None:
-            w.tpot_ms.append(tpot)
+        w.tally.add(rec)
     return windows, last_end, skipped
 
 

@@ -23,14 +23,11 @@ Definitions (per rung):
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from llmload.analysis.reconcile import input_summary
 from llmload.core.records import RequestRecord
-from llmload.core.stats import mean, percentile
 
 WARMUP_PHASE = "warmup"
 
@@ -59,6 +56,13 @@ class Rung:
     def output_tokens(self) -> int:
         """Output tokens of completed requests (the tokens every rate counts)."""
         return sum(r.output_tokens for r in self.completed)
+
+    @property
+    def requests(self) -> int:
+        return len(self.records)
+
+    def row(self, *, partial: bool = False) -> SweepRow:
+        return sweep_row(self, partial=partial)
 
     def per_second(self, amount: float) -> float:
         """`amount` divided by the rung's wall time (0 for a zero-length rung)."""
@@ -110,38 +114,27 @@ class MissingRung:
 
 
 def sweep_row(rung: Rung, *, partial: bool = False) -> SweepRow:
-    """The sweep-table row of one rung (see the module docstring for the definitions)."""
-    completed = rung.completed
-    failed = rung.failed
-    tokens = rung.output_tokens
-    rates = [r.output_tokens / r.e2e_s for r in completed if r.e2e_s > 0]
-    ttfts_ms = [r.ttft_s * 1000.0 for r in completed if r.ttft_s is not None]
-    return SweepRow(
-        rung=rung.index,
-        conc=rung.users,
-        agg_tok_s=rung.per_second(tokens),
-        per_req_tok_s=mean(rates) if rates else None,
-        tokens=tokens,
-        wall_s=rung.wall_s,
-        ttft_p50_ms=percentile(ttfts_ms, 50.0) if ttfts_ms else None,
-        requests=len(rung.records),
-        failures=len(failed),
-        failures_by_kind=dict(sorted(Counter(r.outcome for r in failed).items())),
-        partial_tokens=sum(r.output_tokens for r in failed),
-        estimated=any(r.tokens_estimated for r in completed),
-        partial=partial,
-        input_tokens=input_summary(
-            [r.prompt_tokens for r in completed if r.prompt_tokens is not None],
-            next((r.prompt_tokens_asked for r in rung.records if r.prompt_tokens_asked), None),
-        ),
-        new_connections=None
-        if all(r.conn_reused is None for r in rung.records)
-        else sum(r.conn_reused is False for r in rung.records),
-    )
+    """The sweep-table row of one rung (see the module docstring for the definitions), computed by
+    its `llmload.analysis.rung_tally.RungTally`, the one implementation."""
+    from llmload.analysis.rung_tally import tally_records  # the tally is built on this module
+
+    return tally_records(rung.index, rung.users, rung.records).row(partial=partial)
+
+
+class RowSource(Protocol):
+    """A rung that gives its sweep row: a `Rung` of records or a `rung_tally.RungTally`."""
+
+    index: int
+    users: int
+
+    @property
+    def requests(self) -> int: ...
+
+    def row(self, *, partial: bool = False) -> SweepRow: ...
 
 
 def sweep_rows(
-    rungs: Iterable[Rung],
+    rungs: Iterable[RowSource],
     *,
     partial_rungs: Collection[int] = (),
     requests_per_user: int | None = None,
@@ -151,6 +144,6 @@ def sweep_rows(
     measured requests."""
     rows = []
     for rung in rungs:
-        short = requests_per_user is not None and len(rung.records) < rung.users * requests_per_user
-        rows.append(sweep_row(rung, partial=rung.index in partial_rungs or short))
+        short = requests_per_user is not None and rung.requests < rung.users * requests_per_user
+        rows.append(rung.row(partial=rung.index in partial_rungs or short))
     return rows

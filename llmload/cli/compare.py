@@ -32,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any rung regressed (CI)")
     args = p.parse_args(argv)
     try:
-        base, cand = (load_run(str(RunFiles.find(run).prefix)) for run in (args.base, args.cand))
+        base, cand = (
+            load_run(RunFiles.find(run).prefix, keep_records=True) for run in (args.base, args.cand)
+        )
     except RecordFileError as exc:
         print(f"llmload compare: error: {exc}", file=sys.stderr)
         return BAD_INPUT

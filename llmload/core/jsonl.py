@@ -3,7 +3,9 @@ metrics scrapes and the simulator's truth log.
 
 A line is one JSON object. A line that is not (a half-written last line of a killed run, a line
 some other tool appended) is reported as unreadable with its number, never raised: every reader
-decides what to do with it (skip and warn, or stop).
+decides what to do with it (skip and warn, or stop). Lines are decoded with orjson, several times
+faster than json on a record's chunk times, and with json where orjson refuses what json accepts
+(NaN, huge integers; invalid UTF-8 is replaced), so both read the same files the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +15,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+
+def loads(line: bytes) -> Any:
+    """One JSON line (see the module docstring); ValueError when it is not JSON."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line.decode("utf-8", errors="replace"))
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw line) of every non-blank line; OSError when the file cannot be read."""
+    with Path(path).open("rb") as fh:
+        for number, line in enumerate(fh, start=1):
+            if line.strip():
+                yield number, line
+
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
     """(line number, object) for every non-blank line; object None when the line is not a JSON
@@ -20,12 +40,9 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
     path = Path(path)
     if not path.exists():
         return
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except (ValueError, RecursionError):
-                obj = None
-            yield number, obj if isinstance(obj, dict) else None
+    for number, line in iter_lines(path):
+        try:
+            obj = loads(line)
+        except (ValueError, RecursionError, OverflowError):
+            obj = None
+        yield number, obj if isinstance(obj, dict) else None

@@ -16,10 +16,11 @@ import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
+from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
-from llmload.core.jsonl import iter_jsonl
+from llmload.core.jsonl import iter_lines, loads
 
 OUTCOME_OK = "ok"
 
@@ -98,43 +99,113 @@ class RequestRecord:
         or holds a field of the wrong type (unknown fields are ignored)."""
         if not isinstance(data, dict):
             raise TypeError(f"a record is a JSON object, got {type(data).__name__}")
-        for f in fields(cls):
-            if f.name in data and not _field_ok(str(f.type), data[f.name]):
-                raise TypeError(f"record field {f.name!r} is not {f.type}: {data[f.name]!r:.40}")
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        plan = _plan_of(data)
+        if plan is not None and plan.fits(data):
+            return cls(**(data if plan.all_fields else {k: v for k, v in data.items() if k in _ANNOTATIONS}))
+        known = {}
+        for name, value in data.items():
+            if name not in _ANNOTATIONS:
+                continue  # not a field
+            if not _field_ok(name, value):
+                raise TypeError(f"record field {name!r} is not {_ANNOTATIONS[name]}: {value!r:.40}")
+            known[name] = value
+        return cls(**known)
 
 
 # --- bad input (issue 13): a line of another shape is skipped as unreadable, never a crash later ---
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+# Each field's annotation as the JSON types it accepts; a float must be finite, a list's items are
+# checked by `_LIST_ITEMS`. A field whose annotation names no type here is not checked.
+_JSON_TYPES: dict[str, frozenset[type]] = {
+    "int": frozenset({int}),  # type(True) is bool: a boolean is no int here
+    "float": frozenset({int, float}),
+    "bool": frozenset({bool}),
+    "str": frozenset({str}),
+    "list[float]": frozenset({list}),
+    "list[int]": frozenset({list}),
+    "None": frozenset({type(None)}),
+}
+_LIST_ITEMS = {"list[float]": frozenset({int, float}), "list[int]": frozenset({int})}
 
 
-def _is_number(v: Any) -> bool:
-    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+def _accepted(annotation: str) -> frozenset[type] | None:
+    kinds = [k.strip() for k in annotation.split("|")]
+    if not all(k in _JSON_TYPES for k in kinds):
+        return None
+    return frozenset().union(*(_JSON_TYPES[k] for k in kinds))
 
 
-def _unchecked(_: Any) -> bool:
+_ANNOTATIONS = {f.name: str(f.type) for f in fields(RequestRecord)}
+_ACCEPTED = {name: _accepted(annotation) for name, annotation in _ANNOTATIONS.items()}
+_ITEMS = {name: items for name, a in _ANNOTATIONS.items() for k, items in _LIST_ITEMS.items() if k in a}
+
+
+def _field_ok(name: str, value: Any) -> bool:
+    """Whether `value` fits the field `name` (see _JSON_TYPES)."""
+    accepted = _ACCEPTED[name]
+    if accepted is None:
+        return True
+    kind = type(value)
+    if kind not in accepted:
+        return False
+    if kind is float:
+        return math.isfinite(value)
+    if kind is list:  # items of the accepted types, none inf or nan (a finite sum: none)
+        return set(map(type, value)) <= _ITEMS[name] and (
+            math.isfinite(sum(value)) or all(map(math.isfinite, value))
+        )
     return True
 
 
-_FIELD_CHECKS: dict[str, Callable[[Any], bool]] = {
-    "int": _is_int,
-    "float": _is_number,
-    "bool": lambda v: isinstance(v, bool),
-    "str": lambda v: isinstance(v, str),
-    "list[float]": lambda v: isinstance(v, list) and all(map(_is_number, v)),
-    "list[int]": lambda v: isinstance(v, list) and all(map(_is_int, v)),
-}
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The checks left for records with one shape (the same keys, in order, holding values of the
+    same types, all accepted by their fields): finite floats and list items. A record that does not
+    fit takes the field-by-field check, which names the bad field."""
+
+    floats: Callable[[tuple[Any, ...]], Any] | None  # picks the float values
+    lists: tuple[tuple[int, frozenset[type]], ...]  # position of each list, its item types
+    all_fields: bool  # no key that is not a field
+
+    def fits(self, data: dict[str, Any]) -> bool:
+        values = tuple(data.values())
+        if self.floats is not None:
+            picked = self.floats(values)
+            if not math.isfinite(sum(picked) if isinstance(picked, tuple) else picked):
+                return False
+        for i, items in self.lists:
+            v = values[i]
+            if not (set(map(type, v)) <= items and math.isfinite(sum(v) if v else 0)):
+                return False
+        return True
 
 
-def _field_ok(annotation: str, value: Any) -> bool:
-    """Whether value fits a field annotated `int`, `float | None`, `list[int] | None`, ...; a type
-    this table does not know is not checked."""
-    kinds = [k.strip() for k in annotation.split("|")]
-    if value is None:
-        return "None" in kinds
-    return any(_FIELD_CHECKS.get(k, _unchecked)(value) for k in kinds if k != "None")
+_PLANS: dict[tuple[Any, ...], _Plan | None] = {}
+_MAX_PLANS = 1024  # record shapes remembered (a run has a few; a fuzzed file has many)
+
+
+def _plan_of(data: dict[str, Any]) -> _Plan | None:
+    """The plan of records shaped like `data`; None when a value's type is not its field's."""
+    shape = (*data, *map(type, data.values()))
+    if shape in _PLANS:
+        return _PLANS[shape]
+    floats, lists, plan = [], [], None
+    for i, (name, value) in enumerate(data.items()):
+        accepted = _ACCEPTED.get(name, frozenset())
+        if name not in _ANNOTATIONS or accepted is None:
+            continue
+        if type(value) not in accepted:
+            break
+        if type(value) is float:
+            floats.append(i)
+        elif type(value) is list:
+            lists.append((i, _ITEMS[name]))
+    else:
+        plan = _Plan(
+            itemgetter(*floats) if floats else None, tuple(lists), all(k in _ANNOTATIONS for k in data)
+        )
+    if len(_PLANS) < _MAX_PLANS:
+        _PLANS[shape] = plan
+    return plan
 
 
 class RecordWriter:
@@ -165,31 +236,44 @@ class RecordFileError(ValueError):
     """A records file is missing or holds no readable record."""
 
 
+def parse_record(line: bytes) -> tuple[dict[str, Any], RequestRecord] | None:
+    """One line of a records file as (its JSON object, its record); None when it is not a record."""
+    try:
+        data = loads(line)
+        return data, RequestRecord.from_dict(data)
+    except (ValueError, TypeError, RecursionError, OverflowError):  # not JSON, not a record, too deep
+        return None
+
+
+def iter_record_lines(path: Path) -> Iterator[tuple[int, tuple[dict[str, Any], RequestRecord] | None]]:
+    """Yield (line number, (JSON object, record) or None) for each non-blank line, one at a time;
+    None for a line that does not parse (for example the half-written last line of a killed run).
+    RecordFileError when the file is missing or cannot be read."""
+    path = Path(path)
+    if not path.exists():
+        raise RecordFileError(f"{path}: no such records file")
+    try:
+        for lineno, line in iter_lines(path):
+            yield lineno, parse_record(line)
+    except OSError as e:  # a folder, no permission
+        raise RecordFileError(f"{path}: cannot read the records file: {e.strerror or e}") from None
+
+
 def iter_records(path: Path) -> Iterator[tuple[int, RequestRecord | None]]:
-    """Yield (line number, record or None); None for a line that is not a record (for example the
-    half-written last line of a killed run)."""
-    for lineno, obj in iter_jsonl(path):
-        try:
-            yield lineno, None if obj is None else RequestRecord.from_dict(obj)
-        except (ValueError, TypeError):  # not a record: missing or mistyped fields
-            yield lineno, None
+    """Yield (line number, record or None); None for a line that is not a record."""
+    for lineno, parsed in iter_record_lines(path):
+        yield lineno, None if parsed is None else parsed[1]
 
 
 def read_records(path: Path) -> tuple[list[RequestRecord], list[int]]:
     """All complete records of a file, and the line numbers that were skipped as unreadable."""
-    path = Path(path)
-    if not path.exists():
-        raise RecordFileError(f"{path}: no such records file")
     records: list[RequestRecord] = []
     skipped: list[int] = []
-    try:
-        for lineno, rec in iter_records(path):
-            if rec is None:
-                skipped.append(lineno)
-            else:
-                records.append(rec)
-    except OSError as e:  # a folder, no permission
-        raise RecordFileError(f"{path}: cannot read the records file: {e.strerror or e}") from None
+    for lineno, parsed in iter_record_lines(path):
+        if parsed is None:
+            skipped.append(lineno)
+        else:
+            records.append(parsed[1])
     return records, skipped
 
 

@@ -10,8 +10,10 @@ the result is x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)]).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
 
@@ -77,4 +79,40 @@ def summarize(values: Sequence[float], percentiles: Sequence[float] = DEFAULT_PE
         median=percentile(values, 50.0),
         std=pstdev(values),
         percentiles={q: percentile(values, q) for q in percentiles},
+    )
+
+
+def summarize_counts(
+    counts: Mapping[float, int], percentiles: Sequence[float] = DEFAULT_PERCENTILES
+) -> Summary | None:
+    """`summarize` of a histogram (value -> how many times it occurs), or None when it is empty.
+
+    The percentiles are exactly those of the expanded values (the same ranks and interpolation);
+    mean and std sum value * count, which can differ from the expanded sums in the last bit.
+    Memory and time grow with the distinct values, not with the count."""
+    items = sorted((v, c) for v, c in counts.items() if c > 0)
+    if not items:
+        return None
+    values = [v for v, _ in items]
+    ends = list(accumulate(c for _, c in items))  # ends[i]: rank just past the last copy of values[i]
+    n = ends[-1]
+
+    def at(rank: int) -> float:
+        return values[bisect_right(ends, rank)]
+
+    def pct(q: float) -> float:
+        if not 0.0 <= q <= 100.0:
+            raise ValueError(f"percentile {q} is outside [0, 100]")
+        h = (n - 1) * q / 100.0
+        lo = math.floor(h)
+        low, high = at(lo), at(min(lo + 1, n - 1))
+        return low + (h - lo) * (high - low)
+
+    m = math.fsum(v * c for v, c in items) / n
+    return Summary(
+        count=n,
+        mean=m,
+        median=pct(50.0),
+        std=math.sqrt(math.fsum(c * (v - m) ** 2 for v, c in items) / n),
+        percentiles={q: pct(q) for q in percentiles},
     )

@@ -124,7 +124,7 @@ def write_report(path: str | Path, out_dir: Path | None = None) -> tuple[Path, S
 
     prefix = str(RunFiles.find(path).prefix)
     result = load_run(prefix, with_metrics=True)
-    server = load_server_metrics(prefix, result.run_info, result.records)
+    server = load_server_metrics(prefix, result.run_info, result.iter_records())
     env = read_environment(prefix)
     out = Path(out_dir) if out_dir is not None else Path(prefix).parent
     stem = Path(prefix).name

@@ -19,6 +19,7 @@ import pytest
 from fixtures.paths import REPO
 
 from llmload.analysis.locust_csv import cross_check, failure_kind, read_failures_csv
+from llmload.analysis.rung_tally import tally_rungs
 from llmload.analysis.sweep_rows import group_rungs, sweep_rows
 from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.records import read_records
@@ -102,7 +103,7 @@ def test_faults_are_counted_by_kind_and_tokens_stay_exact(tmp_path, group):
         assert row.agg_tok_s == pytest.approx(row.tokens / row.wall_s)  # completed requests only
 
     # Locust's own CSVs: the same requests, failures by kind and tokens
-    assert cross_check(run.prefix, rungs) == []
+    assert cross_check(run.prefix, tally_rungs(records)) == []
     kinds = set(expected_failures)
     locust_failures = Counter()
     for f in read_failures_csv(Path(f"{run.prefix}_failures.csv")).rows:
@@ -150,5 +151,5 @@ def test_configured_retries_in_a_real_run(tmp_path):
         assert rec.outcome == ("http_429" if t["fault"] else "ok")
         if rec.ok:
             assert rec.output_tokens == t["completion_tokens"] == 16
-    assert cross_check(run.prefix, group_rungs(records)) == []
+    assert cross_check(run.prefix, tally_rungs(records)) == []
     assert json.loads(Path(f"{run.prefix}_run.json").read_text())["finished"]

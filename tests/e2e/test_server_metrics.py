@@ -95,7 +95,7 @@ def test_each_family_maps_to_the_common_quantities(family):
 def test_fixture_rungs_golden():
     """The hand-built scrape file: every counter bracket and gauge mean was set by hand."""
     result = load_run(FIXTURE)
-    server = load_server_metrics(FIXTURE, result.run_info, result.records)
+    server = load_server_metrics(FIXTURE, result.run_info, result.iter_records())
     assert server is not None and server.family == "vllm"
     by_rung = {m.rung: m for m in server.rungs}
     assert [(m.generation_tokens, m.client_tokens, m.accept_len) for m in server.rungs] == [
@@ -118,12 +118,12 @@ def test_a_bracket_covering_another_stage_is_flagged_not_warned():
     # one scrape every 5 s: each rung's bracket also covers part of the other rung
     samples = [_sample(0.0, 0), _sample(5.0, 100), _sample(10.0, 250)]
     windows = [Window(0, 1, 1.0, 6.0), Window(1, 2, 7.0, 9.0)]
-    metrics = rung_server_metrics(samples, windows, [])
+    metrics = rung_server_metrics(samples, windows, {})
     assert [(m.generation_tokens, m.overlap) for m in metrics] == [(250, True), (150, True)]
     assert token_warnings(metrics) == []
     # a scrape in the idle gap between the rungs separates them
     samples.insert(2, _sample(6.5, 120))
-    metrics = rung_server_metrics(samples, windows, [])
+    metrics = rung_server_metrics(samples, windows, {})
     assert [(m.generation_tokens, m.overlap) for m in metrics] == [(120, False), (130, False)]
 
 
@@ -137,7 +137,7 @@ def test_server_counting_fewer_tokens_than_the_client_is_warned():
 
 def test_a_restarted_server_gives_no_delta():
     samples = [_sample(0.0, 500), _sample(10.0, 20)]
-    assert rung_server_metrics(samples, [Window(0, 1, 1.0, 9.0)], [])[0].generation_tokens is None
+    assert rung_server_metrics(samples, [Window(0, 1, 1.0, 9.0)], {})[0].generation_tokens is None
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ def test_server_tokens_equal_client_tokens_and_truth(scraped_run):
 
 def test_accept_len_from_counters_matches_the_configured_one(scraped_run):
     result = load_run(scraped_run.prefix)
-    server = load_server_metrics(scraped_run.prefix, result.run_info, result.records)
+    server = load_server_metrics(scraped_run.prefix, result.run_info, result.iter_records())
     for m in server.measured:
         assert m.accept_len == pytest.approx(4.5, rel=0.05)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmload.analysis.locust_csv import cross_check
+from llmload.analysis.rung_tally import tally_rungs
 from llmload.analysis.sweep_rows import group_rungs, sweep_rows
 from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.records import RequestRecord, read_records
@@ -61,7 +62,7 @@ def check_against_truth(
         assert row.per_req_tok_s == pytest.approx(sum(per_req) / len(per_req), rel=2 * rate_rel)
         assert not row.estimated
     # Locust's own CSVs carry the same requests and tokens as the records
-    assert cross_check(run.prefix, rungs) == []
+    assert cross_check(run.prefix, tally_rungs(records)) == []
 
 
 @pytest.fixture(scope="module")

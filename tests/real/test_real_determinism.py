@@ -30,10 +30,11 @@ def test_determinism_check_runs_on_llama_cpp(llama_server, tmp_path):
     )
     assert run.returncode == 0, run.log.read_text()[-3000:]
     result = load_run(run.prefix)
-    records = [r for rung in result.rungs for r in rung.records]
+    rungs = result.record_rungs()
+    records = [r for rung in rungs for r in rung.records]
     assert len(records) == 2 * (1 + 2 + 4) and all(r.ok and r.text_hash for r in records)
     assert all(r.chunks == r.output_tokens == 32 for r in records)  # one token per chunk: exact index
-    divs = divergence(result.rungs)
+    divs = divergence(rungs)
     assert [d.conc for d in divs] == [1, 2, 4]
     assert [d.compared for d in divs] == [0, 2, 4]  # c1 sends prompts 0-1, c2 0-3, c4 0-7: 4-7 new
     print("\nllama.cpp greedy determinism (rungs 1, 2, 4):")

@@ -15,8 +15,10 @@ last test plants a bare KeyError in the config parser and checks that the ladder
 from __future__ import annotations
 
 import json
+import math
 import string
 from argparse import Namespace
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from llmload.analysis.locust_csv import (
     read_stats_csv,
 )
 from llmload.analysis.postprocess import load_run, render_run
-from llmload.analysis.sweep_rows import group_rungs
+from llmload.analysis.rung_tally import tally_rungs
 from llmload.cli.sweep import sim_args
 from llmload.core import checks, config
 from llmload.core.config import ConfigError, load_config
@@ -306,7 +308,7 @@ def csv_texts(draw: st.DrawFn, columns: tuple[str, ...]) -> str:
 
 def test_locust_csv_reader(workdir):
     prefix = workdir / "csvrun"
-    rungs = group_rungs([RequestRecord.from_dict(GOOD)])
+    rungs = tally_rungs([RequestRecord.from_dict(GOOD)])
 
     @FUZZ
     @given(csv_texts(STATS_COLUMNS), csv_texts(FAILURES_COLUMNS))
@@ -389,3 +391,53 @@ def test_a_planted_bare_key_error_in_the_config_parser_is_found(workdir, monkeyp
 
     with pytest.raises(KeyError):
         prop()
+
+
+def _reference_record(data: dict) -> RequestRecord | str:
+    """What the field-by-field check makes of `data`: the record, or "bad"."""
+
+    def ok(annotation: str, v: object) -> bool:
+        kinds = [k.strip() for k in annotation.split("|")]
+        if v is None:
+            return "None" in kinds
+        number = (type(v) is int or type(v) is float) and math.isfinite(v)  # type: ignore[arg-type]
+        checks = {
+            "int": type(v) is int,
+            "float": number,
+            "bool": type(v) is bool,
+            "str": type(v) is str,
+            "list[float]": type(v) is list and all(type(x) in (int, float) and math.isfinite(x) for x in v),
+            "list[int]": type(v) is list and all(type(x) is int for x in v),
+        }
+        return any(checks[k] for k in kinds if k != "None")
+
+    known = {f.name: str(f.type) for f in fields(RequestRecord)}
+    if not all(ok(known[k], v) for k, v in data.items() if k in known):
+        return "bad"
+    try:
+        return RequestRecord(**{k: v for k, v in data.items() if k in known})
+    except TypeError:
+        return "bad"
+
+
+ODD_VALUES = st.sampled_from(
+    [None, True, 0, 1, -3, 1.5, float("inf"), float("nan"), "x", [], [1], [0.5, True], [0.1, "a"]]
+)
+
+
+@FUZZ
+@given(
+    st.dictionaries(st.sampled_from(sorted(GOOD)) | st.just("extra"), ODD_VALUES, max_size=6), st.booleans()
+)
+def test_record_check_fast_path_agrees_with_field_by_field(changes, drop):
+    """The reader's shape-cached check accepts exactly the records the field-by-field check does."""
+    data = {**GOOD, **changes}
+    if drop:
+        data.pop("t_end", None)
+    for _ in range(2):  # the second time through the cached plan
+        want = _reference_record(data)
+        try:
+            got: RequestRecord | str = RequestRecord.from_dict(data)
+        except TypeError:
+            got = "bad"
+        assert got == want

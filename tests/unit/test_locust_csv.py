@@ -16,7 +16,7 @@ from llmload.analysis.locust_csv import (
     read_failures_csv,
     read_stats_csv,
 )
-from llmload.analysis.sweep_rows import group_rungs
+from llmload.analysis.rung_tally import tally_rungs
 
 STATS = FIXTURES / "run_stats.csv"
 FAILURES = FIXTURES / "run_failures.csv"
@@ -35,7 +35,7 @@ def test_reads_only_rung_request_entries():
 
 
 def test_agreeing_files_give_no_warning():
-    rungs = group_rungs(run_records())
+    rungs = tally_rungs(run_records())
     assert check_stats(rungs, read_stats_csv(STATS)) == []
     assert check_failures(rungs, read_failures_csv(FAILURES)) == []
 
@@ -63,7 +63,7 @@ def test_truncated_last_row_is_skipped_and_reported(tmp_path: Path):
     table = read_stats_csv(path)
     assert [e.rung for e in table.rows] == [0, 1]
     assert table.skipped_lines == [6]
-    warnings = check_stats(group_rungs(run_records()), table)
+    warnings = check_stats(tally_rungs(run_records()), table)
     assert warnings == [
         f"{path}: skipped incomplete rows (truncated file?) at lines 6",
         f"rung03 c4: 2 records but no entry in {path}",
@@ -72,14 +72,14 @@ def test_truncated_last_row_is_skipped_and_reported(tmp_path: Path):
 
 def test_lost_records_are_reported():
     records = [r for r in run_records() if r.output_tokens != 37]  # the failure's record was lost
-    warnings = check_stats(group_rungs(records), read_stats_csv(STATS))
+    warnings = check_stats(tally_rungs(records), read_stats_csv(STATS))
     assert warnings == [
         "rung02 c4: requests: records 3, Locust 4 -> lost records or lost events",
         "rung02 c4: failures: records 0, Locust 1 -> lost records or lost events",
         "rung02 c4: output tokens (Request Count * Average Content Size): records 768, Locust 805"
         " -> lost records or lost events",
     ]
-    assert check_failures(group_rungs(records), read_failures_csv(FAILURES)) == [
+    assert check_failures(tally_rungs(records), read_failures_csv(FAILURES)) == [
         f"rung02 c4: failures by kind: records {{}}, Locust {{'(unmatched)': 1}} ({FAILURES})"
     ]
 
@@ -87,7 +87,7 @@ def test_lost_records_are_reported():
 def test_lost_events_are_reported():
     records = run_records()
     records[1].output_tokens = 250  # the record says 250 tokens, Locust was told 256
-    warnings = check_stats(group_rungs(records), read_stats_csv(STATS))
+    warnings = check_stats(tally_rungs(records), read_stats_csv(STATS))
     assert warnings == [
         "rung01 c1: output tokens (Request Count * Average Content Size): records 250, Locust 256"
         " -> lost records or lost events"
@@ -103,6 +103,6 @@ def test_failure_kind_matching():
 def test_cross_check_turns_unusable_files_into_warnings(tmp_path: Path):
     prefix = tmp_path / "x"
     Path(f"{prefix}_stats.csv").write_text("Type,Name\r\n")
-    warnings = cross_check(prefix, group_rungs(run_records()))  # no _failures.csv: not checked
+    warnings = cross_check(prefix, tally_rungs(run_records()))  # no _failures.csv: not checked
     missing = "'Request Count', 'Failure Count', 'Average Content Size'"
     assert warnings == [f"cross-check skipped: {prefix}_stats.csv: missing column {missing}"]

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from fixtures.runs import make_record, run_records
+from hypothesis import given
+from hypothesis import strategies as st
 
-from llmload.analysis.metrics import itl_is_per_chunk, itl_ms, meets_slo, rung_metrics, tpot_ms
+from llmload.analysis.metrics import itl_gaps_us, itl_is_per_chunk, itl_ms, meets_slo, rung_metrics, tpot_ms
+from llmload.analysis.rung_tally import GapHistogram
 from llmload.analysis.sweep_rows import Rung, group_rungs
-from llmload.core.stats import percentile, pstdev, summarize
+from llmload.core.stats import percentile, pstdev, summarize, summarize_counts
 
 
 @pytest.mark.parametrize(
@@ -125,3 +130,38 @@ def test_missing_prompt_tokens_leave_total_throughput_unknown():
     m = rung_metrics(Rung(0, 1, [make_record(0.0, 1.0, 10, 0.1, prompt_tokens=None)]))
     assert m.total_tok_s is None
     assert m.latencies["itl"] is None
+
+
+@given(
+    st.lists(st.sampled_from([0.001, 1.5, 2.0, 3.25, 7.0, 1e6]) | st.floats(0, 1e4), min_size=1, max_size=60),
+    st.lists(st.floats(0, 100), max_size=5),
+)
+def test_histogram_summary_equals_the_raw_values_summary(values, qs):
+    """ITL is pooled as a histogram (value -> count): its percentiles are those of the raw values,
+    exactly; mean and std up to rounding."""
+    raw, counted = summarize(values, qs), summarize_counts(Counter(values), qs)
+    assert counted.count == raw.count
+    assert counted.median == raw.median and counted.percentiles == raw.percentiles
+    assert counted.mean == pytest.approx(raw.mean, rel=1e-12)
+    assert counted.std == pytest.approx(raw.std, rel=1e-9, abs=1e-9)
+
+
+@given(
+    st.lists(
+        st.lists(st.integers(0, 3_000_000).map(lambda us: round(us / 1e6, 6)), max_size=8).map(sorted)
+        | st.lists(st.floats(0, 5).map(lambda t: round(t, 6)), max_size=8),  # unordered: negative gaps
+        max_size=12,
+    ),
+    st.sampled_from([1, 3, 1 << 18]),
+)
+def test_gap_histogram_counts_the_per_chunk_itl_gaps(requests, batch):
+    """The numpy batches count exactly the gaps `itl_gaps_us` gives request by request: none
+    across two requests, empty and one-chunk requests included, long and negative gaps too."""
+    hist = GapHistogram()
+    hist.BATCH = batch
+    for times in requests:
+        hist.add(times)
+    expected = Counter(
+        g for times in requests for g in itl_gaps_us(make_record(0.0, 9.0, 1, 0.1, chunk_times=times))
+    )
+    assert hist.counts() == expected

@@ -10,7 +10,7 @@ from fixtures.runs import make_record
 from fixtures.sim_calibration import SIM_VOCAB
 
 from llmload.analysis.production_traffic import replay_warnings, turn_metrics
-from llmload.analysis.sweep_rows import group_rungs
+from llmload.analysis.rung_tally import tally_rungs
 from llmload.core.config import ConfigError, SessionConfig, parse_config
 from llmload.loadgen.sessions import Session, play_sessions
 from llmload.loadgen.sse import StreamAccumulator
@@ -143,8 +143,8 @@ def test_turn_metrics_and_replay_lateness():
     assert rows[1].ttft_ms == pytest.approx(200.0) and rows[1].prompt_tokens == 130.0
     assert rows[1].cached_tokens == 96.0 and rows[1].cached_share == pytest.approx(96 / 120)
     on_time = [make_record(t, t + 1, 8, 0.1, trace_line=1, t_scheduled=t - 0.001) for t in range(100)]
-    assert replay_warnings(group_rungs(on_time)) == []
+    assert replay_warnings(tally_rungs(on_time)) == []
     late = on_time[:98] + [make_record(t, t + 1, 8, 0.1, trace_line=1, t_scheduled=t - 0.2) for t in (98, 99)]
-    (warning,) = replay_warnings(group_rungs(late))
+    (warning,) = replay_warnings(tally_rungs(late))
     assert warning.startswith("rung01 c1: the generator fell behind the trace: p99 lateness 200.0 ms")
     assert "2 of 100 requests more than 100 ms late" in warning
