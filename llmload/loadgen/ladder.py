@@ -324,7 +324,7 @@ class LadderShape(LoadTestShape):
         self.told_400 = False  # the server's first HTTP 400 reason was logged
         self.soak = False  # a soak run: its verdict (llmload.loadgen.soak_monitor) is the exit code
         # called with (run, record dict) for each record, after it is written (e.g. the web UI's tab)
-        self.record_hooks: list[Callable[[RunState, dict[str, Any]], None]] = []
+        self.record_hooks: list[Callable[[RunState, dict[str, Any], RequestRecord], None]] = []
 
     @property
     def _runner(self) -> Any:
@@ -338,23 +338,24 @@ class LadderShape(LoadTestShape):
         if run is None:
             return
         data = msg.data
-        run.writer.write(data)
-        rung = data["rung"]
+        rec = RequestRecord.from_dict(data)  # decoded once, here; passed on as a record
+        run.writer.write(data)  # as it came: the record's own JSON
+        rung = rec.rung
         run.records_by_rung[rung] = run.records_by_rung.get(rung, 0) + 1
         if rung != WARMUP_RUNG:
             run.tallies.setdefault(rung, Tally()).add(data)
             if run.search is not None:
-                run.probe_records.append(RequestRecord.from_dict(data))
-        self._report_first_400(data)
+                run.probe_records.append(rec)
+        self._report_first_400(rec)
         run.protocol.recorded(rung, time.time())
         for hook in self.record_hooks:
-            hook(run, data)
+            hook(run, data, rec)
 
-    def _report_first_400(self, data: dict[str, Any]) -> None:
+    def _report_first_400(self, rec: RequestRecord) -> None:
         """The server's reason for the run's first HTTP 400, once (the records hold every one)."""
-        if data.get("outcome") == "http_400" and not self.told_400:
+        if rec.outcome == "http_400" and not self.told_400:
             self.told_400 = True
-            reason = " ".join(str(data.get("error") or "no reason given").split())
+            reason = " ".join(str(rec.error or "no reason given").split())
             log.error("llmload: the server answered HTTP 400 (bad request): %s", reason)
 
     def on_health(self, environment: Any, msg: Any, **_: Any) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from llmload.analysis.rung_tally import RungTally, SweepTally, percentile_or_none
 from llmload.core.names import WARMUP_RUNG, rung_name
+from llmload.core.records import RequestRecord
 from llmload.loadgen.ladder import RunState
 from llmload.output.table import fmt_num
 
@@ -88,10 +89,10 @@ class LiveSweep:
             self.runs_seen += 1
             self._reset()
 
-    def add(self, run: RunState, data: dict[str, Any]) -> None:
-        """A record as the ladder received it (the `LadderShape.record_hooks` signature)."""
+    def add(self, run: RunState, data: dict[str, Any], rec: RequestRecord) -> None:
+        """A record as the ladder received and decoded it (the `LadderShape.record_hooks` signature)."""
         self.follow(run)
-        if self.tally.add(data) is not None and time.time() - self._sampled_at >= SAMPLE_S:
+        if self.tally.add(data, rec) is not None and time.time() - self._sampled_at >= SAMPLE_S:
             self.sample()
 
     def sample(self) -> None:

@@ -26,6 +26,7 @@ from fixtures.webui import (
 
 from llmload.analysis.locust_csv import cross_check
 from llmload.analysis.metrics import rung_metrics
+from llmload.analysis.rung_tally import tally_rungs
 from llmload.analysis.sweep_rows import group_rungs, sweep_row
 from llmload.cli.progress import Progress
 from llmload.core.names import REQUEST_TYPE, rung_name
@@ -59,7 +60,7 @@ def check_tab_against_truth_and_post_processor(ui: LocustWebUI, rows: list[dict[
     csv_lines = ui.get("/llmload/sweep.csv").decode().splitlines()
     assert csv_lines == sweep_table(ui.prefix, "--format", "csv").splitlines()
     # the outputs of a headless run: run file, and Locust's CSVs agreeing with the records
-    assert cross_check(ui.prefix, group_rungs(records)) == []
+    assert cross_check(ui.prefix, tally_rungs(records)) == []
     check_charts(ui, rows, records)
     # Locust's own table counts real requests only (no latency pseudo-entries in its Aggregated row)
     entries = ui.stats()["stats"]
@@ -182,7 +183,7 @@ def test_tallies_equal_the_post_processor_on_failures_and_estimates():
     live = LiveSweep()
     run = SimpleNamespace(progress=[], current=None)
     for rec in records:
-        live.add(run, rec.to_dict())
+        live.add(run, rec.to_dict(), rec)
     rungs = group_rungs(records)
     assert sorted(live.rungs) == [r.index for r in rungs]
     for rung, cells in zip(rungs, live.table(active=False), strict=True):
@@ -204,7 +205,7 @@ def test_chart_series_follow_the_records(monkeypatch):
     live = LiveSweep()
     run = SimpleNamespace(progress=[], current=None)
     for n, rec in enumerate(records, start=1):
-        live.add(run, rec.to_dict())
+        live.add(run, rec.to_dict(), rec)
         data = live.charts(active=False, since=len(live.history) - 1 if live.history else 0)
         received = [r for r in records[:n] if r.phase == "measure" and r.rung == rec.rung]
         if rec.phase == "warmup":
@@ -229,7 +230,7 @@ def test_chart_series_follow_the_records(monkeypatch):
     live.follow(SimpleNamespace(progress=[], current=None))
     assert (live.runs_seen, live.history) == (2, [])
     for rec in records[1:4]:
-        live.add(live.run, rec.to_dict())
+        live.add(live.run, rec.to_dict(), rec)
         clock.now += live_sweep.SAMPLE_S / 4
     assert [p["requests"] for p in live.history] == [1]
     assert [p["requests"] for p in live.charts(False, since=1)["history"]] == [2]  # rung 0 unchanged
