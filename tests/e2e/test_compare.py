@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 from fixtures.paths import REPO
+from fixtures.runs import make_record
 
 from llmload.analysis.compare import IMPROVED, NOISE, REGRESSED, compare_runs
 from llmload.analysis.postprocess import load_run
 from llmload.cli.sweep_run import run_sweep
-from llmload.core.records import RequestRecord, write_records
+from llmload.core.records import write_records
 
 SCRIPT = REPO / "scripts" / "compare.py"
 TOKENS = 128
@@ -31,19 +32,15 @@ def write_run(path: Path, rungs: list[tuple[int, float, int]], *, jitter: float 
             d = e2e * (1 + rng.uniform(-jitter, jitter))
             start = t + (k // users) * e2e * 1.1
             records.append(
-                RequestRecord(
+                make_record(
+                    start,
+                    start + d,
+                    TOKENS,
+                    d / 10,
                     request_id=f"{index}-{k}",
                     rung=index,
                     users=users,
-                    phase="measure",
-                    endpoint="completions",
-                    stream=True,
                     max_tokens=TOKENS,
-                    t_start=start,
-                    t_end=start + d,
-                    t_first=start + d / 10,
-                    output_tokens=TOKENS,
-                    finish_reason="length",
                 )
             )
         t += 100.0

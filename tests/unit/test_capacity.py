@@ -6,6 +6,7 @@ import math
 import random
 
 import pytest
+from fixtures.runs import make_record
 
 from llmload.analysis.capacity import (
     FAIL,
@@ -27,18 +28,15 @@ TOKENS = 32
 def record(rung: int, users: int, tpot_ms: float, ttft_ms: float = 20.0, ok: bool = True) -> RequestRecord:
     """A completed request whose TPOT and TTFT are exactly the given values."""
     e2el_s = (ttft_ms + tpot_ms * (TOKENS - 1)) / 1000.0
-    return RequestRecord(
+    return make_record(
+        100.0,
+        100.0 + e2el_s,
+        TOKENS,
+        ttft_ms / 1000.0,
         request_id=f"r{rung}-{random.random()}",
         rung=rung,
         users=users,
-        phase="measure",
-        endpoint="completions",
-        stream=True,
         max_tokens=TOKENS,
-        t_start=100.0,
-        t_end=100.0 + e2el_s,
-        t_first=100.0 + ttft_ms / 1000.0,
-        output_tokens=TOKENS,
         outcome="ok" if ok else "http_500",
     )
 
