@@ -17,7 +17,7 @@ from typing import Any
 from llmload.analysis.determinism import RungDivergence, divergence, divergence_notes
 from llmload.analysis.health import flag_saturated, read_health
 from llmload.analysis.locust_csv import cross_check
-from llmload.analysis.metrics import RungMetrics, all_rung_metrics
+from llmload.analysis.metrics import SLO_KEYS, RungMetrics, all_rung_metrics
 from llmload.analysis.production_traffic import replay_warnings, turn_metrics
 from llmload.analysis.sweep_rows import MissingRung, Rung, SweepRow, group_rungs, sweep_rows
 from llmload.core.records import RecordFileError, RequestRecord, read_records
@@ -109,8 +109,9 @@ def load_run(
     info = read_run_info(prefix)
     rows = sweep_rows(rungs, partial_rungs=unfinished_rungs(info), requests_per_user=requests_per_user)
     flag_saturated(rows, rungs, read_health(files.health))
-    if slo is None:  # the run's own `slo:` from its config file
-        slo = {k: v for k, v in ((info or {}).get("config", {}).get("slo") or {}).items() if v is not None}
+    if slo is None:  # the run's own `slo:` from its config file (goodput's keys: itl_ms is not one)
+        given = ((info or {}).get("config", {}).get("slo") or {}).items()
+        slo = {k: v for k, v in given if v is not None and k in SLO_KEYS}
     metrics = all_rung_metrics(rungs, percentiles=percentiles, slo=slo) if with_metrics else None
     warnings = cross_check(prefix, rungs) + replay_warnings(rungs)  # trace replay: fell behind?
     if skipped:
