@@ -202,12 +202,16 @@ class CapacityConfig:
         check=positive_number,
     )
     requests: int = setting(
-        40, help="requests of a new probe (at least one per user; p90 needs 36 to bound)", check=integer()
+        40,
+        help="requests of a new probe (concurrency: at least one per user; p90 needs 36 to bound)",
+        check=integer(),
     )
     max_requests: int = setting(
         400, help="an undecided probe is extended up to this many requests", check=integer()
     )
-    max_probes: int = setting(20, help="concurrencies tried (extensions not counted)", check=integer())
+    max_probes: int = setting(
+        20, help="concurrencies or rates tried (extensions not counted)", check=integer()
+    )
     max_duration_s: float = setting(
         1800.0, help="no new probe starts after this long, s", check=positive_number
     )
