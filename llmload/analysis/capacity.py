@@ -393,15 +393,18 @@ class CapacitySearch:
         return current
 
     def result(self, reason: str | None = None) -> CapacityResult:
-        """The answer so far; `reason` overrides why it stopped (the run was cut short)."""
+        """The answer so far; `reason` overrides why it stopped (the run was cut short). A search
+        stopped by a client-limited failure is incomplete and names no binding SLO: that failure
+        is the client's."""
         capacity, failing = self._passing(), self._failing()
         first_fail = next((p for p in self.probes if p.load == failing), None)
+        limited = first_fail is not None and first_fail.client_limited
         return CapacityResult(
             capacity=capacity,
             variable=self.config.variable,
-            complete=reason is None and bool(self.reason),
+            complete=reason is None and bool(self.reason) and not limited,
             reason=reason or self.reason,
-            binding=first_fail.binding() if first_fail else None,
+            binding=first_fail.binding() if first_fail and not limited else None,
             probes=self.probes,
             percentile=self.config.percentile,
             confidence=self.config.confidence,

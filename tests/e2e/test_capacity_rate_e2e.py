@@ -102,3 +102,26 @@ def test_three_rate_searches_give_the_same_answer(rate_search, tmp_path):
     answers = [rate_search[1].capacity]
     answers += [search(tmp_path, LADDER, SIM, f"again{i}")[1].capacity for i in range(2)]
     assert answers == [answers[0]] * 3 and answers[0] <= analytic_rate(STEP, TOKENS, TPOT_SLO_MS)
+
+
+def test_too_few_client_slots_is_no_verdict_on_the_server(tmp_path):
+    # 2 client slots for 8 requests/s of ~0.2 s requests: arrivals wait for a slot, the wait is in
+    # TTFT (measured from the scheduled arrival), and the failing probe stops the search unjudged
+    ladder = (
+        LADDER.replace("arrival: gamma\nburstiness: 100\n", "max_concurrency: 2\n")
+        .replace(f"tpot_ms: {TPOT_SLO_MS}\n  itl_ms: {ITL_SLO_MS}", "ttft_ms: 100")
+        .replace("start: 16", "start: 8")
+        .replace("requests: 80", "requests: 40")
+    )
+    run, result = search(tmp_path, ladder, SIM, "slots")
+    (probe,) = result.probes
+    assert probe.client_limited and probe.verdict == FAIL and not result.complete
+    assert result.capacity == 0 and "raise max_concurrency" in result.reason and result.binding is None
+    (ttft,) = [c for c in probe.criteria if c.key == "ttft_ms"]
+    truth, _ = load_truth(run.truth_log)
+    from_arrival = [1000 * (r.t_first - r.t_scheduled) for r in probe.records if r.ok]
+    server = [
+        1000 * (truth[r.request_id]["first_token"] - truth[r.request_id]["arrival"]) for r in probe.records
+    ]
+    assert ttft.point == pytest.approx(percentile(from_arrival, 90.0))
+    assert percentile(server, 90.0) < ttft.limit < ttft.point  # the server alone would have passed

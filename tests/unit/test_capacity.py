@@ -251,6 +251,8 @@ def test_client_limited_when_an_arrival_finds_every_slot_busy():
     probe = s.observe(1.0, 0, tight)
     assert probe.client_limited and probe.verdict == FAIL
     assert s.next_probe() is None and "raise max_concurrency" in s.reason
+    result = s.result()
+    assert not result.complete and result.binding is None  # the client's failure binds no SLO
 
 
 def test_itl_slo_judges_the_pooled_inter_token_latencies():
