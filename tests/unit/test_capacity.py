@@ -231,6 +231,22 @@ def test_rate_search_stops_when_the_start_fails_and_at_max_rate():
     assert [p.load for p in s.probes] == [1, 2, 3] and "max_rate (3)" in s.reason
 
 
+def test_an_undecided_rate_probe_is_extended_at_the_same_rate():
+    cfg = CapacityConfig(variable="rate", percentile=50.0, requests=6, max_requests=12, start=4.0)
+    s = CapacitySearch(cfg, SloConfig(tpot_ms=30.0))
+    first = s.next_probe()
+    assert first is not None and (first.load, first.requests, first.extends) == (4.0, 6, False)
+    s.observe(4.0, 0, [rate_record(0, 4.0, i / 4, 0.0, v) for i, v in enumerate((20, 25, 29, 31, 35, 40))])
+    more = s.next_probe()
+    assert more is not None and (more.load, more.requests, more.extends) == (4.0, 6, True)
+    probe = s.observe(
+        4.0, 1, [rate_record(1, 4.0, i / 4, 0.0, v) for i, v in enumerate((21, 26, 28, 32, 36, 41))]
+    )
+    assert probe.rungs == [0, 1] and probe.by_point and probe.verdict == PASS  # median 28.5 <= 30
+    nxt = s.next_probe()
+    assert nxt is not None and (nxt.load, nxt.extends) == (8.0, False)  # doubling resumes
+
+
 def test_rate_probe_ttft_and_e2el_count_the_wait_for_a_client_slot():
     cfg, slo = RATE_CFG, SloConfig(ttft_ms=100.0, tpot_ms=1000.0, e2el_ms=10_000.0)
     waited = [rate_record(0, 1.0, float(i), 0.2, 10.0) for i in range(10)]  # 200 ms in the queue
