@@ -125,3 +125,13 @@ def test_too_few_client_slots_is_no_verdict_on_the_server(tmp_path):
     ]
     assert ttft.point == pytest.approx(percentile(from_arrival, 90.0))
     assert percentile(server, 90.0) < ttft.limit < ttft.point  # the server alone would have passed
+
+
+def test_sweep_table_goodput_leaves_the_itl_slo_out(rate_search, capsys):
+    # goodput is per request (vLLM's keys): the run's slo.itl_ms is for the capacity verdict only
+    from llmload.cli import table
+
+    run, _ = rate_search
+    assert table.main([str(run.prefix), "--metrics"]) == 0
+    out = capsys.readouterr().out
+    assert f"goodput SLO: tpot_ms <= {TPOT_SLO_MS:g}" in out and "itl_ms <=" not in out
