@@ -1,19 +1,32 @@
-"""Capacity under SLOs: the search for the largest concurrency whose probes meet every SLO.
+"""Capacity under SLOs: the search for the largest concurrency, or request rate, whose probes meet
+every SLO.
 
 Pure logic (no Locust): the ladder (`mode: capacity`) asks `CapacitySearch.next_probe()` for the
 next stage and feeds each finished stage's records to `observe()`; post-processing replays the
 same search over a records file (`replay`), so the live run and the report agree by construction.
 
-The search: probe `capacity.start` users, double while probes pass, and once one fails bisect
-between the largest passing and the smallest failing concurrency (integers) until they are
-adjacent. The capacity is the largest passing concurrency (0 when even the smallest fails; a
-lower bound when `max_users` still passes). Bounded by `max_users`, `max_probes`, per-probe
-`max_requests` and, in the ladder, `max_duration_s`.
+The search (`capacity.variable`): probe `capacity.start` users (or requests/s), double while
+probes pass, and once one fails bisect between the largest passing and the smallest failing
+value until they are adjacent (concurrency: integers) or their ratio is at most
+1 + `rate_resolution` (rate). The capacity is the largest passing value (0 when even the start
+fails; a lower bound when `max_users` / `max_rate` still passes). Bounded by those, `max_probes`,
+per-probe `max_requests` and, in the ladder, `max_duration_s`.
 
-A probe's verdict, per SLO (`slo.ttft_ms`, `slo.tpot_ms`, `slo.e2el_ms`, each at `percentile`):
-the distribution-free confidence interval of the percentile from the probe's completed requests
-(order statistics: x_(l) <= true percentile <= x_(u) with probability >= `confidence`, l and u
-from the exact binomial distribution, no normal approximation). The SLO passes when the upper
+A concurrency probe is a closed-loop stage of `users` users; a rate probe is an open-loop stage of
+`requests` arrivals at the rate (rate mode's schedule and `max_concurrency` client slots). In a
+rate probe TTFT and E2EL are measured from each request's scheduled arrival, so the wait of a due
+request for a free client slot counts against the SLOs (vLLM's bench measures from the send and
+hides it); TPOT and ITL do not contain it. A rate probe in which some arrival found every client
+slot busy is `client_limited`: its failure is no verdict on the server, and the search stops there
+(raise `max_concurrency`).
+
+A probe's verdict, per SLO (`slo.ttft_ms`, `slo.tpot_ms`, `slo.itl_ms`, `slo.e2el_ms`, each at
+`percentile`): the distribution-free confidence interval of the percentile from the probe's
+completed requests (order statistics: x_(l) <= true percentile <= x_(u) with probability >=
+`confidence`, l and u from the exact binomial distribution, no normal approximation). ITL pools
+the inter-token latencies of all completed requests (llmload.analysis.metrics.itl_ms); they are
+not independent draws (gaps of one request are correlated), so its interval is narrower than the
+truth would give: read an ITL verdict's confidence as indicative. The SLO passes when the upper
 bound is <= the limit and fails when the lower bound is above it. The failure ratio is judged
 the same way with its exact (Clopper-Pearson) interval against `max_failure_ratio` (a zero
 ratio: any failure fails). A probe passes when every criterion passes, fails when one fails;
@@ -28,19 +41,52 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmload.analysis.metrics import e2el_ms, tpot_ms, ttft_ms
+from llmload.analysis.metrics import e2el_ms, itl_ms, queue_wait_ms, tpot_ms, ttft_ms
 from llmload.analysis.sweep_rows import Rung
 from llmload.core.config import CapacityConfig, SloConfig
 from llmload.core.records import RequestRecord
 from llmload.core.stats import mean, percentile
 
 PASS, FAIL, UNDECIDED = "pass", "fail", "undecided"
-_METRICS: dict[str, Callable[[RequestRecord], float | None]] = {
-    "ttft_ms": ttft_ms,
-    "tpot_ms": tpot_ms,
-    "e2el_ms": e2el_ms,
-}
+CONCURRENCY, RATE = "concurrency", "rate"
 FAILURE_KEY = "failure_ratio"
+
+
+def _from_arrival(metric: Callable[[RequestRecord], float | None]) -> Callable[[RequestRecord], float | None]:
+    """A latency measured from the request's send, plus its wait for a client slot (rate mode)."""
+
+    def measured(rec: RequestRecord) -> float | None:
+        value = metric(rec)
+        return None if value is None else value + (queue_wait_ms(rec) or 0.0)
+
+    return measured
+
+
+# each SLO's values of one completed request (ITL: several)
+_METRICS: dict[str, Callable[[RequestRecord], list[float]]] = {
+    "ttft_ms": lambda r: [v] if (v := _from_arrival(ttft_ms)(r)) is not None else [],
+    "tpot_ms": lambda r: [v] if (v := tpot_ms(r)) is not None else [],
+    "itl_ms": itl_ms,
+    "e2el_ms": lambda r: [v] if (v := _from_arrival(e2el_ms)(r)) is not None else [],
+}
+
+
+def client_limited(records: Sequence[RequestRecord]) -> bool:
+    """Whether some arrival of a rate probe found all its client slots busy: at its scheduled time
+    as many of the probe's requests were in flight as the stage had users (slots)."""
+    due = [r for r in records if r.t_scheduled is not None]
+    spans = sorted((r.t_start, r.t_end) for r in due)
+    for rec in due:
+        assert rec.t_scheduled is not None
+        busy = sum(1 for start, end in spans if start <= rec.t_scheduled < end)
+        if busy >= rec.users:
+            return True
+    return False
+
+
+def fmt_load(load: float) -> str:
+    """A concurrency or rate as the search's messages show it (4 significant digits)."""
+    return f"{load:.4g}"
 
 
 def binomial_cdfs(n: int, p: float) -> list[float]:
@@ -101,7 +147,7 @@ def proportion_interval(k: int, n: int, confidence: float) -> tuple[float, float
 class Criterion:
     """One SLO (or the failure ratio) judged on one probe."""
 
-    key: str  # "ttft_ms", "tpot_ms", "e2el_ms" or "failure_ratio"
+    key: str  # "ttft_ms", "tpot_ms", "itl_ms", "e2el_ms" or "failure_ratio"
     limit: float
     point: float | None  # the percentile (or failure ratio) of the probe's requests
     lower: float  # confidence interval; -inf / inf when there are too few requests
@@ -129,7 +175,7 @@ def judge(records: Sequence[RequestRecord], config: CapacityConfig, slo: SloConf
         limit = getattr(slo, key)
         if limit is None:
             continue
-        values = [v for v in map(metric, completed) if v is not None]
+        values = [v for r in completed for v in metric(r)]
         if not values:
             out.append(Criterion(key, limit, None, -math.inf, math.inf, UNDECIDED))
             continue
@@ -149,14 +195,15 @@ def judge(records: Sequence[RequestRecord], config: CapacityConfig, slo: SloConf
 
 @dataclass(slots=True)
 class Probe:
-    """All the requests sent at one concurrency (a first stage and its extensions)."""
+    """All the requests sent at one concurrency or rate (a first stage and its extensions)."""
 
-    users: int
+    load: float  # users (concurrency) or requests/s (rate)
     rungs: list[int] = field(default_factory=list)  # ladder rung indices holding its records
     records: list[RequestRecord] = field(default_factory=list)
     criteria: list[Criterion] = field(default_factory=list)
     verdict: str = UNDECIDED
     by_point: bool = False  # decided by point estimates at max_requests (the interval straddled)
+    client_limited: bool = False  # rate: an arrival waited for a client slot (`client_limited`)
 
     @property
     def requests(self) -> int:
@@ -189,7 +236,16 @@ class Probe:
         return max(failing, key=lambda c: c.excess) if self.verdict == FAIL and failing else None
 
     def as_dict(self) -> dict[str, Any]:
-        plain = ("users", "rungs", "requests", "verdict", "by_point", "agg_tok_s", "per_req_tok_s")
+        plain = (
+            "load",
+            "rungs",
+            "requests",
+            "verdict",
+            "by_point",
+            "client_limited",
+            "agg_tok_s",
+            "per_req_tok_s",
+        )
         return {name: getattr(self, name) for name in plain} | {
             "criteria": [
                 {
@@ -207,22 +263,24 @@ class Probe:
 
 @dataclass(frozen=True, slots=True)
 class NextProbe:
-    """What the ladder runs next: `requests` more requests at `users` concurrency."""
+    """What the ladder runs next: `requests` more requests at `load` users or requests/s."""
 
-    users: int
+    load: float
     requests: int
     extends: bool  # True: more requests for the current probe (an undecided interval)
 
     @property
     def requests_per_user(self) -> int:
-        return max(1, math.ceil(self.requests / self.users))
+        """A concurrency probe's requests per user (rounded up to whole requests per user)."""
+        return max(1, math.ceil(self.requests / self.load))
 
 
 @dataclass(slots=True)
 class CapacityResult:
     """The search's answer (see the module docstring); `complete` is False when it was cut short."""
 
-    capacity: int  # largest passing concurrency; 0 when none passed
+    capacity: float  # largest passing concurrency (users) or rate (requests/s); 0 when none passed
+    variable: str  # CONCURRENCY or RATE
     complete: bool
     reason: str  # why the search stopped
     binding: Criterion | None  # the SLO that failed first above the capacity
@@ -232,13 +290,18 @@ class CapacityResult:
 
     @property
     def at_capacity(self) -> Probe | None:
-        return next((p for p in self.probes if p.users == self.capacity), None)
+        return next((p for p in self.probes if p.load == self.capacity), None)
+
+    @property
+    def unit(self) -> str:
+        return "users" if self.variable == CONCURRENCY else "requests/s"
 
     def as_dict(self) -> dict[str, Any]:
         at = self.at_capacity
         binding = self.binding
         return {
             "capacity": self.capacity,
+            "variable": self.variable,
             "complete": self.complete,
             "reason": self.reason,
             "binding": None if binding is None else binding.key,
@@ -251,7 +314,7 @@ class CapacityResult:
 
 
 class CapacitySearch:
-    """Doubling, then bisection, over concurrency; one `Probe` per concurrency tried."""
+    """Doubling, then bisection, over concurrency or rate; one `Probe` per value tried."""
 
     def __init__(self, config: CapacityConfig, slo: SloConfig) -> None:
         self.config = config
@@ -259,11 +322,21 @@ class CapacitySearch:
         self.probes: list[Probe] = []
         self.reason = ""
 
-    def _passing(self) -> int:
-        return max((p.users for p in self.probes if p.verdict == PASS), default=0)
+    @property
+    def rate(self) -> bool:
+        return self.config.variable == RATE
 
-    def _failing(self) -> int | None:
-        return min((p.users for p in self.probes if p.verdict == FAIL), default=None)
+    def _passing(self) -> float:
+        return max((p.load for p in self.probes if p.verdict == PASS), default=0)
+
+    def _failing(self) -> float | None:
+        return min((p.load for p in self.probes if p.verdict == FAIL), default=None)
+
+    def _bracketed(self, lo: float, hi: float) -> bool:
+        """Whether the search has reached its resolution between a passing lo and a failing hi."""
+        if self.rate:
+            return lo > 0 and hi <= lo * (1.0 + self.config.rate_resolution)
+        return lo > 0 and hi - lo <= 1
 
     def next_probe(self) -> NextProbe | None:
         """The next stage to run, or None when the search is over (`reason` says why)."""
@@ -271,35 +344,48 @@ class CapacitySearch:
         current = self.probes[-1] if self.probes else None
         if current is not None and current.verdict == UNDECIDED:
             more = min(current.requests, cfg.max_requests - current.requests)
-            return NextProbe(current.users, max(more, 1), extends=True)
+            return NextProbe(current.load, max(more, 1), extends=True)
+        if current is not None and current.client_limited and current.verdict == FAIL:
+            self.reason = (
+                f"{fmt_load(current.load)} requests/s queued for client slots (max_concurrency): "
+                "no verdict on the server; raise max_concurrency"
+            )
+            return None
         if len(self.probes) >= cfg.max_probes:
             self.reason = f"probe limit ({cfg.max_probes}) reached"
             return None
         lo, hi = self._passing(), self._failing()
+        unit = "requests/s" if self.rate else "users"
+        top = cfg.max_rate if self.rate else cfg.max_users
         if hi is None:
-            if lo >= cfg.max_users:
-                self.reason = f"max_users ({cfg.max_users}) still meets the SLOs: capacity is at least that"
+            if lo >= top:
+                key = "max_rate" if self.rate else "max_users"
+                self.reason = f"{key} ({top:g}) still meets the SLOs: capacity is at least that"
                 return None
-            users = cfg.start if current is None else min(2 * lo, cfg.max_users)
+            load = cfg.start if current is None else min(2 * lo, top)
         else:
-            if hi - lo <= 1:
-                self.reason = (
-                    f"{hi} users fail the SLOs" if lo == 0 else f"bracketed: {lo} users pass, {hi} fail"
-                )
+            if self._bracketed(lo, hi):
+                self.reason = f"bracketed: {fmt_load(lo)} {unit} pass, {fmt_load(hi)} fail"
                 return None
-            users = (lo + hi) // 2
-        return NextProbe(users, max(cfg.requests, users), extends=False)
+            if lo == 0 and (self.rate or hi == 1):  # a rate search does not search below its start
+                self.reason = f"{fmt_load(hi)} {unit} fail the SLOs"
+                return None
+            load = (lo + hi) / 2 if self.rate else (lo + hi) // 2
+        if self.rate:
+            return NextProbe(load, cfg.requests, extends=False)
+        return NextProbe(int(load), max(cfg.requests, int(load)), extends=False)
 
-    def observe(self, users: int, rung: int, records: Iterable[RequestRecord]) -> Probe:
-        """A finished stage's records: they join the current probe when it was extended, else
-        they start a new one; the probe is judged again."""
+    def observe(self, load: float, rung: int, records: Iterable[RequestRecord]) -> Probe:
+        """A finished stage's records (at `load` users or requests/s): they join the current probe
+        when it was extended, else they start a new one; the probe is judged again."""
         current = self.probes[-1] if self.probes else None
-        if current is None or current.verdict != UNDECIDED or current.users != users:
-            current = Probe(users)
+        if current is None or current.verdict != UNDECIDED or current.load != load:
+            current = Probe(load)
             self.probes.append(current)
         current.rungs.append(rung)
         current.records.extend(records)
         current.criteria = judge(current.records, self.config, self.slo)
+        current.client_limited = self.rate and client_limited(current.records)
         verdicts = {c.verdict for c in current.criteria}
         current.verdict = FAIL if FAIL in verdicts else UNDECIDED if UNDECIDED in verdicts else PASS
         if current.verdict == UNDECIDED and current.requests >= self.config.max_requests:
@@ -309,14 +395,18 @@ class CapacitySearch:
         return current
 
     def result(self, reason: str | None = None) -> CapacityResult:
-        """The answer so far; `reason` overrides why it stopped (the run was cut short)."""
+        """The answer so far; `reason` overrides why it stopped (the run was cut short). A search
+        stopped by a client-limited failure is incomplete and names no binding SLO: that failure
+        is the client's."""
         capacity, failing = self._passing(), self._failing()
-        first_fail = next((p for p in self.probes if p.users == failing), None)
+        first_fail = next((p for p in self.probes if p.load == failing), None)
+        limited = first_fail is not None and first_fail.client_limited
         return CapacityResult(
             capacity=capacity,
-            complete=reason is None and bool(self.reason),
+            variable=self.config.variable,
+            complete=reason is None and bool(self.reason) and not limited,
             reason=reason or self.reason,
-            binding=first_fail.binding() if first_fail else None,
+            binding=first_fail.binding() if first_fail and not limited else None,
             probes=self.probes,
             percentile=self.config.percentile,
             confidence=self.config.confidence,
@@ -324,10 +414,12 @@ class CapacitySearch:
 
 
 def replay(config: CapacityConfig, slo: SloConfig, rungs: Sequence[Rung]) -> CapacityResult:
-    """The search over a finished run's rungs, in ladder order, as the ladder ran it."""
+    """The search over a finished run's rungs, in ladder order, as the ladder ran it (a rate
+    probe's rate is on its records)."""
     search = CapacitySearch(config, slo)
     for rung in rungs:
-        search.observe(rung.users, rung.index, rung.records)
+        rate = rung.records[0].rate if search.rate else None
+        search.observe(rung.users if rate is None else rate, rung.index, rung.records)
     if search.next_probe() is None:
         return search.result()
     return search.result(reason="the run ended before the search did (time limit, or stopped)")

@@ -25,7 +25,7 @@ from typing import Any
 from llmload.analysis.determinism import RungDivergence, divergence, divergence_notes
 from llmload.analysis.health import flag_saturated, read_health
 from llmload.analysis.locust_csv import cross_check
-from llmload.analysis.metrics import RungMetrics
+from llmload.analysis.metrics import SLO_KEYS, RungMetrics
 from llmload.analysis.production_traffic import replay_warnings, turn_metrics
 from llmload.analysis.rung_tally import RungTally, SweepTally
 from llmload.analysis.sweep_rows import MissingRung, Rung, SweepRow, group_rungs, sweep_rows
@@ -132,8 +132,9 @@ def load_run(
     files = RunFiles(Path(prefix))
     records_path = str(files.records)
     info = read_run_info(prefix)
-    if slo is None:  # the run's own `slo:` from its config file
-        slo = {k: v for k, v in ((info or {}).get("config", {}).get("slo") or {}).items() if v is not None}
+    if slo is None:  # the run's own `slo:` from its config file (goodput's keys: itl_ms is not one)
+        given = ((info or {}).get("config", {}).get("slo") or {}).items()
+        slo = {k: v for k, v in given if v is not None and k in SLO_KEYS}
     tally = SweepTally(slo, itl=with_metrics)
     kept: list[RequestRecord] | None = [] if keep_records else None
     skipped: list[int] = []

@@ -27,7 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "a trace file's lengths, request rate and ideal prefix-cache hit rate",
     ),
     "table": ("llmload.cli.table", "print a finished run's sweep table and latency metrics"),
-    "capacity": ("llmload.cli.capacity", "search the largest concurrency meeting SLOs, with confidence"),
+    "capacity": (
+        "llmload.cli.capacity",
+        "search the largest concurrency or request rate meeting SLOs, with confidence",
+    ),
     "report": ("llmload.cli.report", "write a run's plots and self-contained HTML report"),
     "compare": ("llmload.cli.compare", "compare two runs rung by rung (A/B of a change)"),
     "budget": ("llmload.cli.budget", "where a step's time goes: Amdahl bound of a component"),

@@ -1,16 +1,22 @@
-"""Find the largest concurrency that meets the SLOs, and say how sure that is: `llmload capacity`.
+"""Find the largest concurrency, or request rate, that meets the SLOs, and say how sure that is:
+`llmload capacity`.
 
+examples:
     llmload capacity --ladder capacity.yaml                      # search a fresh simulator
     llmload capacity --ladder capacity.yaml --host http://127.0.0.1:8000
     llmload capacity --prefix reports/capacity-x/run             # the answer of a finished run
 
-The ladder file sets `mode: capacity`, the bounds in `slo:` and the search in `capacity:` (see
-docs/capacity-and-determinism.md). The search runs as one Locust run like `llmload sweep`
+The ladder file sets `mode: capacity`, the bounds in `slo:` (ttft_ms, tpot_ms, itl_ms, e2el_ms)
+and the search in `capacity:`: `variable: concurrency` (closed-loop users, default) or `rate`
+(open-loop requests/s from `start`, `max_concurrency` client slots, bisected to
+`rate_resolution`), `percentile`, `confidence`, `max_failure_ratio`, `requests`, `max_requests`
+(see docs/capacity-and-determinism.md). The search runs as one Locust run like `llmload sweep`
 (each probe a rung of the records file; other options go to locust), then the answer is
 replayed from the records (llmload.analysis.capacity.replay), printed with the probes table,
-and plotted to `<prefix>_capacity.png`.
+and plotted to `<prefix>_capacity.png`. In a rate search TTFT and E2EL count the wait for a
+client slot; a probe marked `!` waited for one (raise max_concurrency).
 
-Exit status: locust's (0 when the run finished cleanly), 2 on bad input.
+exit status: locust's (0 when the run finished cleanly), 2 on bad input.
 """
 
 from __future__ import annotations
@@ -48,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     locust_args = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
-    p = argparse.ArgumentParser(prog="llmload capacity", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="llmload capacity",
+        description=__doc__.split("\n\n")[0],
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--ladder", default="", help="ladder file with 'mode: capacity', 'slo:' and 'capacity:'")
     p.add_argument(
         "--prefix", default="", help="report the search of this finished run instead of running one"
@@ -56,8 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="", help="server URL (default: a fresh simulator)")
     p.add_argument("--run-dir", type=Path, default=None, help="where the run's files go")
     p.add_argument("--sim", type=_sim_flag, action="append", default=[], help="simulator flag KEY=VALUE")
-    p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
-    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument(
+        "--endpoint",
+        choices=["completions", "chat"],
+        default="completions",
+        help="the Locust user class: /v1/completions or /v1/chat/completions (default: completions)",
+    )
+    p.add_argument(
+        "--format", choices=FORMATS, default="table", help="how the answer is printed (default: table)"
+    )
     p.add_argument("--plot", type=Path, default=None, help="plot file (default: <prefix>_capacity.png)")
     args, passed_on = p.parse_known_args(own)
     returncode = 0

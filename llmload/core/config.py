@@ -41,6 +41,7 @@ DEFAULT_PROMPT = (
 )
 ENDPOINTS = ("completions", "chat")
 MODES = ("concurrency", "rate", "capacity", "trace")  # users, request rates, a search, or a trace file
+CAPACITY_VARIABLES = ("concurrency", "rate")  # what a capacity search varies
 THINK_TIMES = ("constant", "exponential")  # sessions: the pause between a reply and the next turn
 ARRIVALS = ("poisson", "gamma")
 PROMPT_FORMATS = ("auto", "lines", "jsonl", "sharegpt")
@@ -86,6 +87,11 @@ class SloConfig:
     tpot_ms: float | None = setting(None, help="TPOT bound, ms", check=optional(positive_number))
     e2el_ms: float | None = setting(
         None, help="end-to-end latency bound, ms", check=optional(positive_number)
+    )
+    itl_ms: float | None = setting(
+        None,
+        help="inter-token latency bound, ms: capacity search only (pooled ITLs; not in goodput)",
+        check=optional(positive_number),
     )
 
 
@@ -167,7 +173,14 @@ def _open_percent(source: str, key: str, value: Any) -> float:
 
 @dataclass(frozen=True, slots=True)
 class CapacityConfig:
-    """`mode: capacity`: search the largest concurrency meeting every `slo` bound at `percentile`."""
+    """`mode: capacity`: search the largest concurrency (or request rate) meeting every `slo` bound
+    at `percentile`."""
+
+    variable: str = setting(
+        "concurrency",
+        help="`concurrency` (closed-loop users) or `rate` (open-loop requests/s, `max_concurrency` slots)",
+        check=one_of(CAPACITY_VARIABLES),
+    )
 
     percentile: float = setting(90.0, help="the percentile the SLOs apply to", check=_open_percent)
     confidence: float = setting(
@@ -176,15 +189,29 @@ class CapacityConfig:
     max_failure_ratio: float = setting(
         0.0, help="failed / sent requests a passing probe may have", check=ratio(below_one=True)
     )
-    start: int = setting(1, help="first concurrency probed", check=integer())
+    start: float = setting(
+        1, help="first concurrency (an integer), or request rate (requests/s), probed", check=positive_number
+    )
     max_users: int = setting(256, help="highest concurrency probed", check=integer())
+    max_rate: float = setting(
+        1000.0, help="`variable: rate`: highest rate probed, requests/s", check=positive_number
+    )
+    rate_resolution: float = setting(
+        0.05,
+        help="`variable: rate`: bisection stops when smallest failing / largest passing rate <= 1 + this",
+        check=positive_number,
+    )
     requests: int = setting(
-        40, help="requests of a new probe (at least one per user; p90 needs 36 to bound)", check=integer()
+        40,
+        help="requests of a new probe (concurrency: at least one per user; p90 needs 36 to bound)",
+        check=integer(),
     )
     max_requests: int = setting(
         400, help="an undecided probe is extended up to this many requests", check=integer()
     )
-    max_probes: int = setting(20, help="concurrencies tried (extensions not counted)", check=integer())
+    max_probes: int = setting(
+        20, help="concurrencies or rates tried (extensions not counted)", check=integer()
+    )
     max_duration_s: float = setting(
         1800.0, help="no new probe starts after this long, s", check=positive_number
     )
@@ -192,17 +219,22 @@ class CapacityConfig:
 
 def _check_capacity_and_determinism(config: SweepConfig) -> None:
     source, cap = config.source, config.capacity
-    if cap.max_requests < cap.requests or cap.max_users < cap.start:
+    top, top_key = (cap.max_rate, "max_rate") if cap.variable == "rate" else (cap.max_users, "max_users")
+    if cap.max_requests < cap.requests or top < cap.start:
         raise ConfigError(
             f"{source}: 'capacity.max_requests' must be >= 'capacity.requests' and "
-            "'capacity.max_users' >= 'capacity.start'"
+            f"'capacity.{top_key}' >= 'capacity.start'"
         )
+    if cap.variable == "concurrency" and cap.start != int(cap.start):
+        raise ConfigError(f"{source}: 'capacity.start' must be a whole user count, got {cap.start!r}")
     if config.mode == "capacity" and config.duration is not None:
         raise ConfigError(
             f"{source}: 'mode: capacity' sizes probes by 'capacity.requests'; remove 'duration'"
         )
     if config.mode == "capacity" and not any(dataclasses.astuple(config.slo)):
-        raise ConfigError(f"{source}: 'mode: capacity' needs a bound in 'slo' (ttft_ms, tpot_ms or e2el_ms)")
+        raise ConfigError(
+            f"{source}: 'mode: capacity' needs a bound in 'slo' (ttft_ms, tpot_ms, itl_ms or e2el_ms)"
+        )
     if config.check_determinism and (config.temperature != 0 or config.unique_prompts):
         # an explicit `true`; None (the default) turns the check on only where it can work
         raise ConfigError(

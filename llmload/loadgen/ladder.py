@@ -38,7 +38,7 @@ from gevent.event import Event
 from locust import LoadTestShape
 from locust.runners import MasterRunner, WorkerRunner
 
-from llmload.analysis.capacity import CapacitySearch
+from llmload.analysis.capacity import CapacitySearch, fmt_load
 from llmload.analysis.health import health_path
 from llmload.analysis.reconcile import Tally, check_inputs, check_rung
 from llmload.core import exit_codes
@@ -242,8 +242,9 @@ def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
         return len(stage_trace(stage, config).offsets)
     if config.sessions is not None and stage.phase == "measure" and not stage.deadline:
         return stage.users * config.sessions.per_user * config.sessions.turns  # unless a turn fails
-    if stage.rate is not None:
-        return arrival_count(stage.rate, config.requests_per_rung, config.duration)
+    if stage.rate is not None:  # a rate capacity probe carries its count in its own config
+        requests = stage.config.get("requests_per_rung") or config.requests_per_rung
+        return arrival_count(stage.rate, requests, config.duration)
     return None if stage.deadline else stage.users * stage.requests_per_user
 
 
@@ -277,10 +278,13 @@ def plan_stages(
     workload's prompt pool (`warmup_per_user`)."""
     cfg = config_to_dict(config)
     stages = []
+    rate_slots = config.mode in ("rate", "trace") or (
+        config.mode == "capacity" and config.capacity.variable == "rate"
+    )
     first_users = (
         config.max_concurrency
-        if config.mode in ("rate", "trace")
-        else config.capacity.start
+        if rate_slots
+        else int(config.capacity.start)
         if config.mode == "capacity"
         else int(config.rungs[0])
     )
@@ -487,20 +491,30 @@ class LadderShape(LoadTestShape):
         probe = run.search.next_probe() if elapsed <= limit else None
         if probe is None:
             result = run.search.result(None if elapsed <= limit else f"max_duration_s ({limit:g} s) reached")
-            log.info("llmload: capacity %d users (%s)", result.capacity, result.reason)
+            log.info("llmload: capacity %s %s (%s)", fmt_load(result.capacity), result.unit, result.reason)
             run.search = None
             return
         rung = sum(1 for s in run.stages if s.rung != WARMUP_RUNG)
         cfg = config_to_dict(run.config)
-        stage = Stage(len(run.stages), rung, probe.users, probe.requests_per_user, run.model, cfg)
+        if run.search.rate:  # rate mode's stage: `requests` arrivals at the rate, max_concurrency slots
+            cfg["requests_per_rung"] = probe.requests
+            stage = Stage(
+                len(run.stages), rung, run.config.max_concurrency, 1, run.model, cfg, rate=probe.load
+            )
+        else:
+            users = int(probe.load)
+            stage = Stage(len(run.stages), rung, users, probe.requests_per_user, run.model, cfg)
         run.stages.append(dataclasses.replace(stage, **run.workload))
 
     def _observe_probe(self, run: RunState, progress: StageProgress) -> None:
         """A finished probe stage: judge it (llmload.analysis.capacity), then plan the next."""
         assert run.search is not None
-        probe = run.search.observe(progress.stage.users, progress.stage.rung, run.probe_records)
+        stage = progress.stage
+        load = stage.users if stage.rate is None else stage.rate
+        probe = run.search.observe(load, stage.rung, run.probe_records)
         run.probe_records = []
-        log.info("llmload: %s: %s", progress.stage.name, probe.verdict)
+        limited = " (client slots all busy: raise max_concurrency)" if probe.client_limited else ""
+        log.info("llmload: %s: %s%s", stage.name, probe.verdict, limited)
         self._plan_probe(run)
 
     @staticmethod

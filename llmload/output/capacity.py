@@ -1,6 +1,6 @@
 """Presentation of a capacity search (llmload.analysis.capacity): the answer, the probes table
 with each percentile's confidence interval, JSON, and the plot of each SLO metric against
-concurrency with its SLO line.
+concurrency (or request rate) with its SLO line.
 
 The text answer reads, for example:
 
@@ -9,7 +9,8 @@ The text answer reads, for example:
     at capacity: 200.8 tok/s aggregate, 18.3 tok/s per request
 
 An interval bound shown as `-` means the probe had too few requests to bound that side at the
-confidence; a verdict with `~` was decided by the point estimate after `max_requests` requests.
+confidence; a verdict with `~` was decided by the point estimate after `max_requests` requests;
+`!` marks a rate probe whose arrivals waited for a client slot (`max_concurrency` too small).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from tabulate import tabulate
 
-from llmload.analysis.capacity import FAILURE_KEY, CapacityResult, Criterion
+from llmload.analysis.capacity import FAILURE_KEY, CapacityResult, Criterion, fmt_load
 from llmload.output.table import fmt_num
 
 FORMATS = ("table", "markdown", "json")
 POINT_MARK = "~"
+CLIENT_MARK = "!"
 
 
 def _bound(value: float) -> str:
@@ -44,16 +46,16 @@ def headline(result: CapacityResult) -> list[str]:
     """The answer in three lines (see the module docstring)."""
     pct = f"p{result.percentile:g}"
     lines = [
-        f"capacity: {result.capacity} users ({pct} at {100 * result.confidence:g} % confidence per "
-        f"probe; {result.reason})"
+        f"capacity: {fmt_load(result.capacity)} {result.unit} ({pct} at {100 * result.confidence:g} % "
+        f"confidence per probe; {result.reason})"
     ]
     if not result.complete:
-        lines[0] += " [search incomplete: the capacity is the largest concurrency that passed so far]"
+        lines[0] += f" [search incomplete: the capacity is the largest {result.variable} that passed so far]"
     b = result.binding
     if b is not None:
-        over = min(p.users for p in result.probes if p.verdict == "fail")
+        over = min(p.load for p in result.probes if p.verdict == "fail")
         value = f"{b.point:.3f}" if b.key == FAILURE_KEY else f"{pct} {fmt_num(b.point)} ms"
-        lines.append(f"binding SLO: {b.key} ({value} > {b.limit:g} at {over} users)")
+        lines.append(f"binding SLO: {b.key} ({value} > {b.limit:g} at {fmt_load(over)} {result.unit})")
     at = result.at_capacity
     if at is not None:
         lines.append(
@@ -73,7 +75,7 @@ def render_capacity(result: CapacityResult, fmt: str = "table") -> str:
     pct = f"p{result.percentile:g}"
     header = [
         "probe",
-        "users",
+        "users" if result.variable == "concurrency" else "rate (req/s)",
         "requests",
         "verdict",
         *[k if k == FAILURE_KEY else f"{k} {pct} [CI]" for k in keys],
@@ -81,16 +83,21 @@ def render_capacity(result: CapacityResult, fmt: str = "table") -> str:
     body = []
     for i, p in enumerate(result.probes, start=1):
         cells = {c.key: _cell(c) for c in p.criteria}
-        verdict = p.verdict + (POINT_MARK if p.by_point else "")
+        verdict = p.verdict + (POINT_MARK if p.by_point else "") + (CLIENT_MARK if p.client_limited else "")
         extended = f" ({len(p.rungs)} stages)" if p.extended else ""
         body.append(
-            [str(i), str(p.users), f"{p.requests}{extended}", verdict, *[cells.get(k, "-") for k in keys]]
+            [str(i), fmt_load(p.load), f"{p.requests}{extended}", verdict, *[cells.get(k, "-") for k in keys]]
         )
     table = tabulate(body, headers=header, tablefmt="github" if fmt == "markdown" else "simple")
     notes = []
     if any(p.by_point for p in result.probes):
         notes.append(
             f"{POINT_MARK} the interval still straddled an SLO at max_requests: decided by the point estimate"
+        )
+    if any(p.client_limited for p in result.probes):
+        notes.append(
+            f"{CLIENT_MARK} arrivals waited for a client slot: TTFT and E2EL include that wait, which says "
+            "nothing about the server (raise max_concurrency)"
         )
     if any(math.isinf(c.lower) or math.isinf(c.upper) for p in result.probes for c in p.criteria):
         notes.append("- too few requests to bound that side of the interval at this confidence")
@@ -99,15 +106,15 @@ def render_capacity(result: CapacityResult, fmt: str = "table") -> str:
 
 def capacity_plot(result: CapacityResult, path: Path) -> Path:
     """One panel per SLO metric: the percentile of each probe with its confidence interval as an
-    error bar, against concurrency, and the SLO as a horizontal line."""
+    error bar, against concurrency or rate, and the SLO as a horizontal line."""
     keys = [k for k in dict.fromkeys(c.key for p in result.probes for c in p.criteria) if k != FAILURE_KEY]
     fig = Figure(figsize=(8.0, 3.2 * max(1, len(keys))), dpi=100)
     FigureCanvasAgg(fig)
     for i, key in enumerate(keys):
         ax = fig.add_subplot(len(keys), 1, i + 1)
-        # (users, point, lower, upper, verdict, limit) of each probe judged on this metric
+        # (load, point, lower, upper, verdict, limit) of each probe judged on this metric
         points = sorted(
-            (p.users, c.point, c.lower, c.upper, p.verdict, c.limit)
+            (p.load, c.point, c.lower, c.upper, p.verdict, c.limit)
             for p in result.probes
             for c in p.criteria
             if c.key == key and c.point is not None
@@ -117,7 +124,7 @@ def capacity_plot(result: CapacityResult, path: Path) -> Path:
             chosen = [pt for pt in points if pt[4] == verdict]
             if chosen:
                 ax.errorbar(
-                    [users for users, *_ in chosen],
+                    [load for load, *_ in chosen],
                     [point for _, point, *_ in chosen],
                     yerr=[
                         [point - max(lower, 0.0) for _, point, lower, *_ in chosen],
@@ -132,9 +139,13 @@ def capacity_plot(result: CapacityResult, path: Path) -> Path:
             limit = points[0][5]
             ax.axhline(limit, color="black", linestyle="--", linewidth=1, label=f"SLO {limit:g} ms")
         if result.capacity:
-            ax.axvline(result.capacity, color="tab:blue", alpha=0.4, label=f"capacity {result.capacity}")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("concurrency (users)")
+            label = f"capacity {fmt_load(result.capacity)}"
+            ax.axvline(result.capacity, color="tab:blue", alpha=0.4, label=label)
+        if result.variable == "concurrency":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel("concurrency (users)")
+        else:
+            ax.set_xlabel("request rate (requests/s)")
         ax.set_ylabel(f"{key.removesuffix('_ms')} p{result.percentile:g} (ms)")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)

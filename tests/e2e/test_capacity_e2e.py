@@ -62,7 +62,7 @@ def test_capacity_equals_the_step_models(first_search):
     run, result = first_search
     assert analytic_capacity(STEP, TPOT_SLO_MS) == 11
     assert result.complete and result.capacity == 11  # the search's step is one user
-    assert [p.users for p in result.probes] == [1, 2, 4, 8, 16, 12, 10, 11]
+    assert [p.load for p in result.probes] == [1, 2, 4, 8, 16, 12, 10, 11]
     assert result.binding is not None and result.binding.key == "tpot_ms"
     # each probe's TPOT percentile is the server's: the same percentile of the TPOTs the truth
     # log's chunk write times give for the same requests, within a millisecond of transit jitter
@@ -73,7 +73,7 @@ def test_capacity_equals_the_step_models(first_search):
         truth_ms = [1000 * (t["last_token"] - t["first_token"]) / (t["tokens_sent"] - 1) for t in served]
         assert tpot.point == pytest.approx(percentile(truth_ms, 50.0), abs=1.0)
         assert tpot.lower <= tpot.point <= tpot.upper
-        assert tpot.point == pytest.approx(STEP.duration_s(probe.users, 0, 0.0) * 1000, rel=0.05)
+        assert tpot.point == pytest.approx(STEP.duration_s(int(probe.load), 0, 0.0) * 1000, rel=0.05)
 
 
 def test_command_prints_the_answer_and_draws_the_plot(first_search, capsys, tmp_path):

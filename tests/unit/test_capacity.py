@@ -13,14 +13,16 @@ from llmload.analysis.capacity import (
     PASS,
     CapacitySearch,
     binomial_cdf,
+    client_limited,
     judge,
     proportion_interval,
     quantile_interval,
     replay,
 )
 from llmload.analysis.sweep_rows import Rung
-from llmload.core.config import CapacityConfig, SloConfig
+from llmload.core.config import CapacityConfig, ConfigError, SloConfig, parse_config
 from llmload.core.records import RequestRecord
+from llmload.core.stats import percentile
 
 TOKENS = 32
 
@@ -107,9 +109,9 @@ class ModelServer:
 def search(server: ModelServer, cfg: CapacityConfig, slo: SloConfig) -> tuple[CapacitySearch, list[Rung]]:
     s, rungs = CapacitySearch(cfg, slo), []
     while (probe := s.next_probe()) is not None:
-        records = server.run(len(rungs), probe.users, probe.requests_per_user * probe.users)
-        rungs.append(Rung(len(rungs), probe.users, records))
-        s.observe(probe.users, len(rungs) - 1, records)
+        records = server.run(len(rungs), int(probe.load), probe.requests_per_user * int(probe.load))
+        rungs.append(Rung(len(rungs), int(probe.load), records))
+        s.observe(probe.load, len(rungs) - 1, records)
     return s, rungs
 
 
@@ -119,7 +121,7 @@ def test_search_finds_the_analytic_capacity_by_doubling_then_bisecting():
     s, rungs = search(ModelServer(10.0, 2.0, 0.002, seed=1), cfg, slo)
     result = s.result()
     assert result.capacity == 11 and result.complete
-    assert [p.users for p in result.probes] == [1, 2, 4, 8, 16, 12, 10, 11]
+    assert [p.load for p in result.probes] == [1, 2, 4, 8, 16, 12, 10, 11]
     assert result.binding is not None and result.binding.key == "tpot_ms"
     assert "bracketed" in result.reason
     again = replay(cfg, slo, rungs)  # the report's replay reaches the same verdicts
@@ -143,16 +145,16 @@ def test_search_stops_at_max_users_and_when_the_start_fails():
     s, _ = search(ModelServer(10.0, 2.0, 0.0, seed=0), CapacityConfig(requests=10, max_users=6), slo)
     result = s.result()
     assert result.capacity == 6 and "max_users" in result.reason
-    assert [p.users for p in result.probes] == [1, 2, 4, 6]
+    assert [p.load for p in result.probes] == [1, 2, 4, 6]
     s, _ = search(ModelServer(10.0, 2.0, 0.0, seed=0), CapacityConfig(requests=10), SloConfig(tpot_ms=5.0))
-    assert s.result().capacity == 0 and [p.users for p in s.probes] == [1]
+    assert s.result().capacity == 0 and [p.load for p in s.probes] == [1]
 
 
 def test_undecided_at_max_requests_is_decided_by_the_point_estimate():
     cfg = CapacityConfig(percentile=50.0, requests=6, max_requests=12, max_users=1)
     s = CapacitySearch(cfg, SloConfig(tpot_ms=30.0))
     first = s.next_probe()
-    assert first is not None and (first.users, first.requests) == (1, 6)
+    assert first is not None and (first.load, first.requests) == (1, 6)
     probe = s.observe(1, 0, [record(0, 1, v) for v in (20, 25, 29, 31, 35, 40)])
     assert probe.verdict == "undecided"
     more = s.next_probe()
@@ -160,6 +162,149 @@ def test_undecided_at_max_requests_is_decided_by_the_point_estimate():
     probe = s.observe(1, 1, [record(1, 1, v) for v in (21, 26, 28, 32, 36, 41)])
     assert probe.by_point and probe.verdict == PASS and probe.rungs == [0, 1]  # median 28.5 <= 30
     assert s.next_probe() is None
+
+
+# --- variable: rate ---------------------------------------------------------------------------
+RATE_CFG = CapacityConfig(variable="rate", percentile=50.0, requests=40, max_requests=160, start=1.0)
+
+
+def rate_record(
+    rung: int, rate: float, t_scheduled: float, wait_s: float, tpot: float, slots: int = 64
+) -> RequestRecord:
+    """A rate probe's request scheduled at t_scheduled that waited wait_s for a client slot."""
+    rec = record(rung, slots, tpot)
+    shift = t_scheduled + wait_s - rec.t_start
+    rec.t_start += shift
+    rec.t_end += shift
+    assert rec.t_first is not None
+    rec.t_first += shift
+    rec.t_scheduled, rec.rate = t_scheduled, rate
+    return rec
+
+
+def open_loop_tpot_ms(rate: float, base: float, per_seq: float, tokens: int) -> float:
+    """Steady TPOT at `rate` of a server whose step is base + per_seq * batch (one token a step):
+    the batch is rate * tokens * step (Little's law over the decode time), so step = base /
+    (1 - rate * tokens * per_seq); inf past saturation."""
+    load = rate * tokens * per_seq / 1000.0
+    return base / (1.0 - load) if load < 1.0 else math.inf
+
+
+def rate_search(
+    cfg: CapacityConfig, slo: SloConfig, noise: float, seed: int
+) -> tuple[CapacitySearch, list[Rung]]:
+    rng, s, rungs = random.Random(seed), CapacitySearch(cfg, slo), []
+    while (probe := s.next_probe()) is not None:
+        assert probe.extends or probe.requests == cfg.requests  # a fixed count per new probe
+        tpot = min(open_loop_tpot_ms(probe.load, 10.0, 2.0, TOKENS), 10_000.0)  # saturated: 10 s
+        records = [
+            rate_record(len(rungs), probe.load, i / probe.load, 0.0, tpot * (1 + noise * rng.gauss(0, 1)))
+            for i in range(probe.requests)
+        ]
+        rungs.append(Rung(len(rungs), 64, records))
+        s.observe(probe.load, len(rungs) - 1, records)
+    return s, rungs
+
+
+def test_rate_search_brackets_the_analytic_rate_within_its_resolution():
+    slo = SloConfig(tpot_ms=29.0)
+    analytic = (1 - 10.0 / 29.0) / (TOKENS * 2.0 / 1000.0)  # solves open_loop_tpot_ms(rate) == 29
+    assert open_loop_tpot_ms(analytic, 10.0, 2.0, TOKENS) == pytest.approx(29.0)
+    s, rungs = rate_search(RATE_CFG, slo, noise=0.002, seed=3)
+    result = s.result()
+    failing = min(p.load for p in result.probes if p.verdict == FAIL)
+    assert result.complete and result.variable == "rate" and "bracketed" in result.reason
+    assert result.capacity <= analytic < failing <= result.capacity * (1 + RATE_CFG.rate_resolution)
+    assert [p.load for p in result.probes][:5] == [1, 2, 4, 8, 16]  # doubling from start
+    assert result.unit == "requests/s" and result.binding is not None and result.binding.key == "tpot_ms"
+    again = replay(RATE_CFG, slo, rungs)  # the rate is read back from the records
+    assert again.capacity == result.capacity and again.variable == "rate"
+
+
+def test_rate_search_stops_when_the_start_fails_and_at_max_rate():
+    s, _ = rate_search(RATE_CFG, SloConfig(tpot_ms=5.0), noise=0.0, seed=0)
+    assert s.result().capacity == 0 and "1 requests/s fail" in s.reason
+    cfg = CapacityConfig(variable="rate", percentile=50.0, requests=10, max_rate=3.0)
+    s, _ = rate_search(cfg, SloConfig(tpot_ms=1000.0), noise=0.0, seed=0)
+    assert [p.load for p in s.probes] == [1, 2, 3] and "max_rate (3)" in s.reason
+
+
+def test_an_undecided_rate_probe_is_extended_at_the_same_rate():
+    cfg = CapacityConfig(variable="rate", percentile=50.0, requests=6, max_requests=12, start=4.0)
+    s = CapacitySearch(cfg, SloConfig(tpot_ms=30.0))
+    first = s.next_probe()
+    assert first is not None and (first.load, first.requests, first.extends) == (4.0, 6, False)
+    s.observe(4.0, 0, [rate_record(0, 4.0, i / 4, 0.0, v) for i, v in enumerate((20, 25, 29, 31, 35, 40))])
+    more = s.next_probe()
+    assert more is not None and (more.load, more.requests, more.extends) == (4.0, 6, True)
+    probe = s.observe(
+        4.0, 1, [rate_record(1, 4.0, i / 4, 0.0, v) for i, v in enumerate((21, 26, 28, 32, 36, 41))]
+    )
+    assert probe.rungs == [0, 1] and probe.by_point and probe.verdict == PASS  # median 28.5 <= 30
+    nxt = s.next_probe()
+    assert nxt is not None and (nxt.load, nxt.extends) == (8.0, False)  # doubling resumes
+
+
+def test_rate_probe_ttft_and_e2el_count_the_wait_for_a_client_slot():
+    cfg, slo = RATE_CFG, SloConfig(ttft_ms=100.0, tpot_ms=1000.0, e2el_ms=10_000.0)
+    waited = [rate_record(0, 1.0, float(i), 0.2, 10.0) for i in range(10)]  # 200 ms in the queue
+    by_key = {c.key: c for c in judge(waited, cfg, slo)}
+    assert by_key["ttft_ms"].point == pytest.approx(220.0) and by_key["ttft_ms"].verdict == FAIL
+    assert by_key["tpot_ms"].point == pytest.approx(10.0)  # decode time: no queue in it
+    assert by_key["e2el_ms"].point == pytest.approx(200.0 + 20.0 + 10.0 * (TOKENS - 1))
+
+
+def test_client_limited_when_an_arrival_finds_every_slot_busy():
+    # each request lasts 330 ms; arrivals 100 ms apart: 4 in flight at once
+    spaced = [rate_record(0, 10.0, i * 0.1, 0.0, 10.0, slots=8) for i in range(10)]
+    assert not client_limited(spaced)
+    tight = [rate_record(0, 10.0, i * 0.1, 0.0, 10.0, slots=3) for i in range(10)]
+    assert client_limited(tight)
+    s = CapacitySearch(RATE_CFG, SloConfig(ttft_ms=1.0))
+    s.next_probe()
+    probe = s.observe(1.0, 0, tight)
+    assert probe.client_limited and probe.verdict == FAIL
+    assert s.next_probe() is None and "raise max_concurrency" in s.reason
+    result = s.result()
+    assert not result.complete and result.binding is None  # the client's failure binds no SLO
+
+
+def test_itl_slo_judges_the_pooled_inter_token_latencies():
+    recs = []
+    for i in range(20):
+        rec = record(0, 4, 10.0)
+        rec.chunk_times = [0.02 + 0.001 * sum(range(k + 1)) * (1 + i % 2) for k in range(5)]
+        recs.append(rec)
+    pooled = sorted(
+        g
+        for r in recs
+        for g in ((b - a) * 1000 for a, b in zip(r.chunk_times, r.chunk_times[1:], strict=False))
+    )
+    (itl,) = [
+        c for c in judge(recs, CapacityConfig(percentile=90.0), SloConfig(itl_ms=5.0)) if c.key == "itl_ms"
+    ]
+    assert itl.point == pytest.approx(percentile(pooled, 90.0)) and len(pooled) == 80
+    assert itl.lower <= itl.point <= itl.upper and itl.verdict == FAIL  # p90 is 8 ms
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"capacity": {"variable": "users"}}, "'capacity.variable' must be one of"),
+        ({"capacity": {"start": 1.5}}, "'capacity.start' must be a whole user count"),
+        (
+            {"capacity": {"variable": "rate", "start": 8, "max_rate": 4}},
+            "'capacity.max_rate' >= 'capacity.start'",
+        ),
+        ({"capacity": {"rate_resolution": 0}}, "'capacity.rate_resolution' must be a number > 0"),
+        ({"slo": {"itl_ms": -1}}, "'slo.itl_ms' must be a number > 0"),
+    ],
+)
+def test_bad_rate_capacity_keys(raw, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, source="x.yaml")
+    assert str(err.value).startswith("x.yaml: ") and message in str(err.value)
+    assert parse_config({"mode": "capacity", "slo": {"itl_ms": 5}}, source="x").slo.itl_ms == 5.0
 
 
 @pytest.mark.parametrize(

@@ -118,7 +118,7 @@ def test_sim_flipped_positions_change_exactly_those_words():
         ({"capacity": {"percentile": 100}}, "'capacity.percentile' must be a number in (0, 100)"),
         ({"capacity": {"confidence": 1}}, "'capacity.confidence' must be a number in (0, 1)"),
         ({"capacity": {"requests": 50, "max_requests": 10}}, "'capacity.max_requests' must be >="),
-        ({"capacity": {"start": 0}}, "'capacity.start' must be an integer >= 1"),
+        ({"capacity": {"start": 0}}, "'capacity.start' must be a number > 0"),
         ({"capacity": {"bisect": 1}}, "unknown key 'capacity.bisect'"),
         ({"check_determinism": True, "temperature": 0.7}, "'check_determinism' needs 'temperature: 0'"),
         ({"check_determinism": True, "unique_prompts": True}, "('unique_prompts: false')"),
