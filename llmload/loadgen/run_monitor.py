@@ -43,10 +43,8 @@ class RunMonitor(LadderHook):
 
     LISTENS: ClassVar[dict[str, str]] = {"test_start": "on_test_start", "test_stop": "on_test_stop"}
 
-    def __init__(self, environment: Any) -> None:
-        super().__init__(environment)
-        self.scraper: MetricsScraper | None = None
-        self.greenlet: gevent.Greenlet | None = None
+    scraper: MetricsScraper | None = None  # set per run (instance attributes from then on)
+    greenlet: gevent.Greenlet | None = None
 
     def on_test_start(self, **_: Any) -> None:
         run = self.environment.shape_class.run

@@ -52,10 +52,8 @@ class SoakMonitor(LadderHook):
 
     LISTENS: ClassVar[dict[str, str]] = {"test_start": "on_test_start", "quitting": "on_quitting"}
 
-    def __init__(self, environment: Any) -> None:
-        super().__init__(environment)
-        self.prefix: str | None = None
-        self._trimmer: gevent.Greenlet | None = None
+    prefix: str | None = None  # the soak run's prefix, once a soak run started
+    _trimmer: gevent.Greenlet | None = None
 
     def on_test_start(self, environment: Any, **_: Any) -> None:
         shape = environment.shape_class
