@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from llmload import __version__
 from llmload.core.exit_codes import BAD_INPUT, OK
+from llmload.core.stop_signals import accept_stop_signals
 
 SIGPIPE_EXIT = 141  # what a shell reports for a command ended by a closed pipe (128 + SIGPIPE)
 
@@ -66,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_command(name: str, argv: Sequence[str] | None = None) -> int:
     """Run subcommand `name` with argv (default: the process's arguments). Output piped into a
     reader that stops early (`| head`) ends the command quietly, as a closed pipe ends `cat`."""
+    accept_stop_signals()  # Ctrl+C and SIGTERM stop every command, whatever its parent left behind
     module = importlib.import_module(COMMANDS[name][0])
     try:
         code = int(module.main(list(sys.argv[1:] if argv is None else argv)) or 0)

@@ -32,6 +32,7 @@ from typing import Any
 from llmload.cli.progress import Progress
 from llmload.core.exit_codes import INTERRUPTED
 from llmload.core.run_files import RunFiles
+from llmload.core.stop_signals import accept_stop_signals
 from llmload.locustfiles import ENDPOINT_LOCUSTFILES, locustfile_path
 from llmload.servers.process import die_with_parent, free_port
 from llmload.servers.simulator import SimulatorProcess
@@ -152,6 +153,7 @@ def locust_command(host: str, prefix: Path, locustfile: Path, extra: Sequence[st
 def _child_setup(held: set[int | signal.Signals]) -> None:
     """In Locust's process, before it runs: the signals the sweep held, and death with the sweep."""
     signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    accept_stop_signals()  # even if the sweep's own parent left them blocked or ignored
     die_with_parent()
 
 

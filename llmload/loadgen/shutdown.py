@@ -24,12 +24,15 @@ import gevent
 from locust.runners import WorkerRunner
 from locust.stats import CSV_STATS_INTERVAL_SEC
 
+from llmload.core.stop_signals import accept_stop_signals
+
 CSV_WRITE_MARGIN_S = 0.3  # beyond one CSV interval, for the writer greenlet to get its turn
 
 
 def install(environment: Any) -> None:
     """Route Ctrl+C (and SIGTERM during a headless ladder run) to the main greenlet, and register
     the final CSV write. Call from `events.init`, which runs in the main greenlet."""
+    accept_stop_signals()  # a parent may have left them blocked or ignored (both are inherited)
     main = gevent.getcurrent()
     gevent.signal_handler(signal.SIGINT, gevent.kill, main, KeyboardInterrupt)
     options = environment.parsed_options

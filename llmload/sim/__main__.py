@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from llmload.core.schema import add_plain_flags, from_plain_flags
+from llmload.core.stop_signals import accept_stop_signals
 from llmload.sim.config import FAULTS, SERVER, SimConfig
 from llmload.sim.engine import ENGINE
 from llmload.sim.faults import FAULT_KINDS, FaultPicker, parse_fault
@@ -72,6 +73,7 @@ def config_from_args(argv: Sequence[str] | None = None, *, exit_on_error: bool =
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    accept_stop_signals()  # SIGTERM stops the server by PID, whatever its parent left blocked
     run(config_from_args(argv))
     return 0
 
