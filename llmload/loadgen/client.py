@@ -1,11 +1,12 @@
 """Send one completion request and turn what came back into a `RequestRecord`.
 
 The hot path of the load generator. It talks to the server through the user's geventhttpclient
-connection pool (the one Locust's FastHttpUser owns) and reads the SSE stream line by line as it
-arrives (`readline(b"\\n")` on the raw response: no 1 KiB buffering as in
-`FastHttpSession.iter_lines`, no UTF-8 splitting). Every way a request can go wrong ends as a
-record with an `outcome` naming the failure kind and the tokens received until then; nothing
-raises out of `send_request` except greenlet kills.
+connection pool (the one Locust's FastHttpUser owns). Once the response headers are in, a stream
+on a plain TCP socket is read by the hub's `StreamReader` (`llmload.loadgen.stream_reader`: read
+in hub callbacks, no greenlet switch per chunk); a TLS stream is read line by line in the
+request's greenlet (`readline(b"\\n")` on the raw response). Every way a request can go wrong
+ends as a record with an `outcome` naming the failure kind and the tokens received until then;
+nothing raises out of `send_request` except greenlet kills.
 
 Failure kinds: `connect_error`, `reset` (connection closed before the headers), `timeout`,
 `http_<status>`, `wrong_content_type`, `malformed` (a data line that is not JSON),
@@ -49,6 +50,7 @@ from llmload.core.records import OUTCOME_OK, RequestRecord
 from llmload.loadgen.connections import UserConnections
 from llmload.loadgen.receive_stamps import KERNEL, ReceiveClock
 from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent, check_usage
+from llmload.loadgen.stream_reader import StreamEnded, reader_for
 
 MAX_RETRY_WAIT_S = 60.0  # a longer Retry-After is cut to this
 DRAIN_S = 1.0  # longest wait for the end of a stream's HTTP message after [DONE]
@@ -86,14 +88,19 @@ class RequestFailed(Exception):
 
 
 def _read_stream(resp: Any, acc: StreamAccumulator, clock: ReceiveClock) -> None:
-    now = clock.now
-    readline = resp.readline
-    while True:
-        line = readline(b"\n")
-        if not line:
-            break
-        if acc.feed(line, now()):
+    reader = reader_for(resp)
+    if reader is not None:
+        try:
+            reader.read(resp, acc, clock)
             return
+        except StreamEnded:
+            pass
+    else:  # TLS, not Linux: line by line in this greenlet
+        now = clock.now
+        readline = resp.readline
+        while line := readline(b"\n"):
+            if acc.feed(line, now()):
+                return
     if acc.finish_reason is None:
         raise RequestFailed("drop", "stream ended before a finish_reason")
     raise RequestFailed("no_done", "stream ended without data: [DONE]")

@@ -1,11 +1,13 @@
 """The request client against the simulator, one request at a time: each timeout (connect, first
 token, total) ends a request as `timeout` before the server would have answered, a closed port is
-`connect_error`, and retries happen only when configured, after the server's Retry-After."""
+`connect_error`, and retries happen only when configured, after the server's Retry-After. Each
+test runs with both stream readers (the process's StreamReader, and line by line)."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 from fixtures.sockets import unanswered_port
@@ -15,14 +17,31 @@ from llmload.core.config import RetryConfig, SweepConfig
 from llmload.core.records import RequestRecord
 from llmload.loadgen.client import RequestContext, send_request
 from llmload.loadgen.payload import COMPLETIONS_PATH, build_payload
+from llmload.loadgen.receive_stamps import stamp_receive_times
 from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 
 FAST = {"accept_len": 1, "base_ms": 2, "per_seq_ms": 0.5}
 
 
-def client(url: str, *, connect: float = 5.0, first_token: float = 5.0) -> HTTPClient:
+def plain_client(url: str, *, connect: float = 5.0, first_token: float = 5.0) -> HTTPClient:
+    """A client without kernel stamps (its streams are read line by line)."""
     return HTTPClient.from_url(url, connection_timeout=connect, network_timeout=first_token, concurrency=1)
+
+
+@pytest.fixture(params=["stream_reader", "line_by_line"])
+def client(request: pytest.FixtureRequest) -> Callable[..., HTTPClient]:
+    """Makes the client; each test runs with both ways of reading a stream: the process's
+    StreamReader (plain TCP with kernel stamps, as Locust users read) and line by line in the
+    request's greenlet (what TLS streams use)."""
+
+    def make(url: str, *, connect: float = 5.0, first_token: float = 5.0) -> HTTPClient:
+        http = plain_client(url, connect=connect, first_token=first_token)
+        if request.param == "stream_reader":
+            assert stamp_receive_times(http)
+        return http
+
+    return make
 
 
 def send(
@@ -56,26 +75,26 @@ def truth_of(sim, records: list[RequestRecord]) -> dict[str, dict]:
         time.sleep(0.05)
 
 
-def test_connect_timeout():
+def test_connect_timeout(client):
     with unanswered_port() as port:
         (rec,) = send(client(f"http://{LOOPBACK}:{port}", connect=0.3))
     assert rec.outcome == "timeout" and "no connection" in rec.error
     assert rec.e2e_s < 3.0  # the connect timeout, not the 30 s total one
 
 
-def test_closed_port_is_connect_error():
+def test_closed_port_is_connect_error(client):
     (rec,) = send(client(f"http://{LOOPBACK}:{free_port()}"))
     assert rec.outcome == "connect_error" and rec.status is None
 
 
-def test_first_token_timeout_on_slow_headers(sim_start):
+def test_first_token_timeout_on_slow_headers(client, sim_start):
     sim = sim_start(**FAST, faults={"slow_headers": 1.0}, slow_headers_s=3)
     (rec,) = send(client(sim.url, first_token=0.3))
     assert rec.outcome == "timeout" and rec.status is None and rec.output_tokens == 0
     assert rec.e2e_s < 2.0  # gave up before the server answered
 
 
-def test_first_token_timeout_between_chunks(sim_start):
+def test_first_token_timeout_between_chunks(client, sim_start):
     sim = sim_start(**FAST, faults={"stall": 1.0}, stall_s=3)
     (rec,) = send(client(sim.url, first_token=0.3))
     assert rec.outcome == "timeout" and rec.status == 200
@@ -83,7 +102,7 @@ def test_first_token_timeout_between_chunks(sim_start):
     assert rec.e2e_s < 2.0
 
 
-def test_total_timeout(sim_start):
+def test_total_timeout(client, sim_start):
     sim = sim_start(accept_len=1, base_ms=20, per_seq_ms=0)  # 64 tokens take ~1.3 s
     (rec,) = send(client(sim.url), max_tokens=64, total=0.4)
     assert rec.outcome == "timeout" and rec.error == "request exceeded 0.4 s"
@@ -92,7 +111,7 @@ def test_total_timeout(sim_start):
     assert ok.ok and ok.output_tokens == 64
 
 
-def test_no_retries_by_default(sim_start):
+def test_no_retries_by_default(client, sim_start):
     sim = sim_start(**FAST, faults={"http_429": 1.0})
     (rec,) = send(client(sim.url))
     assert rec.outcome == "http_429"
@@ -101,7 +120,7 @@ def test_no_retries_by_default(sim_start):
 
 
 @pytest.mark.parametrize("status", [429, 503])
-def test_retries_honour_retry_after_and_record_each_attempt(sim_start, status):
+def test_retries_honour_retry_after_and_record_each_attempt(client, sim_start, status):
     sim = sim_start(**FAST, faults={f"http_{status}": 0.5}, fault_seed=3)
     http = client(sim.url)
     retries = RetryConfig(max=2, on_status=(status,), backoff_s=0.2)

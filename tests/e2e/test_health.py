@@ -25,6 +25,7 @@ from llmload.core.stats import percentile
 from llmload.sim.truth import load_truth
 
 SCHEMA = {"t", "worker", "cpu", "rss", "lag_ms"}
+BUSY_LOCUSTFILE = Path(__file__).resolve().parents[1] / "fixtures" / "busy_locustfile.py"
 
 
 def sample(t: float, cpu: float, lag_ms: float, worker: str = "w1") -> dict:
@@ -123,10 +124,14 @@ def test_a_light_run_is_not_flagged(tmp_path):
 
 
 def test_a_saturated_run_is_flagged(tmp_path):
-    """256 streams in one process, a token every millisecond each: far more than one core parses."""
+    """256 streams in one process, a token every millisecond each, and a greenlet that holds the
+    event loop 30 ms at a time (tests/fixtures/busy_locustfile.py): a generator that cannot keep
+    up, on any machine."""
     run = run_sweep(
         run_dir=tmp_path,
         locust_args=[
+            "-f",
+            str(BUSY_LOCUSTFILE),
             "--rungs",
             "256",
             "--rung-duration",

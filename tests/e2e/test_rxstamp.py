@@ -10,7 +10,7 @@ import gevent
 import pytest
 from gevent.monkey import get_original
 from geventhttpclient import HTTPClient
-from test_faults_client import client, send, truth_of
+from test_faults_client import plain_client, send, truth_of
 
 from llmload.core.records import RequestRecord
 from llmload.loadgen.receive_stamps import stamp_receive_times
@@ -43,10 +43,10 @@ def message_errors_ms(rec: RequestRecord, truth: dict) -> list[float]:
     return [(rec.t_start + c - w) * 1000.0 for c, w in zip(rec.chunk_times, written, strict=True)]
 
 
-@pytest.mark.skipif(not stamp_receive_times(client("http://127.0.0.1:1")), reason="Linux only")
+@pytest.mark.skipif(not stamp_receive_times(plain_client("http://127.0.0.1:1")), reason="Linux only")
 def test_kernel_stamps_remove_the_generators_own_delay(sim_start):
     sim = sim_start(**SLOW_STEPS)
-    http = client(sim.url)
+    http = plain_client(sim.url)
     assert stamp_receive_times(http)
     rec = send_while_hogged(http)
     errors = message_errors_ms(rec, truth_of(sim, [rec]))
@@ -60,7 +60,7 @@ def test_kernel_stamps_remove_the_generators_own_delay(sim_start):
 
 def test_without_stamps_the_reads_are_late(sim_start):
     sim = sim_start(**SLOW_STEPS)
-    rec = send_while_hogged(client(sim.url))
+    rec = send_while_hogged(plain_client(sim.url))
     errors = message_errors_ms(rec, truth_of(sim, [rec]))
     assert rec.stamps == "user" and rec.read_delay_ms is None
     assert max(errors) > HOG_S * 1000.0 / 3, errors

@@ -18,6 +18,7 @@ import json
 import math
 import string
 from argparse import Namespace
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -441,3 +442,38 @@ def test_record_check_fast_path_agrees_with_field_by_field(changes, drop):
         except TypeError:
             got = "bad"
         assert got == want
+
+
+def _state(acc: StreamAccumulator) -> tuple:
+    return tuple(getattr(acc, name) for name in StreamAccumulator.__slots__)
+
+
+def _outcome(parse: Callable[[StreamAccumulator], object], chat: bool) -> tuple:
+    """What parsing leaves: the accumulator's every field and the error raised, if any."""
+    acc = StreamAccumulator(chat=chat, keep_text=True)
+    try:
+        parse(acc)
+        error = None
+    except (MalformedStream, StreamErrorEvent) as e:
+        error = (type(e), str(e))
+    return _state(acc), error
+
+
+def test_a_read_split_at_once_parses_as_line_by_line():
+    """The StreamReader's path (one read's lines split out of a bytearray, `feed_lines`) leaves the
+    accumulator exactly as `feed` line by line does, and raises the same error."""
+
+    @FUZZ
+    @given(st.booleans(), st.lists(sse_lines() | st.just(b"\n"), max_size=8))
+    def prop(chat: bool, lines: list[bytes]) -> None:
+        block = bytearray(b"".join(line if line.endswith(b"\n") else line + b"\n" for line in lines))
+        split = block[: block.rfind(b"\n")].split(b"\n") if block else []
+
+        def by_line(acc: StreamAccumulator) -> None:  # what readline(b"\n") hands to feed
+            for line in split:
+                if acc.feed(bytes(line) + b"\n", 0.5):
+                    return
+
+        assert _outcome(by_line, chat) == _outcome(lambda acc: acc.feed_lines(split, 0.5), chat)
+
+    prop()

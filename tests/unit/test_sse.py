@@ -128,3 +128,40 @@ def test_non_data_lines_are_ignored():
     for line in (b"\n", b": keep-alive\n", b"event: message\n", b"id: 3\n"):
         assert not acc.feed(line, 0.0)
     assert acc.chunk_times == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'data: {"choices": [{"text": "a", "finish_reason": null}], "x": NaN}\n',  # orjson refuses NaN
+        b'data: {"choices": [{"text": "a", "finish_reason": null}], "x": 123456789012345678901234567890}\n',
+        b'data: {"choices": [{"text": "\\ud800", "finish_reason": null}]}\n',  # a lone surrogate
+        b'data:{"choices": [{"text": "a", "finish_reason": null}]}\n',
+        b'data:   {"choices": [{"text": "a", "finish_reason": null}]}  \r\n',
+        b'data: {"choices": [{"text": "a", "finish_reason": null}]}\x0c\n',  # whitespace to strip, not JSON's
+    ],
+)
+def test_json_that_the_fast_decoder_refuses_is_read_as_json_reads_it(line):
+    acc = StreamAccumulator()
+    assert not acc.feed(line, 0.1) and acc.chunk_times == [0.1]
+
+
+@pytest.mark.parametrize("line", [b"data: [DONE]\n", b"data:[DONE]\r\n", b"data:  [DONE] \n"])
+def test_done_with_any_whitespace(line):
+    acc = StreamAccumulator()
+    assert acc.feed(line, 0.0) and acc.done
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b"data: [1, 2]\n", "data line is not a JSON object: b'[1, 2]'"),
+        (b"data:  {oops \r\n", "data line is not JSON: b'{oops'"),
+        (b'data: {"choices": 3}\n', "choices is not a list of objects: b'{\"choices\": 3}'"),
+        (b'data: {"usage": [1]}\n', "usage is not an object: b'{\"usage\": [1]}'"),
+    ],
+)
+def test_malformed_lines_are_named_without_their_whitespace(line, message):
+    with pytest.raises(MalformedStream) as err:
+        StreamAccumulator().feed_lines([bytearray(line.rstrip(b"\n"))], 0.0)
+    assert str(err.value) == message
