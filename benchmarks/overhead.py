@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """The load generator's own cost and timing error, against the simulator's ground truth.
 
-    .venv/bin/python benchmarks/overhead.py [--streams 1,16,64,256] [--duration 3] [--repeats 3]
+    .venv/bin/python benchmarks/overhead.py [--streams 16,64,256] [--tokens-per-chunk 1,4]
+        [--duration 3] [--repeats 3]
 
 One locust process (llmload's CompletionsUser, time-based rungs, one rung per stream count) and
 then, for comparison, the minimal asyncio + aiohttp client (benchmarks/aiohttp_client.py) run the
 same workload: N concurrent streams of `max_tokens`-token completions against a simulator with a
-near-zero step time (1 ms, accept length 1: one token per SSE chunk, up to 1,000 tokens/s per
-stream), so the clients, not the server, are the bottleneck at high N. Per stream count it prints:
+near-zero step time (1 ms; accept length k: k tokens per SSE chunk, as speculative decoding sends
+them, up to 1,000 chunks/s per stream), so the clients, not the server, are the bottleneck at
+high N. Both clients run against the same simulator, one after the other, in each repeat. Per
+tokens-per-chunk and stream count it prints:
 
 - tok/s: streamed output tokens per second of the rung's wall time;
 - cpu_%: the client process's CPU time over the rung's window (polled every 50 ms) / wall;
@@ -46,7 +49,7 @@ from llmload.core.stats import percentile
 from llmload.servers.simulator import SimulatorProcess
 from llmload.sim.truth import load_truth
 
-SIM = {"accept_len": 1, "base_ms": 1, "per_seq_ms": 0, "max_num_seqs": 1024}
+SIM = {"base_ms": 1, "per_seq_ms": 0, "max_num_seqs": 1024}  # and accept_len: tokens per chunk
 AIOHTTP_CLIENT = Path(__file__).resolve().parent / "aiohttp_client.py"
 POLL_S = 0.05
 
@@ -170,10 +173,11 @@ def run_aiohttp(url: str, n: int, args: argparse.Namespace, work: Path):
     ], track
 
 
-def one_repeat(args: argparse.Namespace, work: Path) -> dict[tuple[str, int], Figures]:
+def one_repeat(args: argparse.Namespace, work: Path, per_chunk: int) -> dict[tuple[str, int], Figures]:
     out: dict[tuple[str, int], Figures] = {}
     truth_log = work / "sim_truth.jsonl"
-    with SimulatorProcess(truth_log=truth_log, log_path=work / "sim.log", **SIM) as server:
+    sim_log = work / "sim.log"
+    with SimulatorProcess(truth_log=truth_log, log_path=sim_log, accept_len=per_chunk, **SIM) as server:
         sim = CpuTrack(server.pid)
         by_streams, track = run_locust(server.url, args.streams, args, work, sim)
         runs: list[tuple[str, int, list, CpuTrack]] = [
@@ -212,39 +216,38 @@ def _median_figures(results: Iterable[Figures]) -> Figures:
 
 
 def report(
-    per_repeat: list[dict[tuple[str, int], Figures]], streams: Sequence[int], out: Callable[[str], None]
-):
+    per_repeat: list[dict[tuple[str, int, int], Figures]],
+    chunkings: Sequence[int],
+    streams: Sequence[int],
+    out: Callable[[str], None],
+) -> None:
     med = {key: _median_figures(r[key] for r in per_repeat) for key in per_repeat[0]}
-    header = (
-        "client    streams     tok/s  cpu_%  cpu_s/1k_tok  sim_cpu_%  delay_p50/p99_ms  itl_err_p50/p99_ms"
-    )
-    out(header)
-    for client in ("locust", "aiohttp"):
-        for n in streams:
-            f = med[(client, n)]
-            out(
-                f"{client:<8}  {n:>7}  {f.tok_s:>8.0f}  {f.cpu_pct:>5.0f}  {f.cpu_s_per_1k:>12.4f}  "
-                f"{f.sim_cpu_pct:>9.0f}  {f.delay_p50:>7.2f} / {f.delay_p99:<7.2f}  "
-                f"{f.itl_p50:>7.2f} / {f.itl_p99:.2f}"
-            )
-    top = streams[-1]
-    loc, aio = med[("locust", top)], med[("aiohttp", top)]
-    best = {c: max(med[(c, n)].tok_s for n in streams) for c in ("locust", "aiohttp")}
-    out("")
-    out(f"max streamed tok/s of one process: locust {best['locust']:.0f}, aiohttp {best['aiohttp']:.0f}")
     out(
-        f"at {top} streams: locust {loc.cpu_s_per_1k:.4f} vs aiohttp {aio.cpu_s_per_1k:.4f} "
-        "CPU s per 1k tokens "
-        f"(ratio {loc.cpu_s_per_1k / aio.cpu_s_per_1k:.2f}); tokens per CPU second: locust "
-        f"{1000 / loc.cpu_s_per_1k:.0f}, aiohttp {1000 / aio.cpu_s_per_1k:.0f}"
+        "client    tok/chunk  streams     tok/s  cpu_%  cpu_s/1k_tok  ratio  sim_cpu_%  "
+        "delay_p50/p99_ms  itl_err_p50/p99_ms"
     )
-    if max(med[(c, top)].sim_cpu_pct for c in ("locust", "aiohttp")) > 90:
-        out("note: the simulator used > 90 % of a core at the top stream count: it may be the limit there")
+    for client in ("locust", "aiohttp"):
+        for k in chunkings:
+            for n in streams:
+                f = med[(client, k, n)]
+                ratio = f.cpu_s_per_1k / med[("aiohttp", k, n)].cpu_s_per_1k
+                out(
+                    f"{client:<8}  {k:>9}  {n:>7}  {f.tok_s:>8.0f}  {f.cpu_pct:>5.0f}  "
+                    f"{f.cpu_s_per_1k:>12.4f}  {ratio:>5.2f}  {f.sim_cpu_pct:>9.0f}  "
+                    f"{f.delay_p50:>7.2f} / {f.delay_p99:<7.2f}  {f.itl_p50:>7.2f} / {f.itl_p99:.2f}"
+                )
+    out("")
+    out("ratio: the client's CPU per token over the asyncio client's, medians of the same repeats")
+    if any(f.sim_cpu_pct > 90 for f in med.values()):
+        out("note: the simulator used > 90 % of a core somewhere: tok/s is the machine's limit there")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64, 256])
+    p.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64, 256])
+    p.add_argument(
+        "--tokens-per-chunk", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4], dest="chunking"
+    )
     p.add_argument("--duration", type=float, default=3.0, help="seconds per stream count")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
@@ -252,16 +255,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     print(f"machine: {machine()}", flush=True)
     print(f"simulator: {SIM}; {args.max_tokens} tokens per request; {args.duration:g} s per stream count")
-    per_repeat = []
+    per_repeat: list[dict[tuple[str, int, int], Figures]] = []
     with tempfile.TemporaryDirectory(prefix="llmload-overhead-") as tmp:
         root = args.keep or Path(tmp)
         for i in range(args.repeats):
-            work = root / f"repeat{i}"
-            work.mkdir(parents=True, exist_ok=True)
-            per_repeat.append(one_repeat(args, work))
+            figures_of_repeat = {}
+            for k in args.chunking:
+                work = root / f"repeat{i}-chunk{k}"
+                work.mkdir(parents=True, exist_ok=True)
+                for (client, n), f in one_repeat(args, work, k).items():
+                    figures_of_repeat[(client, k, n)] = f
+            per_repeat.append(figures_of_repeat)
             print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr, flush=True)
     print(f"median of {args.repeats} repeats:")
-    report(per_repeat, args.streams, print)
+    report(per_repeat, args.chunking, args.streams, print)
     return 0
 
 

@@ -20,6 +20,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
+import orjson
+
 from llmload.core.jsonl import iter_lines, loads
 
 OUTCOME_OK = "ok"
@@ -209,19 +211,25 @@ def _plan_of(data: dict[str, Any]) -> _Plan | None:
 
 
 class RecordWriter:
-    """Appends records as JSON lines; each line is flushed (and fsync'ed) when written."""
+    """Appends records as JSON lines, each flushed (and fsync'ed if asked) when written. Encoded by
+    orjson (a 256-chunk record ~10x faster than json: the master writes one per request); a value
+    orjson cannot encode (a numpy number) goes through json instead. orjson writes a NaN as null."""
 
     def __init__(self, path: Path, *, fsync: bool = True, truncate: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = self.path.open("w" if truncate else "a", encoding="utf-8")
+        self._fh: IO[bytes] | None = self.path.open("wb" if truncate else "ab")
         self._fsync = fsync
 
     def write(self, record: RequestRecord | dict[str, Any]) -> None:
         if self._fh is None:
             raise ValueError(f"record file {self.path} is closed")
-        line = record.to_json() if isinstance(record, RequestRecord) else json.dumps(record)
-        self._fh.write(line + "\n")
+        data = record.to_dict() if isinstance(record, RequestRecord) else record
+        try:
+            line = orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE)
+        except TypeError:
+            line = json.dumps(data).encode() + b"\n"
+        self._fh.write(line)
         self._fh.flush()
         if self._fsync:
             os.fsync(self._fh.fileno())

@@ -124,37 +124,28 @@ class StreamReader:
             _blocking_sleep(COLLECT_S)
 
     def _on_readable(self, stream: _Stream) -> None:
-        """Hub callback: one read of a stream with data; wake its greenlet when the stream ended."""
+        """Hub callback: one recvmsg of a stream with data, its lines parsed; wakes the stream's
+        greenlet when the stream ended."""
         self._reads += 1
         try:
-            ended = self._read_once(stream)
+            data, ancillary, _, _ = stream.raw.recvmsg(READ_SIZE, ANCILLARY_SIZE)
+            clock = stream.clock
+            if ancillary:
+                clock.rx_time = stamp_of(ancillary) or clock.rx_time
+            t = clock.now()
+            stream.last_read = t + clock.t0
+            resp = stream.resp
+            resp.feed(data)  # b"": the end of the connection; the parser ends or rejects the message
+            if not _take_lines(stream, t):
+                if not resp.message_complete and data:
+                    return
+                stream.outcome = StreamEnded("message ended" if data else "connection closed")
+        except BlockingIOError:
+            return
         except BaseException as e:  # noqa: BLE001 - handed to the request's greenlet, raised there
             stream.outcome = e
-            ended = True
-        if ended:
-            stream.watcher.stop()
-            stream.waiter.switch(stream.outcome)
-
-    def _read_once(self, stream: _Stream) -> bool:
-        """One recvmsg of a ready stream; True when the stream ended."""
-        try:
-            data, ancillary, _, _ = stream.raw.recvmsg(READ_SIZE, ANCILLARY_SIZE)
-        except BlockingIOError:
-            return False
-        clock = stream.clock
-        stamp = stamp_of(ancillary)
-        if stamp is not None:
-            clock.rx_time = stamp
-        t = clock.now()
-        stream.last_read = t + clock.t0
-        resp = stream.resp
-        resp.feed(data)  # b"" is the end of the connection: the parser ends or rejects the message
-        if _take_lines(stream, t):
-            return True
-        if resp.message_complete or not data:
-            stream.outcome = StreamEnded("message ended" if data else "connection closed")
-            return True
-        return False
+        stream.watcher.stop()
+        stream.waiter.switch(stream.outcome)
 
     def _check_idle(self) -> None:
         """Timer callback: end the streams silent for longer than their limit."""
