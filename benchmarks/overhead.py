@@ -49,7 +49,7 @@ from llmload.core.stats import percentile
 from llmload.servers.simulator import SimulatorProcess
 from llmload.sim.truth import load_truth
 
-SIM = {"base_ms": 1, "per_seq_ms": 0, "max_num_seqs": 1024}  # and accept_len: tokens per chunk
+SIM = {"per_seq_ms": 0, "max_num_seqs": 1024}  # and base_ms (--step-ms), accept_len (tokens per chunk)
 AIOHTTP_CLIENT = Path(__file__).resolve().parent / "aiohttp_client.py"
 POLL_S = 0.05
 
@@ -177,7 +177,8 @@ def one_repeat(args: argparse.Namespace, work: Path, per_chunk: int) -> dict[tup
     out: dict[tuple[str, int], Figures] = {}
     truth_log = work / "sim_truth.jsonl"
     sim_log = work / "sim.log"
-    with SimulatorProcess(truth_log=truth_log, log_path=sim_log, accept_len=per_chunk, **SIM) as server:
+    engine = {**SIM, "base_ms": args.step_ms, "accept_len": per_chunk}
+    with SimulatorProcess(truth_log=truth_log, log_path=sim_log, **engine) as server:
         sim = CpuTrack(server.pid)
         by_streams, track = run_locust(server.url, args.streams, args, work, sim)
         runs: list[tuple[str, int, list, CpuTrack]] = [
@@ -249,12 +250,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--tokens-per-chunk", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4], dest="chunking"
     )
     p.add_argument("--duration", type=float, default=3.0, help="seconds per stream count")
+    p.add_argument("--step-ms", type=float, default=1.0, help="the simulator's step: the time between chunks")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--keep", type=Path, default=None, help="keep the runs' files in this directory")
     args = p.parse_args(argv)
     print(f"machine: {machine()}", flush=True)
-    print(f"simulator: {SIM}; {args.max_tokens} tokens per request; {args.duration:g} s per stream count")
+    print(
+        f"simulator: {SIM}, step {args.step_ms:g} ms; {args.max_tokens} tokens per request; "
+        f"{args.duration:g} s per stream count"
+    )
     per_repeat: list[dict[tuple[str, int, int], Figures]] = []
     with tempfile.TemporaryDirectory(prefix="llmload-overhead-") as tmp:
         root = args.keep or Path(tmp)

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Cost of llmload's SSE parsing alone: `StreamAccumulator.feed` over a vLLM-shaped stream.
+"""Cost of llmload's SSE parsing alone, over a vLLM-shaped stream: line by line
+(`StreamAccumulator.feed`, the TLS path) and as the StreamReader does it (each event's bytes one
+read, split into lines in a bytearray, `feed_lines`).
 
     .venv/bin/python benchmarks/sse_parse.py
 
@@ -46,15 +48,30 @@ def parse(lines: list[bytes]) -> StreamAccumulator:
     return acc
 
 
+def parse_reads(reads: list[bytes]) -> StreamAccumulator:
+    """As the StreamReader: a read's bytes appended to the body buffer, its complete lines split out."""
+    acc = StreamAccumulator()
+    buf = bytearray()
+    for data in reads:
+        buf += data
+        lines = buf.split(b"\n")
+        buf[:] = lines.pop()
+        if acc.feed_lines(lines, 0.5):
+            break
+    return acc
+
+
 def main() -> None:
     lines = stream_lines()
-    acc = parse(lines)
-    assert acc.done and acc.completion_tokens == TOKENS and len(acc.chunk_times) == TOKENS
-    events = sum(1 for line in lines if line.startswith(b"data:"))
-    passes = 200
-    best = min(timeit.repeat(lambda: parse(lines), number=passes, repeat=7)) / passes
-    per_event_us = best / events * 1e6
-    print(f"{len(lines)} lines, {events} SSE events: {per_event_us:.2f} us per event (best of 7 x {passes})")
+    reads = [lines[i] + lines[i + 1] for i in range(0, len(lines) - 1, 2)]  # an event and its blank line
+    for way, run, arg in (("line by line", parse, lines), ("one read per event", parse_reads, reads)):
+        acc = run(arg)
+        assert acc.done and acc.completion_tokens == TOKENS and len(acc.chunk_times) == TOKENS
+        events = sum(1 for line in lines if line.startswith(b"data:"))
+        passes = 200
+        best = min(timeit.repeat(lambda run=run, arg=arg: run(arg), number=passes, repeat=7)) / passes
+        per_event_us = best / events * 1e6
+        print(f"{way}: {events} SSE events, {per_event_us:.2f} us per event (best of 7 x {passes})")
 
 
 if __name__ == "__main__":

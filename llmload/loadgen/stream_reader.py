@@ -69,13 +69,15 @@ class _Stream:
 
 
 def _take_lines(stream: _Stream, t: float) -> bool:
-    """Feed every complete line of the response's body buffer to the accumulator; True at [DONE]."""
+    """Feed every complete line of the response's body buffer to the accumulator; True at [DONE].
+    An incomplete last line stays in the buffer for the next read."""
     buf = stream.resp._body_buffer
-    end = buf.rfind(b"\n")
-    if end < 0:
-        return False
-    lines = buf[:end].split(b"\n")
-    del buf[: end + 1]
+    lines = buf.split(b"\n")
+    rest = lines.pop()
+    if rest:
+        buf[:] = rest
+    else:
+        buf.clear()
     return stream.acc.feed_lines(lines, t)
 
 
