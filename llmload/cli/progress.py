@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from llmload.analysis.rung_tally import SweepTally
+from llmload.core.jsonl import loads
 from llmload.core.names import WARMUP_RUNG
 from llmload.core.run_files import RunFiles
 from llmload.output.table import fmt_num
@@ -65,7 +66,7 @@ class Progress:
         self._offset += len(complete)
         for line in complete.splitlines():
             try:
-                self.tally.add(json.loads(line))
+                self.tally.add(loads(line))  # orjson: the line shares the generator's cores
             except (ValueError, TypeError, KeyError):
                 continue  # not a record: the post-processor skips it too (and says so)
 
