@@ -15,10 +15,12 @@ speed and parsed (`StreamAccumulator.feed_lines`). The request's greenlet is wok
 stream ended ([DONE], end of message, a malformed line, an error event, a reset). Every line of
 one read gets that read's kernel stamp, as when each greenlet read its own socket.
 
-After a loop turn that read streams, the hub waits `COLLECT_S` before it polls again (libev's
-I/O collect interval): the next poll then returns the many streams whose chunks arrived
-meanwhile instead of one, and the poll's cost is shared. The stamps keep the arrival times exact;
-only two chunks of one stream less than `COLLECT_S` apart can share a read (and its stamp).
+After a loop turn that read many streams (`COLLECT_MIN_READS`), the hub waits `COLLECT_S` before
+it polls again (libev's I/O collect interval): the next poll then returns the many streams whose
+chunks arrived meanwhile instead of one, and the poll's cost is shared. The stamps keep the
+arrival times exact; only two chunks of one stream less than `COLLECT_S` apart can share a read
+(and its stamp), and a greenlet due meanwhile (a request to send) runs up to `COLLECT_S` late. A
+light load never waits.
 
 The silence limit (`timeouts.first_token` between chunks, the socket's own timeout) is checked
 by one timer for all streams, every `IDLE_CHECK_S`: a stream with no data for longer than its
@@ -43,7 +45,8 @@ from llmload.loadgen.sse import StreamAccumulator
 
 READ_SIZE = 65536  # bytes asked of one recvmsg: one read takes everything a stream has waiting
 IDLE_CHECK_S = 0.1  # how often the silence limits are checked (a limit is exceeded by at most this)
-COLLECT_S = 0.0005  # after a loop turn that read streams, let their next chunks gather this long
+COLLECT_S = 0.0002  # after a busy loop turn, let the streams' next chunks gather this long
+COLLECT_MIN_READS = 8  # a turn is busy from this many reads on
 _blocking_sleep = get_original("time", "sleep")  # holds the whole process, as libev's collect interval
 
 
@@ -119,11 +122,12 @@ class StreamReader:
             raise outcome
 
     def _gather(self) -> None:
-        """Prepare callback, before the hub polls: after a turn that read streams, wait COLLECT_S
-        so that the next poll returns many streams, not one (libev's I/O collect interval)."""
-        if self._reads:
-            self._reads = 0
+        """Prepare callback, before the hub polls: after a turn that read many streams, wait
+        COLLECT_S so that the next poll returns many streams, not one (libev's I/O collect
+        interval). A light load never waits: nothing else is delayed by it then."""
+        if self._reads >= COLLECT_MIN_READS:
             _blocking_sleep(COLLECT_S)
+        self._reads = 0
 
     def _on_readable(self, stream: _Stream) -> None:
         """Hub callback: one recvmsg of a stream with data, its lines parsed; wakes the stream's
