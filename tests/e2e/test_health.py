@@ -99,24 +99,22 @@ def check_health_file(run: SweepRun) -> None:
     assert max(s["t"] for s in samples) >= max(r.t_end for r in records) - SAMPLE_INTERVAL_S
 
 
-def test_a_light_run_is_not_flagged(tmp_path):
+def checked_sweep(tmp_path: Path, locust_args: list[str], sim: dict) -> SweepRun:
+    """A run with no warm-up that must succeed and write a well-formed health file."""
     run = run_sweep(
-        run_dir=tmp_path,
-        locust_args=[
-            "--rungs",
-            "1,4",
-            "--requests-per-user",
-            "2",
-            "--warmup-requests",
-            "0",
-            "--max-tokens",
-            "64",
-        ],
-        sim={"accept_len": 1, "base_ms": 20, "per_seq_ms": 1},
-        timeout=120,
+        run_dir=tmp_path, locust_args=[*locust_args, "--warmup-requests", "0"], sim=sim, timeout=120
     )
     assert run.returncode == 0, run.log.read_text()[-3000:]
     check_health_file(run)
+    return run
+
+
+def test_a_light_run_is_not_flagged(tmp_path):
+    run = checked_sweep(
+        tmp_path,
+        ["--rungs", "1,4", "--requests-per-user", "2", "--max-tokens", "64"],
+        {"accept_len": 1, "base_ms": 20, "per_seq_ms": 1},
+    )
     result = load_run(run.prefix)
     assert all(row.generator is not None and not row.saturated for row in result.rows)
     assert "saturated" not in render_run(result)
@@ -127,25 +125,11 @@ def test_a_saturated_run_is_flagged(tmp_path):
     """256 streams in one process, a token every millisecond each, and a greenlet that holds the
     event loop 30 ms at a time (tests/fixtures/busy_locustfile.py): a generator that cannot keep
     up, on any machine."""
-    run = run_sweep(
-        run_dir=tmp_path,
-        locust_args=[
-            "-f",
-            str(BUSY_LOCUSTFILE),
-            "--rungs",
-            "256",
-            "--rung-duration",
-            "2",
-            "--warmup-requests",
-            "0",
-            "--max-tokens",
-            "128",
-        ],
-        sim={"accept_len": 1, "base_ms": 1, "per_seq_ms": 0},
-        timeout=120,
+    run = checked_sweep(
+        tmp_path,
+        ["-f", str(BUSY_LOCUSTFILE), "--rungs", "256", "--rung-duration", "2", "--max-tokens", "128"],
+        {"accept_len": 1, "base_ms": 1, "per_seq_ms": 0},
     )
-    assert run.returncode == 0, run.log.read_text()[-3000:]
-    check_health_file(run)
     result = load_run(run.prefix)
     (row,) = result.rows
     assert row.saturated and row.generator["saturated"]
