@@ -20,10 +20,16 @@ import orjson
 
 def loads(line: bytes) -> Any:
     """One JSON line (see the module docstring); ValueError when it is not JSON."""
+    return decode(line)[0]
+
+
+def decode(line: bytes) -> tuple[Any, bool]:
+    """`loads`, and whether orjson read the line (then no number in it is infinite or NaN: orjson
+    refuses those, json reads `NaN`, `Infinity` and `1e999`)."""
     try:
-        return orjson.loads(line)
+        return orjson.loads(line), True
     except orjson.JSONDecodeError:
-        return json.loads(line.decode("utf-8", errors="replace"))
+        return json.loads(line.decode("utf-8", errors="replace")), False
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
