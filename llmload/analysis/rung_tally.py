@@ -23,6 +23,8 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import reduce
+from operator import add
 from typing import Any
 
 import numpy as np
@@ -79,7 +81,8 @@ class GapHistogram:
     def _flush(self) -> None:
         if not self._times:
             return
-        us = np.rint(np.asarray(self._times, dtype=np.float64) * 1e6).astype(np.int64)
+        times = np.fromiter(self._times, dtype=np.float64, count=len(self._times))
+        us = np.rint(times * 1e6).astype(np.int64)
         gaps = np.diff(us)
         between = np.asarray(self._ends[:-1], dtype=np.int64) - 1  # last of one request -> first of next
         keep = np.ones(gaps.size, dtype=bool)
@@ -87,11 +90,22 @@ class GapHistogram:
         gaps = gaps[keep]
         dense = (gaps >= 0) & (gaps < self.DENSE_US)
         counted = np.bincount(gaps[dense], minlength=self.DENSE_US)
-        self._dense = counted if self._dense is None else self._dense + counted
+        if self._dense is None:
+            self._dense = counted
+        else:
+            self._dense += counted
         values, times = np.unique(gaps[~dense], return_counts=True)
         self._sparse.update(dict(zip(values.tolist(), times.tolist(), strict=True)))
         self._times.clear()
         self._ends.clear()
+
+    def merge(self, other: GapHistogram) -> None:
+        """Add the counts of `other` (its requests follow ours; counts add up exactly)."""
+        self._flush()
+        other._flush()
+        if other._dense is not None:
+            self._dense = other._dense.copy() if self._dense is None else self._dense + other._dense
+        self._sparse.update(other._sparse)
 
     def counts(self) -> Counter[int]:
         """Gap (µs) -> how many, of every request added so far."""
@@ -128,7 +142,7 @@ class RungTally:
     prompt_tokens: int = 0  # usage.prompt_tokens of completed requests, summed
     prompt_known: bool = True  # every completed request has prompt_tokens
     good: int = 0  # completed requests meeting every SLO
-    e2e_s: float = 0.0  # E2E seconds of every measured request, summed (achieved concurrency)
+    e2e: array[float] = field(default_factory=_floats)  # E2E seconds of every measured request
     rate: float | None = None  # rate mode: the target request rate, from the first record that says it
     read_delays_ms: array[float] = field(default_factory=_floats)  # kernel stamps: read delays
     trace_late_ms: array[float] = field(default_factory=_floats)  # trace replay: lateness per request
@@ -146,7 +160,7 @@ class RungTally:
         self.requests += 1
         self.first_start = min(self.first_start, rec.t_start)
         self.last_end = max(self.last_end, rec.t_end)
-        self.e2e_s += rec.e2e_s
+        self.e2e.append(rec.e2e_s)
         self.inputs_asked = self.inputs_asked or rec.prompt_tokens_asked
         self.sessions = self.sessions or rec.turn is not None
         self.checked = self.checked or rec.text_hash is not None
@@ -196,6 +210,11 @@ class RungTally:
         return self.values["tpot"]
 
     @property
+    def e2e_s(self) -> float:
+        """E2E seconds of every measured request, summed in order (achieved concurrency)."""
+        return reduce(add, self.e2e, 0.0)
+
+    @property
     def wall_s(self) -> float:
         return self.last_end - self.first_start
 
@@ -226,6 +245,39 @@ class RungTally:
             input_tokens=input_summary(self.counts.inputs, self.inputs_asked),
             new_connections=self.new_connections,
         )
+
+    def merge(self, other: RungTally) -> None:
+        """Add the tally of the same rung's requests that follow ours in the records file (the
+        second part of a file read in two): every figure comes out as if one tally had read both
+        parts in order (values concatenated, counts and histograms added)."""
+        self.requests += other.requests
+        self.tokens += other.tokens
+        self.partial_tokens += other.partial_tokens
+        self.estimated = self.estimated or other.estimated
+        self.first_start = min(self.first_start, other.first_start)
+        self.last_end = max(self.last_end, other.last_end)
+        self.failures.update(other.failures)
+        for mine, theirs in (
+            (self.rates, other.rates),
+            (self.e2e, other.e2e),
+            (self.read_delays_ms, other.read_delays_ms),
+            (self.trace_late_ms, other.trace_late_ms),
+            *((self.values[name], other.values[name]) for name in LATENCY_NAMES),
+        ):
+            mine.extend(theirs)
+        self.itl_us.merge(other.itl_us)
+        self.itl_token_ms.update(other.itl_token_ms)
+        self.itl_per_chunk = self.itl_per_chunk or other.itl_per_chunk
+        self.counts.merge(other.counts)
+        self.prompt_tokens += other.prompt_tokens
+        self.prompt_known = self.prompt_known and other.prompt_known
+        self.good += other.good
+        self.rate = other.rate if self.rate is None else self.rate
+        self.inputs_asked = self.inputs_asked or other.inputs_asked
+        if other.new_connections is not None:
+            self.new_connections = (self.new_connections or 0) + other.new_connections
+        self.sessions = self.sessions or other.sessions
+        self.checked = self.checked or other.checked
 
     def itl_counts(self) -> Counter[float]:
         """The pooled ITL values (ms) -> how many (`metrics.itl_ms`)."""
@@ -314,3 +366,12 @@ class SweepTally:
             tally = self.rungs[rec.rung] = RungTally(rec.rung, rec.users, self.slo, itl=self.itl)
         tally.add(rec, data)
         return tally
+
+    def merge(self, other: SweepTally) -> None:
+        """Add the tallies of the records that follow ours in the file (`RungTally.merge`)."""
+        self.warmup_requests += other.warmup_requests
+        for index, theirs in other.rungs.items():
+            if index in self.rungs:
+                self.rungs[index].merge(theirs)
+            else:
+                self.rungs[index] = theirs

@@ -310,15 +310,18 @@ def times_are_numbers(line: bytes) -> bool:
     )
 
 
-def iter_record_lines(path: Path) -> Iterator[tuple[int, tuple[dict[str, Any], RequestRecord] | None]]:
+def iter_record_lines(
+    path: Path, start: int = 0, end: int | None = None
+) -> Iterator[tuple[int, tuple[dict[str, Any], RequestRecord] | None]]:
     """Yield (line number, (JSON object, record) or None) for each non-blank line, one at a time;
     None for a line that does not parse (for example the half-written last line of a killed run).
-    RecordFileError when the file is missing or cannot be read."""
+    RecordFileError when the file is missing or cannot be read. `start`, `end`: a byte range of
+    whole lines, numbered from 1 at `start` (`llmload.core.jsonl.iter_lines`)."""
     path = Path(path)
     if not path.exists():
         raise RecordFileError(f"{path}: no such records file")
     try:
-        for lineno, line in iter_lines(path):
+        for lineno, line in iter_lines(path, start, end):
             yield lineno, parse_record(line)
     except OSError as e:  # a folder, no permission
         raise RecordFileError(f"{path}: cannot read the records file: {e.strerror or e}") from None

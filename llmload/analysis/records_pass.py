@@ -1,0 +1,108 @@
+"""One pass over a records file into a `SweepTally`: in one process, or in two for a large file.
+
+A large file (`TWO_PROCESS_BYTES` and more, with two CPUs to use) is cut at the first line that
+begins after its middle: a child process tallies the second part while this one tallies the
+first, then the second tally is merged into the first (`SweepTally.merge`: per-request values
+concatenated in file order, counts and histograms added). Every figure comes out as one process
+reading the whole file gives it; the skipped (unreadable) lines keep their numbers in the file.
+One process reads the file when it is small (starting a child costs ~0.3 s of imports), when
+every record is kept (`keep_records`: `llmload compare`), and inside a Locust process (gevent:
+its threads are greenlets, so no pool of child processes).
+
+Used by `llmload.analysis.postprocess.load_run` (the table, reports, budget and the web UI's
+results tab); the records are decoded and checked by `llmload.core.records.iter_record_lines`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+from llmload.analysis.rung_tally import SweepTally
+from llmload.core.jsonl import line_start
+from llmload.core.records import RequestRecord, iter_record_lines
+
+TWO_PROCESS_BYTES = 64 << 20  # ~25,000 records of 256 chunks: ~0.5 s in one process
+
+
+@dataclass(slots=True)
+class RecordsPass:
+    """What one pass over (part of) a records file found."""
+
+    tally: SweepTally
+    skipped: list[int]  # line numbers of the unreadable lines
+    records: list[RequestRecord] | None  # every record, when kept
+
+
+def tally_file(
+    path: Path,
+    slo: Mapping[str, float] | None,
+    *,
+    itl: bool,
+    keep_records: bool = False,
+    processes: int | None = None,
+) -> RecordsPass:
+    """The records of `path` tallied (`itl`: with the ITL histogram); `processes`: 1 or 2, None
+    to choose (module docstring). RecordFileError when the file is missing or unreadable."""
+    size = path.stat().st_size if path.is_file() else 0
+    if processes is None:
+        processes = 2 if size >= TWO_PROCESS_BYTES and _cpus() >= 2 and "gevent" not in sys.modules else 1
+    if processes < 2 or keep_records:
+        return tally_part(path, slo, itl, keep_records=keep_records)
+    middle = line_start(path, size // 2)
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+        future = pool.submit(tally_part, path, slo, itl, middle)
+        first = tally_part(path, slo, itl, end=middle)
+        try:
+            second = future.result()
+        except BrokenProcessPool:  # the child could not run: this process reads the second part too
+            second = tally_part(path, slo, itl, middle)
+    first.tally.merge(second.tally)
+    if second.skipped:
+        before = _count_lines(path, middle)
+        first.skipped += [before + n for n in second.skipped]
+    return first
+
+
+def tally_part(
+    path: Path,
+    slo: Mapping[str, float] | None,
+    itl: bool,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    keep_records: bool = False,
+) -> RecordsPass:
+    """The records of the lines that begin in the byte range [start, end) tallied, line numbers
+    counted from `start`."""
+    tally = SweepTally(slo, itl=itl)
+    kept: list[RequestRecord] | None = [] if keep_records else None
+    skipped: list[int] = []
+    for lineno, parsed in iter_record_lines(path, start, end):
+        if parsed is None:
+            skipped.append(lineno)
+            continue
+        tally.add(*parsed)
+        if kept is not None:
+            kept.append(parsed[1])
+    return RecordsPass(tally, skipped, kept)
+
+
+def _count_lines(path: Path, end: int) -> int:
+    """How many lines begin before byte `end` (`end`: the beginning of a line)."""
+    count = 0
+    with path.open("rb") as fh:
+        while end > 0 and (chunk := fh.read(min(1 << 24, end))):
+            count += chunk.count(b"\n")
+            end -= len(chunk)
+    return count
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
