@@ -81,8 +81,8 @@ class GapHistogram:
     def _flush(self) -> None:
         if not self._times:
             return
-        times = np.fromiter(self._times, dtype=np.float64, count=len(self._times))
-        us = np.rint(times * 1e6).astype(np.int64)
+        seconds = np.fromiter(self._times, dtype=np.float64, count=len(self._times))
+        us = np.rint(seconds * 1e6).astype(np.int64)
         gaps = np.diff(us)
         between = np.asarray(self._ends[:-1], dtype=np.int64) - 1  # last of one request -> first of next
         keep = np.ones(gaps.size, dtype=bool)
