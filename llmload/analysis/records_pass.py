@@ -1,13 +1,16 @@
 """One pass over a records file into a `SweepTally`: in one process, or in two for a large file.
 
 A large file (`TWO_PROCESS_BYTES` and more, with two CPUs to use) is cut at the first line that
-begins after its middle: a child process tallies the second part while this one tallies the
-first, then the second tally is merged into the first (`SweepTally.merge`: per-request values
+begins after its middle: a child process (`python -m llmload.analysis.records_pass`, which sends
+its tally back pickled on its stdout) tallies the second part while this one tallies the first,
+then the second tally is merged into the first (`SweepTally.merge`: per-request values
 concatenated in file order, counts and histograms added). Every figure comes out as one process
 reading the whole file gives it; the skipped (unreadable) lines keep their numbers in the file.
-One process reads the file when it is small (starting a child costs ~0.3 s of imports), when
-every record is kept (`keep_records`: `llmload compare`), and inside a Locust process (gevent:
-its threads are greenlets, so no pool of child processes).
+When the child fails, this process reads the second part too. One process reads the file when it
+is small (starting a child costs ~0.3 s of imports), when every record is kept (`keep_records`:
+`llmload compare`), and inside a Locust process (gevent: no child processes under its loop).
+The child is a plain command, not a `multiprocessing` one: those import the caller's main
+script again, which a script without a `__main__` guard would run twice.
 
 Used by `llmload.analysis.postprocess.load_run` (the table, reports, budget and the web UI's
 results tab); the records are decoded and checked by `llmload.core.records.iter_record_lines`.
@@ -15,13 +18,13 @@ results tab); the records are decoded and checked by `llmload.core.records.iter_
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
+import subprocess
 import sys
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 
 from llmload.analysis.rung_tally import SweepTally
@@ -56,13 +59,17 @@ def tally_file(
     if processes < 2 or keep_records:
         return tally_part(path, slo, itl, keep_records=keep_records)
     middle = line_start(path, size // 2)
-    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
-        future = pool.submit(tally_part, path, slo, itl, middle)
-        first = tally_part(path, slo, itl, end=middle)
-        try:
-            second = future.result()
-        except BrokenProcessPool:  # the child could not run: this process reads the second part too
-            second = tally_part(path, slo, itl, middle)
+    slo_json = json.dumps(dict(slo or {}))
+    command = [sys.executable, "-m", _MODULE, str(path), str(middle), slo_json, str(int(itl))]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    first = tally_part(path, slo, itl, end=middle)
+    sent, _ = child.communicate()
+    try:
+        second = pickle.loads(sent) if child.returncode == 0 else None
+    except (pickle.UnpicklingError, EOFError):
+        second = None
+    if not isinstance(second, RecordsPass):  # the child could not read it: this process does
+        second = tally_part(path, slo, itl, middle)
     first.tally.merge(second.tally)
     if second.skipped:
         before = _count_lines(path, middle)
@@ -106,3 +113,18 @@ def _count_lines(path: Path, end: int) -> int:
 
 def _cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def child(argv: list[str]) -> None:
+    """The child of `tally_file`: argv = path, start byte, slo (JSON), itl (0 or 1); its
+    `RecordsPass` pickled on stdout."""
+    found = tally_part(Path(argv[0]), json.loads(argv[2]), argv[3] == "1", int(argv[1]))
+    sys.stdout.buffer.write(pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+_MODULE = "llmload.analysis.records_pass"
+
+if __name__ == "__main__":  # imported by its name, so that the pickle names its classes so
+    import importlib
+
+    importlib.import_module(_MODULE).child(sys.argv[1:])

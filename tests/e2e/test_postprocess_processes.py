@@ -1,7 +1,7 @@
-"""A records file read by two processes (`llmload.analysis.records_pass`: a spawned child reads
+"""A records file read by two processes (`llmload.analysis.records_pass`: a child process reads
 the second half) gives the table, metrics and warnings one process gives, unreadable lines named
-by their numbers in the whole file; and `llmload table` on a file past the size threshold takes
-that path by itself."""
+by their numbers in the whole file, also when the child fails; and `llmload table` on a file past
+the size threshold takes that path by itself."""
 
 from __future__ import annotations
 
@@ -70,18 +70,27 @@ def test_two_processes_give_one_process_figures(tmp_path):
     assert render_run(two, "csv") == render_run(one, "csv")
 
 
+def test_a_failed_child_leaves_the_second_part_to_this_process(tmp_path, monkeypatch):
+    prefix = tmp_path / "run"
+    write_run(prefix, 1000)
+    one = load_run(prefix, with_metrics=True, processes=1)
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1 at once
+    two = load_run(prefix, with_metrics=True, processes=2)
+    assert (two.rows, two.metrics, two.warnings) == (one.rows, one.metrics, one.warnings)
+
+
 def test_the_table_command_reads_a_large_file_in_two_processes(tmp_path):
     prefix = tmp_path / "big"
     path = write_run(prefix, 2000)
     assert path.stat().st_size < records_pass.TWO_PROCESS_BYTES  # one process by default ...
-    probe = (
+    probe = (  # past the size threshold; says which parts this process reads
         "import sys, llmload.analysis.records_pass as p\n"
         "p.TWO_PROCESS_BYTES = 1\n"
-        "class Pool(p.ProcessPoolExecutor):\n"
-        "    def submit(self, fn, *args):\n"
-        "        print('child reads from byte', args[3], file=sys.stderr)\n"
-        "        return super().submit(fn, *args)\n"
-        "p.ProcessPoolExecutor = Pool\n"
+        "real = p.tally_part\n"
+        "def part(*args, **kw):\n"
+        "    print('this process reads', args[3:], kw, file=sys.stderr)\n"
+        "    return real(*args, **kw)\n"
+        "p.tally_part = part\n"
         "from llmload.cli import main\n"
         "sys.exit(main(['table', sys.argv[1], '--format', 'csv', '--metrics']))\n"
     )
@@ -96,5 +105,6 @@ def test_the_table_command_reads_a_large_file_in_two_processes(tmp_path):
         timeout=120,
     )
     assert two.returncode == one.returncode == 0, two.stderr
-    assert "child reads from byte" in two.stderr  # ... past the threshold: two processes
+    parts = [line for line in two.stderr.splitlines() if line.startswith("this process reads")]
+    assert len(parts) == 1 and "{'end': " in parts[0]  # the first half; the child read the second
     assert two.stdout == one.stdout
