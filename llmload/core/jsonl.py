@@ -44,7 +44,7 @@ def iter_lines(path: str | Path, start: int = 0, end: int | None = None) -> Iter
             if left <= 0:
                 return
             left -= len(line)
-            if line.strip():
+            if not line.isspace():  # no copy of the line, unlike strip()
                 yield number, line
 
 
