@@ -296,7 +296,7 @@ class RungTally:
         latencies = {
             name: summarize_counts(self.itl_counts(), percentiles)
             if name == "itl"
-            else summarize(self.values[name], percentiles)
+            else summarize(_sorted(self.values[name]), percentiles)
             for name in LATENCY_NAMES
         }
         return RungMetrics(
@@ -319,6 +319,12 @@ class RungTally:
             input_tokens=summarize(self.counts.inputs, percentiles),
             wall_s=self.wall_s,
         )
+
+
+def _sorted(values: array[float]) -> list[float]:
+    """The values in order, sorted by numpy (`summarize` of them is the same figures: its
+    percentiles sort, its sums are exact, `math.fsum`; sorted() of 250k floats took 50 ms)."""
+    return np.sort(np.frombuffer(values, dtype=np.float64)).tolist() if values else []
 
 
 def percentile_or_none(values: Sequence[float], q: float) -> float | None:
