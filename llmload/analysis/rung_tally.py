@@ -19,6 +19,7 @@ the web UI's Tokens tab and charts (`llmload.loadgen.live_sweep`) and the termin
 from __future__ import annotations
 
 import math
+import struct
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -62,21 +63,22 @@ class GapHistogram:
     time. The arithmetic of `metrics.itl_gaps_us` (times * 1e6 rounded half to even, successive
     differences) is done by numpy on batches of about a quarter million chunk times; gaps under
     `DENSE_US` are counted in a dense array (2 MB), longer ones in a dict. Each request's times
-    become a numpy array as they come (its float objects are freed at once: holding a batch of
-    them made the decoding of 1M records twice as slow)."""
+    are packed into C doubles as they come (`struct`: 3x faster than numpy's conversion of a list;
+    and the float objects are freed at once: holding a batch of them made the decoding of 1M
+    records twice as slow)."""
 
     BATCH = 1 << 18  # chunk times per batch
     DENSE_US = 1 << 18  # gaps under ~262 ms: dense counts
 
     def __init__(self) -> None:
-        self._times: list[np.ndarray] = []  # each request's chunk times (s)
+        self._times: list[bytes] = []  # each request's chunk times (s), as C doubles
         self._ends: list[int] = []  # where each request's chunk times end in the batch
         self._count = 0  # chunk times in the batch
         self._dense: np.ndarray | None = None
         self._sparse: Counter[int] = Counter()
 
     def add(self, chunk_times: list[float]) -> None:
-        self._times.append(np.fromiter(chunk_times, dtype=np.float64, count=len(chunk_times)))
+        self._times.append(struct.pack(f"{len(chunk_times)}d", *chunk_times))
         self._count += len(chunk_times)
         self._ends.append(self._count)
         if self._count >= self.BATCH:
@@ -85,7 +87,7 @@ class GapHistogram:
     def _flush(self) -> None:
         if not self._times:
             return
-        us = np.rint(np.concatenate(self._times) * 1e6).astype(np.int64)
+        us = np.rint(np.frombuffer(b"".join(self._times), dtype=np.float64) * 1e6).astype(np.int64)
         gaps = np.diff(us)
         between = np.asarray(self._ends[:-1], dtype=np.int64) - 1  # last of one request -> first of next
         keep = np.ones(gaps.size, dtype=bool)

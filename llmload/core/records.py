@@ -208,14 +208,16 @@ def _arguments(keys: list[str]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]] 
 
 
 _PLANS: dict[tuple[Any, ...], _Plan | None] = {}
+_UNKNOWN = _Plan(None, (), None, None)  # not in _PLANS
 _MAX_PLANS = 1024  # record shapes remembered (a run has a few; a fuzzed file has many)
 
 
 def _plan_of(data: dict[str, Any]) -> _Plan | None:
     """The plan of records shaped like `data`; None when a value's type is not its field's."""
     shape = (*data, *map(type, data.values()))
-    if shape in _PLANS:
-        return _PLANS[shape]
+    known = _PLANS.get(shape, _UNKNOWN)  # one lookup: a tuple's hash is not cached
+    if known is not _UNKNOWN:
+        return known
     floats, lists, times, plan = [], [], None, None
     for i, (name, value) in enumerate(data.items()):
         accepted = _ACCEPTED.get(name, frozenset())
