@@ -1,16 +1,17 @@
 """One pass over a records file into a `SweepTally`: in one process, or in two for a large file.
 
 A large file (`TWO_PROCESS_BYTES` and more, with two CPUs to use) is cut at the first line that
-begins after its middle: a child process (`python -m llmload.analysis.records_pass`, which sends
-its tally back pickled on its stdout) tallies the second part while this one tallies the first,
-then the second tally is merged into the first (`SweepTally.merge`: per-request values
-concatenated in file order, counts and histograms added). Every figure comes out as one process
-reading the whole file gives it; the skipped (unreadable) lines keep their numbers in the file.
-When the child fails, this process reads the second part too. One process reads the file when it
-is small (starting a child costs ~0.3 s of imports), when every record is kept (`keep_records`:
-`llmload compare`), and inside a Locust process (gevent: no child processes under its loop).
-The child is a plain command, not a `multiprocessing` one: those import the caller's main
-script again, which a script without a `__main__` guard would run twice.
+begins after its middle: a child process (`python -c` running `child` of this module, of this
+llmload whatever the working folder holds) tallies the second part and sends it back pickled on
+its stdout, while this process tallies the first; then the second tally is merged into the first
+(`SweepTally.merge`: per-request values concatenated in file order, counts and histograms
+added). Every figure comes out as one process reading the whole file gives it; the skipped
+(unreadable) lines keep their numbers in the file. When the child fails, this process reads the
+second part too. One process reads the file when it is small (starting a child costs ~0.3 s of
+imports), when every record is kept (`keep_records`: `llmload compare`), and inside a Locust
+process (gevent: no child processes under its loop). The child is a plain command, not a
+`multiprocessing` one: those import the caller's main script again, which a script without a
+`__main__` guard would run twice.
 
 Used by `llmload.analysis.postprocess.load_run` (the table, reports, budget and the web UI's
 results tab); the records are decoded and checked by `llmload.core.records.iter_record_lines`.
@@ -60,7 +61,7 @@ def tally_file(
         return tally_part(path, slo, itl, keep_records=keep_records)
     middle = line_start(path, size // 2)
     slo_json = json.dumps(dict(slo or {}))
-    command = [sys.executable, "-m", _MODULE, str(path), str(middle), slo_json, str(int(itl))]
+    command = [sys.executable, "-c", _CHILD, str(path), str(middle), slo_json, str(int(itl))]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     first = tally_part(path, slo, itl, end=middle)
     sent, _ = child.communicate()
@@ -122,9 +123,8 @@ def child(argv: list[str]) -> None:
     sys.stdout.buffer.write(pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-_MODULE = "llmload.analysis.records_pass"
-
-if __name__ == "__main__":  # imported by its name, so that the pickle names its classes so
-    import importlib
-
-    importlib.import_module(_MODULE).child(sys.argv[1:])
+# the child runs this llmload (first on its path), whatever the working folder holds
+_CHILD = (
+    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
+    "from llmload.analysis.records_pass import child; child(sys.argv[1:])"
+)
