@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures.runs import make_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,23 +35,7 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 
-BASE = RequestRecord(
-    request_id="r1",
-    rung=0,
-    users=2,
-    phase="measure",
-    endpoint="completions",
-    stream=True,
-    max_tokens=8,
-    t_start=1000.0,
-    t_end=1001.0,
-    t_first=1000.1,
-    t_first_content=1000.1,
-    output_tokens=8,
-    chunks=8,
-    finish_reason="length",
-    chunk_times=[0.1 * i for i in range(8)],
-).to_dict()
+BASE = make_record(1000.0, 1001.0, 8, 0.1, max_tokens=8, chunk_times=[0.1 * i for i in range(8)]).to_dict()
 
 ANNOTATIONS = {f.name: str(f.type) for f in fields(RequestRecord)}
 
