@@ -12,11 +12,13 @@ as the client writes them, 1 % of the requests failed (a timeout with half their
 file, health and Locust CSVs are absent: only the records are read.
 
 Each measurement runs `python -m llmload table <prefix> --format csv [--metrics]` as a child
-process of this script and reports its wall time and its peak resident memory (`ru_maxrss` of
-`os.wait4`). With `--against DIR`, the same command runs with `PYTHONPATH=DIR` (another checkout of
-llmload, e.g. main before this change) right after, on the same file, so the ratio is measured
-under the same machine load. Figures are min and max over `--repeats`. Not a test: nothing is
-asserted.
+process of this script and reports its wall time and its peak resident memory (the larger of
+`ru_maxrss` from `os.wait4` and the sampled sum over the process and its children: a large file
+is read by two processes). The file is read once before, so that every run finds it in the page
+cache; `load` is the 1-minute load average after the row. With `--against DIR`, the same command
+runs with `PYTHONPATH=DIR` (another checkout of llmload, e.g. main before this change) right
+after, on the same file, so the ratio is measured under the same machine load. Figures are min
+and max over `--repeats`. Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import orjson
+import psutil
 
 RUNGS = (8, 16, 32, 64)
 
@@ -77,8 +81,19 @@ def write_records(path: Path, n: int, chunks: int, seed: int) -> None:
             fh.write(orjson.dumps(record) + b"\n")
 
 
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and its children, now (0 when it is gone)."""
+    try:
+        proc = psutil.Process(pid)
+        return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)])
+    except psutil.Error:
+        return 0
+
+
 def measure(prefix: Path, metrics: bool, pythonpath: str | None) -> tuple[float, float]:
-    """(wall s, peak RSS MB) of one `llmload table` child process."""
+    """(wall s, peak RSS MB) of one `llmload table` child process: the larger of its `ru_maxrss`
+    and the peak sum of its and its own children's RSS (sampled every 20 ms: the two processes of
+    a large file are resident at once)."""
     env = dict(os.environ)
     tree = pythonpath or str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = tree
@@ -86,12 +101,22 @@ def measure(prefix: Path, metrics: bool, pythonpath: str | None) -> tuple[float,
     cmd += ["--metrics"] if metrics else []
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak, done = [0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], tree_rss(proc.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
     if status != 0:
         err = proc.stderr.read().decode()[-500:] if proc.stderr else ""
         raise SystemExit(f"{' '.join(cmd)} failed: {err}")
-    return wall, usage.ru_maxrss / 1024.0
+    return wall, max(usage.ru_maxrss * 1024, peak[0]) / 2**20
 
 
 def main() -> None:
@@ -111,19 +136,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="llmload-pp-") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        print("records   MB  tree     table_s      table_MB     metrics_s    metrics_MB")
+        print("records   MB  tree     table_s      table_MB     metrics_s    metrics_MB   load")
         for n in (int(s) for s in args.sizes.split(",")):
             prefix = folder / f"synth{n}"
             path = Path(f"{prefix}_records.jsonl")
             if not path.exists():
                 write_records(path, n, args.chunks, args.seed)
             size = path.stat().st_size / 1e6
+            with path.open("rb") as fh:  # into the page cache
+                while fh.read(1 << 24):
+                    pass
             for name, tree in trees:
                 figures = []
                 for metrics in (False, True):
                     runs = [measure(prefix, metrics, tree) for _ in range(args.repeats)]
                     walls, rss = [w for w, _ in runs], [m for _, m in runs]
                     figures += [f"{min(walls):5.1f}-{max(walls):<5.1f}", f"{min(rss):5.0f}-{max(rss):<5.0f}"]
+                figures.append(f"{os.getloadavg()[0]:.2f}")
                 print(f"{n:>8} {size:5.0f}  {name:<7} " + "  ".join(f"{f:<12}" for f in figures), flush=True)
             if not args.keep:
                 path.unlink()

@@ -1,7 +1,8 @@
 """A finished (or crashed) run's files -> the sweep rows, metrics and warnings, in one call.
 
-One pass over the records file: each record is decoded, tallied into its rung's
-`llmload.analysis.rung_tally.RungTally` and dropped, so memory grows with the rungs (and the
+One pass over the records file (`llmload.analysis.records_pass`: two processes for a large file):
+each record is decoded, tallied into its rung's `llmload.analysis.rung_tally.RungTally` and
+dropped, so memory grows with the rungs (and the
 per-request floats and ITL histogram of each), not with the records and their chunk times. What
 needs the raw records reads the file again, one record at a time (`RunResult.iter_records`): the
 per-turn table of session runs, the server-metrics token cross-check, and the greedy-determinism
@@ -27,7 +28,8 @@ from llmload.analysis.health import flag_saturated, read_health
 from llmload.analysis.locust_csv import cross_check
 from llmload.analysis.metrics import SLO_KEYS, RungMetrics
 from llmload.analysis.production_traffic import replay_warnings, turn_metrics
-from llmload.analysis.rung_tally import RungTally, SweepTally
+from llmload.analysis.records_pass import tally_file
+from llmload.analysis.rung_tally import RungTally
 from llmload.analysis.sweep_rows import MissingRung, Rung, SweepRow, group_rungs, sweep_rows
 from llmload.core.records import RecordFileError, RequestRecord, iter_record_lines
 from llmload.core.run_files import RunFiles
@@ -125,9 +127,11 @@ def load_run(
     slo: Mapping[str, float] | None = None,
     requests_per_user: int | None = None,
     keep_records: bool = False,
+    processes: int | None = None,
 ) -> RunResult:
     """Post-process a run in one pass over its records; raises RecordFileError when there is nothing
-    measured to show. `keep_records`: also keep every record in `RunResult.records`."""
+    measured to show. `keep_records`: also keep every record in `RunResult.records`; `processes`:
+    read the records in 1 or 2 processes, None to choose (`llmload.analysis.records_pass`)."""
     prefix = str(prefix)
     files = RunFiles(Path(prefix))
     records_path = str(files.records)
@@ -135,16 +139,10 @@ def load_run(
     if slo is None:  # the run's own `slo:` from its config file (goodput's keys: itl_ms is not one)
         given = ((info or {}).get("config", {}).get("slo") or {}).items()
         slo = {k: v for k, v in given if v is not None and k in SLO_KEYS}
-    tally = SweepTally(slo, itl=with_metrics)
-    kept: list[RequestRecord] | None = [] if keep_records else None
-    skipped: list[int] = []
-    for lineno, parsed in iter_record_lines(Path(records_path)):
-        if parsed is None:
-            skipped.append(lineno)
-            continue
-        tally.add(*parsed)
-        if kept is not None:
-            kept.append(parsed[1])
+    found = tally_file(
+        Path(records_path), slo, itl=with_metrics, keep_records=keep_records, processes=processes
+    )
+    tally, skipped = found.tally, found.skipped
     rungs = [tally.rungs[i] for i in sorted(tally.rungs)]
     if not rungs:
         raise RecordFileError(f"{records_path}: no measured records")
@@ -155,7 +153,9 @@ def load_run(
     if skipped:
         lines = ", ".join(map(str, skipped))
         warnings.insert(0, f"{records_path}: skipped {len(skipped)} unreadable lines: {lines}")
-    result = RunResult(prefix, kept, rungs, rows, metrics, warnings, info, missing_rungs(info, rungs))
+    result = RunResult(
+        prefix, found.records, rungs, rows, metrics, warnings, info, missing_rungs(info, rungs)
+    )
     if any(t.checked for t in rungs):  # greedy-determinism hashes: compare the texts
         result.divergence = divergence(result.record_rungs())
     return result

@@ -75,6 +75,16 @@ class Tally:
         for kind in found:
             self.kinds[kind] = self.kinds.get(kind, 0) + 1
 
+    def merge(self, other: Tally) -> None:
+        """Add the counts of the requests that follow ours (`inputs_asked`: theirs, when they said it)."""
+        self.completed += other.completed
+        self.stopped_early += other.stopped_early
+        self.disagree += other.disagree
+        for kind, n in other.kinds.items():
+            self.kinds[kind] = self.kinds.get(kind, 0) + n
+        self.inputs.extend(other.inputs)
+        self.inputs_asked = self.inputs_asked if other.inputs_asked is None else other.inputs_asked
+
 
 def tally(records: Iterable[Mapping[str, Any]]) -> Tally:
     out = Tally()

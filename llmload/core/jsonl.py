@@ -11,6 +11,7 @@ faster than json on a record's chunk times, and with json where orjson refuses w
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,18 +21,46 @@ import orjson
 
 def loads(line: bytes) -> Any:
     """One JSON line (see the module docstring); ValueError when it is not JSON."""
+    return decode(line)[0]
+
+
+def decode(line: bytes) -> tuple[Any, bool]:
+    """`loads`, and whether orjson read the line (then no number in it is infinite or NaN: orjson
+    refuses those, json reads `NaN`, `Infinity` and `1e999`)."""
     try:
-        return orjson.loads(line)
+        return orjson.loads(line), True
     except orjson.JSONDecodeError:
-        return json.loads(line.decode("utf-8", errors="replace"))
+        return json.loads(line.decode("utf-8", errors="replace")), False
 
 
-def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
-    """(line number, raw line) of every non-blank line; OSError when the file cannot be read."""
-    with Path(path).open("rb") as fh:
+def iter_lines(path: str | Path, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw line) of every non-blank line; OSError when the file cannot be read.
+    `start`, `end`: only the lines that begin in this byte range (`start` at the beginning of a
+    line, see `line_start`), numbered from 1 at `start`."""
+    with Path(path).open("rb", buffering=1 << 20) as fh:
+        fh.seek(start)
+        left = math.inf if end is None else end - start
         for number, line in enumerate(fh, start=1):
-            if line.strip():
+            if left <= 0:
+                return
+            left -= len(line)
+            if not line.isspace():  # no copy of the line, unlike strip()
                 yield number, line
+
+
+def line_start(path: str | Path, offset: int) -> int:
+    """The byte offset of the first line that begins at or after `offset` (the file's size when
+    none does)."""
+    if offset <= 0:
+        return 0
+    with Path(path).open("rb") as fh:
+        fh.seek(offset - 1)
+        while chunk := fh.read(1 << 16):
+            newline = chunk.find(b"\n")
+            if newline >= 0:
+                return offset + newline
+            offset += len(chunk)
+        return offset - 1
 
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | None]]:

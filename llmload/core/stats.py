@@ -22,9 +22,12 @@ def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0 <= q <= 100) of `values`, numpy-style linear interpolation."""
     if not values:
         raise ValueError("percentile of no values")
+    return _percentile_of_sorted(sorted(values), q)
+
+
+def _percentile_of_sorted(ordered: Sequence[float], q: float) -> float:
     if not 0.0 <= q <= 100.0:
         raise ValueError(f"percentile {q} is outside [0, 100]")
-    ordered = sorted(values)
     h = (len(ordered) - 1) * q / 100.0
     lo = math.floor(h)
     hi = min(lo + 1, len(ordered) - 1)
@@ -73,12 +76,13 @@ def summarize(values: Sequence[float], percentiles: Sequence[float] = DEFAULT_PE
     """Summary of raw values, or None when there are none."""
     if not values:
         return None
+    ordered = sorted(values)  # once for every percentile
     return Summary(
         count=len(values),
         mean=mean(values),
-        median=percentile(values, 50.0),
+        median=_percentile_of_sorted(ordered, 50.0),
         std=pstdev(values),
-        percentiles={q: percentile(values, q) for q in percentiles},
+        percentiles={q: _percentile_of_sorted(ordered, q) for q in percentiles},
     )
 
 

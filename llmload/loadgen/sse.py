@@ -111,7 +111,7 @@ class StreamAccumulator:
                 raise MalformedStream(f"choices is not a list of objects: {_shown(payload)!r}")
             self._on_choice(choices[0], usage, t)
         elif "error" in obj:
-            raise StreamErrorEvent(" ".join(str(obj["error"]).split())[:200])
+            raise StreamErrorEvent(" ".join(str(obj["error"]).split())[:200] or "an empty error object")
         if usage:
             self.usage = usage
             self.timings = obj.get("timings") or self.timings

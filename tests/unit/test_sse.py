@@ -121,6 +121,8 @@ def test_malformed_and_error_events():
         StreamAccumulator().feed(b'data: {"choices": [\n', 0.0)
     with pytest.raises(StreamErrorEvent):
         StreamAccumulator().feed(b'data: {"error": {"message": "overloaded"}}\n', 0.0)
+    with pytest.raises(StreamErrorEvent, match="^an empty error object$"):  # never an empty message
+        StreamAccumulator().feed(b'data: {"choices": [], "error": ""}\n', 0.0)
 
 
 def test_non_data_lines_are_ignored():

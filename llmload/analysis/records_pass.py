@@ -1,0 +1,130 @@
+"""One pass over a records file into a `SweepTally`: in one process, or in two for a large file.
+
+A large file (`TWO_PROCESS_BYTES` and more, with two CPUs to use) is cut at the first line that
+begins after its middle: a child process (`python -c` running `child` of this module, of this
+llmload whatever the working folder holds) tallies the second part and sends it back pickled on
+its stdout, while this process tallies the first; then the second tally is merged into the first
+(`SweepTally.merge`: per-request values concatenated in file order, counts and histograms
+added). Every figure comes out as one process reading the whole file gives it; the skipped
+(unreadable) lines keep their numbers in the file. When the child fails, this process reads the
+second part too. One process reads the file when it is small (starting a child costs ~0.3 s of
+imports), when every record is kept (`keep_records`: `llmload compare`), and inside a Locust
+process (gevent: no child processes under its loop). The child is a plain command, not a
+`multiprocessing` one: those import the caller's main script again, which a script without a
+`__main__` guard would run twice.
+
+Used by `llmload.analysis.postprocess.load_run` (the table, reports, budget and the web UI's
+results tab); the records are decoded and checked by `llmload.core.records.iter_record_lines`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmload.analysis.rung_tally import SweepTally
+from llmload.core.jsonl import line_start
+from llmload.core.records import RequestRecord, iter_record_lines
+
+TWO_PROCESS_BYTES = 64 << 20  # ~25,000 records of 256 chunks: ~0.5 s in one process
+
+
+@dataclass(slots=True)
+class RecordsPass:
+    """What one pass over (part of) a records file found."""
+
+    tally: SweepTally
+    skipped: list[int]  # line numbers of the unreadable lines
+    records: list[RequestRecord] | None  # every record, when kept
+
+
+def tally_file(
+    path: Path,
+    slo: Mapping[str, float] | None,
+    *,
+    itl: bool,
+    keep_records: bool = False,
+    processes: int | None = None,
+) -> RecordsPass:
+    """The records of `path` tallied (`itl`: with the ITL histogram); `processes`: 1 or 2, None
+    to choose (module docstring). RecordFileError when the file is missing or unreadable."""
+    size = path.stat().st_size if path.is_file() else 0
+    if processes is None:
+        processes = 2 if size >= TWO_PROCESS_BYTES and _cpus() >= 2 and "gevent" not in sys.modules else 1
+    if processes < 2 or keep_records:
+        return tally_part(path, slo, itl, keep_records=keep_records)
+    middle = line_start(path, size // 2)
+    slo_json = json.dumps(dict(slo or {}))
+    command = [sys.executable, "-c", _CHILD, str(path), str(middle), slo_json, str(int(itl))]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    first = tally_part(path, slo, itl, end=middle)
+    sent, _ = child.communicate()
+    try:
+        second = pickle.loads(sent) if child.returncode == 0 else None
+    except (pickle.UnpicklingError, EOFError):
+        second = None
+    if not isinstance(second, RecordsPass):  # the child could not read it: this process does
+        second = tally_part(path, slo, itl, middle)
+    first.tally.merge(second.tally)
+    if second.skipped:
+        before = _count_lines(path, middle)
+        first.skipped += [before + n for n in second.skipped]
+    return first
+
+
+def tally_part(
+    path: Path,
+    slo: Mapping[str, float] | None,
+    itl: bool,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    keep_records: bool = False,
+) -> RecordsPass:
+    """The records of the lines that begin in the byte range [start, end) tallied, line numbers
+    counted from `start`."""
+    tally = SweepTally(slo, itl=itl)
+    kept: list[RequestRecord] | None = [] if keep_records else None
+    skipped: list[int] = []
+    for lineno, parsed in iter_record_lines(path, start, end):
+        if parsed is None:
+            skipped.append(lineno)
+            continue
+        tally.add(*parsed)
+        if kept is not None:
+            kept.append(parsed[1])
+    return RecordsPass(tally, skipped, kept)
+
+
+def _count_lines(path: Path, end: int) -> int:
+    """How many lines begin before byte `end` (`end`: the beginning of a line)."""
+    count = 0
+    with path.open("rb") as fh:
+        while end > 0 and (chunk := fh.read(min(1 << 24, end))):
+            count += chunk.count(b"\n")
+            end -= len(chunk)
+    return count
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def child(argv: list[str]) -> None:
+    """The child of `tally_file`: argv = path, start byte, slo (JSON), itl (0 or 1); its
+    `RecordsPass` pickled on stdout."""
+    found = tally_part(Path(argv[0]), json.loads(argv[2]), argv[3] == "1", int(argv[1]))
+    sys.stdout.buffer.write(pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+# the child runs this llmload (first on its path), whatever the working folder holds
+_CHILD = (
+    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
+    "from llmload.analysis.records_pass import child; child(sys.argv[1:])"
+)
