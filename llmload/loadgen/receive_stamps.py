@@ -44,9 +44,7 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
         data, ancillary, _, _ = self.recvmsg(bufsize, ANCILLARY_SIZE, flags)
         clock = _READING.get(getcurrent())
         if clock is not None:
-            stamp = stamp_of(ancillary)
-            if stamp is not None:
-                clock.rx_time = stamp
+            clock.note_stamp(ancillary)
         return data
 
 
@@ -95,6 +93,13 @@ class ReceiveClock:
 
     def __exit__(self, *exc: object) -> None:
         _READING.pop(self._reader, None)
+
+    def note_stamp(self, ancillary: list[tuple[int, int, bytes]]) -> None:
+        """Take the kernel stamp of a read from its `recvmsg` ancillary data (a read without one,
+        the end of the connection, leaves the latest stamp)."""
+        stamp = stamp_of(ancillary)
+        if stamp is not None:
+            self.rx_time = stamp
 
     @property
     def source(self) -> str:

@@ -39,7 +39,7 @@ from gevent import get_hub
 from gevent.hub import Waiter
 from gevent.monkey import get_original
 
-from llmload.core.kernel_stamps import ANCILLARY_SIZE, stamp_of
+from llmload.core.kernel_stamps import ANCILLARY_SIZE
 from llmload.loadgen.receive_stamps import ReceiveClock, StampedSocket
 from llmload.loadgen.sse import StreamAccumulator
 
@@ -82,6 +82,12 @@ def _take_lines(stream: _Stream, t: float) -> bool:
     else:
         buf.clear()
     return stream.acc.feed_lines(lines, t)
+
+
+def _end(stream: _Stream) -> None:
+    """Stop reading a stream and wake its greenlet with the stream's outcome (None: [DONE])."""
+    stream.watcher.stop()
+    stream.waiter.switch(stream.outcome)
 
 
 class StreamReader:
@@ -136,8 +142,7 @@ class StreamReader:
         try:
             data, ancillary, _, _ = stream.raw.recvmsg(READ_SIZE, ANCILLARY_SIZE)
             clock = stream.clock
-            if ancillary:
-                clock.rx_time = stamp_of(ancillary) or clock.rx_time
+            clock.note_stamp(ancillary)
             t = clock.now()
             stream.last_read = t + clock.t0
             resp = stream.resp
@@ -150,8 +155,7 @@ class StreamReader:
             return
         except BaseException as e:  # noqa: BLE001 - handed to the request's greenlet, raised there
             stream.outcome = e
-        stream.watcher.stop()
-        stream.waiter.switch(stream.outcome)
+        _end(stream)
 
     def _check_idle(self) -> None:
         """Timer callback: end the streams silent for longer than their limit."""
@@ -159,8 +163,7 @@ class StreamReader:
         silent = [s for s in self._streams if s.outcome is None and now - s.last_read > s.idle_s]
         for stream in silent:
             stream.outcome = TimeoutError(f"no data for {stream.idle_s:g} s")
-            stream.watcher.stop()
-            stream.waiter.switch(stream.outcome)
+            _end(stream)
 
 
 _READERS: dict[Any, StreamReader] = {}  # gevent hub -> its reader
