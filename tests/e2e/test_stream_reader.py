@@ -12,17 +12,14 @@ import json
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 from geventhttpclient import HTTPClient
+from test_faults_client import send
 
-from llmload.core.config import SweepConfig
 from llmload.core.records import RequestRecord
-from llmload.loadgen.client import RequestContext, send_request
-from llmload.loadgen.payload import COMPLETIONS_PATH, build_payload
 from llmload.loadgen.receive_stamps import stamp_receive_times
 from llmload.servers.process import LOOPBACK
 
@@ -105,23 +102,11 @@ def scripted_server(pieces: list[bytes]) -> Iterator[tuple[str, list[float]]]:
         listener.close()
 
 
-def send(url: str, stamped: bool) -> RequestRecord:
+def send_to(url: str, stamped: bool) -> RequestRecord:
     http = HTTPClient.from_url(url, connection_timeout=5, network_timeout=5, concurrency=1)
     if stamped:
         assert stamp_receive_times(http)
-    config = SweepConfig(max_tokens=3)
-    ctx = RequestContext(uuid.uuid4().hex, 0, 1, "measure", "completions", True, 3, "test")
-    records: list[RequestRecord] = []
-    send_request(
-        http,
-        COMPLETIONS_PATH,
-        build_payload(config, "m", config.prompt),
-        {"Content-Type": "application/json"},
-        ctx,
-        total_timeout=10,
-        report=records.append,
-    )
-    (rec,) = records
+    (rec,) = send(http, max_tokens=3, total=10)
     return rec
 
 
@@ -131,7 +116,7 @@ def test_both_readers_give_the_same_record(case):
     records = []
     for stamped in (True, False):
         with scripted_server(pieces) as (url, written):
-            rec = send(url, stamped)
+            rec = send_to(url, stamped)
         assert rec.outcome == outcome, (stamped, rec.error)
         assert (rec.output_tokens, rec.chunks) == (tokens, chunks), stamped
         assert rec.stamps == ("kernel" if stamped else "user")
@@ -152,7 +137,7 @@ def test_both_readers_give_the_same_record(case):
 def test_a_line_split_across_reads_is_timed_by_the_read_that_completed_it():
     pieces = CASES["line-split-in-json"][0]
     with scripted_server(pieces) as (url, written):
-        rec = send(url, stamped=True)
+        rec = send_to(url, stamped=True)
     first, second = (rec.t_start + t for t in rec.chunk_times[:2])
     assert abs(first - written[0]) < 0.005  # event a came whole in the first piece
     assert abs(second - written[1]) < 0.005  # event b's line was completed by the second piece
