@@ -15,11 +15,23 @@ Definitions (as vLLM `bench serve`, see docs/metrics.md):
   role-only chat delta and llama.cpp's closing `text: ""` + finish_reason message are not.
 - `texts` (only when built with `keep_text`): the text of each token chunk, in order (one list
   append per chunk; the greedy-determinism check hashes them when the request ends).
+
+The token-chunk fast path (`feed_lines`): a server writes every token chunk of a stream the same
+way except for its text (vLLM: `{"id":…,"choices":[{"index":0,"text":" the","logprobs":null,
+"finish_reason":null,…}]}`). The first ordinary token chunk of a stream (text not empty, no
+finish_reason, no usage) is parsed in full and becomes the stream's template: its line cut into
+the bytes before the text's characters and the bytes after them. The cut is proved, not guessed:
+the template with a probe text put in the middle must parse to the same object with the probe as
+its text. A later line that starts and ends with those bytes and whose middle is plain string
+characters (no quote, backslash or control character; valid UTF-8; not empty) is therefore the
+same message with another text: a token chunk, recorded without a JSON decode. Any other line
+(usage, finish_reason, an error, escapes in the text, another shape) is parsed in full.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,6 +43,9 @@ import orjson
 _fast_decode = orjson.loads
 _decode = json.JSONDecoder().raw_decode
 _STR_OR_NONE = (str, type(None))
+_NOT_PLAIN = re.compile(rb'["\\\x00-\x1f]').search  # what a JSON string's characters spell only escaped
+_PROBE = "llmload-template-probe"
+TEMPLATE_TRIES = 3  # token chunks of a stream tried as its template (a stream without one is parsed in full)
 
 
 class MalformedStream(ValueError):
@@ -58,6 +73,9 @@ class StreamAccumulator:
         "_last_completion_tokens",
         "texts",
         "timings",
+        "_head",
+        "_tail",
+        "_tries",
     )
 
     def __init__(self, chat: bool = False, keep_text: bool = False) -> None:
@@ -74,6 +92,9 @@ class StreamAccumulator:
         self._usage_per_chunk = True  # stays True while every token chunk carried usage
         self._last_completion_tokens = 0
         self.timings: dict[str, Any] | None = None  # llama.cpp's timings, from the chunk with usage
+        self._head: bytes | None = None  # the token-chunk template (module docstring): line before the text
+        self._tail = b""  # and after it
+        self._tries = TEMPLATE_TRIES
 
     def feed(self, line: bytes, t: float) -> bool:
         """Consume one SSE line; returns True once `data: [DONE]` was seen."""
@@ -83,12 +104,56 @@ class StreamAccumulator:
 
     def feed_lines(self, lines: Iterable[bytes | bytearray], t: float) -> bool:
         """Consume the SSE lines of one read (no line ends), all arrived at t; True at [DONE]
-        (the lines after it are not read)."""
-        feed_data = self._feed_data
-        for line in lines:  # noqa: SIM110 - a plain loop: no generator per read on the hot path
-            if line[:5] == b"data:" and feed_data(line[5:], t):
+        (the lines after it are not read). Token chunks that match the stream's template take
+        the fast path (module docstring)."""
+        head, tail = self._head, self._tail
+        for line in lines:
+            if head is not None and line.startswith(head) and line.endswith(tail):
+                text = line[len(head) : len(line) - len(tail)]
+                if text and not _NOT_PLAIN(text):
+                    try:
+                        decoded = text.decode() if self.texts is not None or not text.isascii() else ""
+                    except UnicodeDecodeError:
+                        pass  # the full parse says what is wrong with it
+                    else:
+                        self.t_last = t
+                        self.chunk_times.append(t)
+                        if self.texts is not None:
+                            self.texts.append(decoded)
+                        continue
+            if line[:5] != b"data:":
+                continue
+            if head is not None or not self._tries:
+                if self._feed_data(line[5:], t):
+                    return True
+                continue
+            chunks = len(self.chunk_times)
+            if self._feed_data(line[5:], t):
                 return True
+            if len(self.chunk_times) > chunks and self._head is None:
+                self._learn_template(line)
         return False
+
+    def _learn_template(self, line: bytes | bytearray) -> None:
+        """Make `line`, just parsed in full, the stream's token-chunk template if it was an ordinary
+        token chunk whose text sits between plain bytes (module docstring); else leave it."""
+        self._tries -= 1
+        key = b'"content":"' if self.chat else b'"text":"'
+        start = line.find(key) + len(key)
+        end = line.find(b'"', start)
+        if start < len(key) or end <= start:
+            return
+        head, tail = bytes(line[:start]), bytes(line[end:])
+        try:
+            obj = _fast_decode(line[5:])
+            probe = _fast_decode(head[5:] + _PROBE.encode() + tail)
+        except orjson.JSONDecodeError:
+            return
+        if _token_text(probe, self.chat) != _PROBE or not _token_text(obj, self.chat):
+            return
+        _set_token_text(probe, self.chat, _token_text(obj, self.chat))
+        if probe == obj and obj.get("usage") is None:
+            self._head, self._tail = head, tail
 
     def _feed_data(self, payload: bytes | bytearray, t: float) -> bool:
         """One data field (JSON may have whitespace around it)."""
@@ -193,6 +258,26 @@ class StreamAccumulator:
     def text(self) -> str:
         """The reply's text (built with `keep_text`; multi-turn sessions resend it)."""
         return "".join(self.texts or ())
+
+
+def _token_text(obj: Any, chat: bool) -> Any:
+    """choices[0].text (or .delta.content) of a parsed message when it is a token chunk without
+    finish_reason, else None."""
+    try:
+        choice = obj["choices"][0]
+        if choice.get("finish_reason") is not None:
+            return None
+        return choice["delta"]["content"] if chat else choice["text"]
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
+def _set_token_text(obj: Any, chat: bool, text: str) -> None:
+    choice = obj["choices"][0]
+    if chat:
+        choice["delta"]["content"] = text
+    else:
+        choice["text"] = text
 
 
 def _shown(payload: bytes | bytearray) -> bytes:

@@ -445,7 +445,10 @@ def test_record_check_fast_path_agrees_with_field_by_field(changes, drop):
 
 
 def _state(acc: StreamAccumulator) -> tuple:
-    return tuple(getattr(acc, name) for name in StreamAccumulator.__slots__)
+    """Every field of the accumulator but the token-chunk template (a cache of feed_lines')."""
+    return tuple(
+        getattr(acc, name) for name in StreamAccumulator.__slots__ if name not in ("_head", "_tail", "_tries")
+    )
 
 
 def _outcome(parse: Callable[[StreamAccumulator], object], chat: bool) -> tuple:
@@ -477,3 +480,104 @@ def test_a_read_split_at_once_parses_as_line_by_line():
         assert _outcome(by_line, chat) == _outcome(lambda acc: acc.feed_lines(split, 0.5), chat)
 
     prop()
+
+
+KINDS = st.sampled_from(["token"] * 4 + ["finish", "usage"] * 2 + ["mutated", "again"] * 3 + ["blank", "raw"])
+
+
+@st.composite
+def templated_streams(draw: st.DrawFn) -> tuple[bool, list[bytes]]:
+    """A stream whose token chunks share one shape (as real servers write them) with texts that
+    are plain, escaped, empty, non-ASCII or invalid, and lines that differ from the shape only
+    slightly: a finish_reason, usage, a byte changed, cut or added, the text key elsewhere too."""
+    chat = draw(st.booleans())
+    decoy = st.builds(lambda t: {"text": t, "content": t}, st.text(max_size=3))  # the text key, elsewhere
+    head_keys = st.sampled_from(["id", "object", "created", "model"])
+    head = draw(st.dictionaries(head_keys, values | decoy, max_size=3))
+    extra = draw(st.dictionaries(st.sampled_from(["logprobs", "stop_reason", "index"]), values, max_size=2))
+    spaced = draw(st.booleans())
+    usage = draw(st.just({"completion_tokens": 2}) | values)  # the same on every usage line
+    texts = st.text(max_size=6) | st.sampled_from(["", '"', "\\", "\n", 'a"b', "ok", "\u00e9"])
+
+    def line(text: Any, finish: Any = None, usage: Any = None) -> bytes:
+        choice = {"index": 0, **({"delta": {"content": text}} if chat else {"text": text}), **extra}
+        choice["finish_reason"] = finish
+        data = {**head, "choices": [choice], **({"usage": usage} if usage is not None else {})}
+        sep = (", ", ": ") if spaced else (",", ":")
+        return b"data: " + json.dumps(data, separators=sep, ensure_ascii=draw(st.booleans())).encode()
+
+    lines: list[bytes] = []
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(KINDS)
+        if kind == "token":
+            lines.append(line(draw(texts)))
+        elif kind == "finish":
+            lines.append(line(draw(texts), finish=draw(st.sampled_from(["length", "stop", 3]))))
+        elif kind == "usage":
+            lines.append(line(draw(st.sampled_from(["ok", " x"])), usage=usage))  # lines that recur
+        elif kind == "mutated" and lines:
+            base = bytearray(draw(st.sampled_from(lines)))
+            at = draw(st.integers(0, len(base)))
+            action = draw(st.sampled_from(["set", "cut", "add"]))
+            byte = draw(st.sampled_from([b'"', b"\\", b"\x00", b"}", b"x", b"\xff", b"\xe9"]))
+            if action == "set" and at < len(base):
+                base[at : at + 1] = byte
+            elif action == "cut":
+                del base[at : at + draw(st.integers(1, 4))]
+            else:
+                base[at:at] = byte
+            lines.append(bytes(base))
+        elif kind == "again" and lines:
+            lines.append(draw(st.sampled_from(lines)))
+        elif kind == "raw":
+            lines.append(b"data: [DONE]")
+        else:
+            lines.append(b"")
+    return chat, lines
+
+
+def test_token_chunk_fast_path_agrees_with_the_full_parse():
+    """feed_lines' template fast path (a token chunk recognised without a JSON decode) leaves the
+    accumulator exactly as the full parse of every line does (feed), and raises the same error,
+    whatever the texts and however the lines differ from the template; reads of any size."""
+
+    @FUZZ
+    @given(templated_streams(), st.integers(1, 4))
+    def prop(stream: tuple[bool, list[bytes]], per_read: int) -> None:
+        chat, lines = stream
+
+        def by_line(acc: StreamAccumulator) -> None:
+            for i, line in enumerate(lines):
+                if acc.feed(line + b"\n", float(i // per_read)):
+                    return
+
+        def by_read(acc: StreamAccumulator) -> None:
+            for start in range(0, len(lines), per_read):
+                read = [bytearray(line) for line in lines[start : start + per_read]]
+                if acc.feed_lines(read, float(start // per_read)):
+                    return
+
+        assert _outcome(by_line, chat) == _outcome(by_read, chat)
+
+    prop()
+
+
+def test_the_template_fast_path_is_taken():
+    """A stream of ordinary token chunks learns its template from the first one; every later chunk
+    takes the fast path (the full parse is not called), with its text and time."""
+    from unittest import mock
+
+    acc = StreamAccumulator(keep_text=True)
+    tokens = [" a", "b", " \u00e9t\u00e9", "x y"]
+    lines = [
+        b'data: {"id":"c","choices":[{"index":0,"text":'
+        + json.dumps(t, ensure_ascii=False).encode()
+        + b',"logprobs":null,"finish_reason":null}]}'
+        for t in tokens
+    ]
+    acc.feed_lines([bytearray(lines[0]), bytearray()], 0.1)
+    with mock.patch.object(StreamAccumulator, "_feed_data", side_effect=AssertionError("parsed in full")):
+        for i, line in enumerate(lines[1:], start=2):
+            acc.feed_lines([bytearray(line), bytearray()], 0.1 * i)
+    assert acc.texts == tokens and acc.chunk_times == [0.1, 0.2, 0.30000000000000004, 0.4]
+    assert acc.t_last == 0.4 and acc.t_first == acc.t_first_content == 0.1
