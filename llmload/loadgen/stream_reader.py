@@ -38,6 +38,7 @@ from typing import Any
 from gevent import get_hub
 from gevent.hub import Waiter
 from gevent.monkey import get_original
+from geventhttpclient._parser import HTTPResponseParser
 
 from llmload.core.kernel_stamps import ANCILLARY_SIZE
 from llmload.loadgen.receive_stamps import ReceiveClock, StampedSocket
@@ -47,6 +48,7 @@ READ_SIZE = 65536  # bytes asked of one recvmsg: one read takes everything a str
 IDLE_CHECK_S = 0.1  # how often the silence limits are checked (a limit is exceeded by at most this)
 COLLECT_S = 0.0002  # after a busy loop turn, let the streams' next chunks gather this long
 COLLECT_MIN_READS = 8  # a turn is busy from this many reads on
+_parse = HTTPResponseParser.feed
 _blocking_sleep = get_original("time", "sleep")  # holds the whole process, as libev's collect interval
 
 
@@ -146,7 +148,9 @@ class StreamReader:
             t = clock.now()
             stream.last_read = t + clock.t0
             resp = stream.resp
-            resp.feed(data)  # b"": the end of the connection; the parser ends or rejects the message
+            # b"": the end of the connection; the parser ends or rejects the message. The C parser's own
+            # feed: HTTPResponse.feed only adds a HEAD-response case, and these are POST streams.
+            _parse(resp, data)
             if not _take_lines(stream, t):
                 if not resp.message_complete and data:
                     return
