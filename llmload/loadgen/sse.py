@@ -44,6 +44,7 @@ _fast_decode = orjson.loads
 _decode = json.JSONDecoder().raw_decode
 _STR_OR_NONE = (str, type(None))
 _NOT_PLAIN = re.compile(rb'["\\\x00-\x1f]').search  # what a JSON string's characters spell only escaped
+_NOT_ASCII_PLAIN = re.compile(rb"[^\x20\x21\x23-\x5b\x5d-\x7e]").search  # nor that, nor beyond ASCII
 _PROBE = "llmload-template-probe"
 TEMPLATE_TRIES = 3  # token chunks of a stream tried as its template (a stream without one is parsed in full)
 
@@ -106,21 +107,17 @@ class StreamAccumulator:
         """Consume the SSE lines of one read (no line ends), all arrived at t; True at [DONE]
         (the lines after it are not read). Token chunks that match the stream's template take
         the fast path (module docstring)."""
-        head, tail = self._head, self._tail
+        head, tail, texts, times = self._head, self._tail, self.texts, self.chunk_times
+        start, after = (len(head), len(tail)) if head is not None else (0, 0)
         for line in lines:
             if head is not None and line.startswith(head) and line.endswith(tail):
-                text = line[len(head) : len(line) - len(tail)]
-                if text and not _NOT_PLAIN(text):
-                    try:
-                        decoded = text.decode() if self.texts is not None or not text.isascii() else ""
-                    except UnicodeDecodeError:
-                        pass  # the full parse says what is wrong with it
-                    else:
-                        self.t_last = t
-                        self.chunk_times.append(t)
-                        if self.texts is not None:
-                            self.texts.append(decoded)
-                        continue
+                end = len(line) - after
+                if end > start and (_NOT_ASCII_PLAIN(line, start, end) is None or _plain(line[start:end])):
+                    self.t_last = t
+                    times.append(t)
+                    if texts is not None:
+                        texts.append(line[start:end].decode())
+                    continue
             if line[:5] != b"data:":
                 continue
             if head is not None or not self._tries:
@@ -258,6 +255,18 @@ class StreamAccumulator:
     def text(self) -> str:
         """The reply's text (built with `keep_text`; multi-turn sessions resend it)."""
         return "".join(self.texts or ())
+
+
+def _plain(text: bytes | bytearray) -> bool:
+    """Whether `text` is a JSON string's characters as they are, no escapes: UTF-8 without a quote,
+    backslash or control character."""
+    if _NOT_PLAIN(text):
+        return False
+    try:
+        text.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _token_text(obj: Any, chat: bool) -> Any:

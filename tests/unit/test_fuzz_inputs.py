@@ -451,9 +451,9 @@ def _state(acc: StreamAccumulator) -> tuple:
     )
 
 
-def _outcome(parse: Callable[[StreamAccumulator], object], chat: bool) -> tuple:
+def _outcome(parse: Callable[[StreamAccumulator], object], chat: bool, keep_text: bool = True) -> tuple:
     """What parsing leaves: the accumulator's every field and the error raised, if any."""
-    acc = StreamAccumulator(chat=chat, keep_text=True)
+    acc = StreamAccumulator(chat=chat, keep_text=keep_text)
     try:
         parse(acc)
         error = None
@@ -482,7 +482,9 @@ def test_a_read_split_at_once_parses_as_line_by_line():
     prop()
 
 
-KINDS = st.sampled_from(["token"] * 4 + ["finish", "usage"] * 2 + ["mutated", "again"] * 3 + ["blank", "raw"])
+KINDS = st.sampled_from(
+    ["token"] * 4 + ["finish", "usage"] * 2 + ["mutated", "again"] * 3 + ["not_utf8", "blank", "raw"]
+)
 
 
 @st.composite
@@ -527,6 +529,9 @@ def templated_streams(draw: st.DrawFn) -> tuple[bool, list[bytes]]:
             else:
                 base[at:at] = byte
             lines.append(bytes(base))
+        elif kind == "not_utf8":  # a token chunk whose text is not UTF-8 (or is, beyond ASCII)
+            text = draw(st.sampled_from([b"\xff", b"a\xe9", b"\xc3\xa9", b"\xed\xa0\x80", b"\xe2\x82"]))
+            lines.append(line("ok").replace(b'"ok"', b'"' + text + b'"'))
         elif kind == "again" and lines:
             lines.append(draw(st.sampled_from(lines)))
         elif kind == "raw":
@@ -542,8 +547,8 @@ def test_token_chunk_fast_path_agrees_with_the_full_parse():
     whatever the texts and however the lines differ from the template; reads of any size."""
 
     @FUZZ
-    @given(templated_streams(), st.integers(1, 4))
-    def prop(stream: tuple[bool, list[bytes]], per_read: int) -> None:
+    @given(templated_streams(), st.integers(1, 4), st.booleans())
+    def prop(stream: tuple[bool, list[bytes]], per_read: int, keep_text: bool) -> None:
         chat, lines = stream
 
         def by_line(acc: StreamAccumulator) -> None:
@@ -557,7 +562,7 @@ def test_token_chunk_fast_path_agrees_with_the_full_parse():
                 if acc.feed_lines(read, float(start // per_read)):
                     return
 
-        assert _outcome(by_line, chat) == _outcome(by_read, chat)
+        assert _outcome(by_line, chat, keep_text) == _outcome(by_read, chat, keep_text)
 
     prop()
 
