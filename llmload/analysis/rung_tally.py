@@ -349,15 +349,16 @@ def summarize_array(values: np.ndarray, percentiles: Sequence[float] = DEFAULT_P
     n = values.size
     if not n:
         return None
+    m = math.fsum(values.tolist()) / n  # in summarize's order: the same error first, if any
+    std = math.sqrt(math.fsum(map(pow, _minus(values, m).tolist(), repeat(2))) / n)
     pct = _percentiles_of(values, (50.0, *percentiles))
-    m = math.fsum(values.tolist()) / n
-    return Summary(
-        count=n,
-        mean=m,
-        median=pct[50.0],
-        std=math.sqrt(math.fsum(map(pow, (values - m).tolist(), repeat(2))) / n),
-        percentiles={q: pct[q] for q in percentiles},
-    )
+    return Summary(count=n, mean=m, median=pct[50.0], std=std, percentiles={q: pct[q] for q in percentiles})
+
+
+def _minus(values: np.ndarray, m: float) -> np.ndarray:
+    """values - m, as Python subtracts (inf or nan without a warning, like a float's `-`)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return values - m
 
 
 def _percentiles_of(values: np.ndarray, wanted: Sequence[float]) -> dict[float, float]:
