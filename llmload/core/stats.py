@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -26,12 +26,25 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def _percentile_of_sorted(ordered: Sequence[float], q: float) -> float:
+    return percentile_of_ranks(len(ordered), q, ordered.__getitem__)
+
+
+def percentile_ranks(n: int, q: float) -> tuple[int, int]:
+    """The two ranks (0-based, in sorted order) of n values that the q-th percentile interpolates
+    between; ValueError when q is outside [0, 100]."""
     if not 0.0 <= q <= 100.0:
         raise ValueError(f"percentile {q} is outside [0, 100]")
-    h = (len(ordered) - 1) * q / 100.0
-    lo = math.floor(h)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (h - lo) * (ordered[hi] - ordered[lo])
+    lo = math.floor((n - 1) * q / 100.0)
+    return lo, min(lo + 1, n - 1)
+
+
+def percentile_of_ranks(n: int, q: float, at: Callable[[int], float]) -> float:
+    """The q-th percentile of n values, `at(rank)` giving the value of a rank (0-based, in sorted
+    order): the one interpolation of `percentile`, `summarize` and `summarize_counts`."""
+    lo, hi = percentile_ranks(n, q)
+    h = (n - 1) * q / 100.0
+    low = at(lo)
+    return low + (h - lo) * (at(hi) - low)
 
 
 def mean(values: Sequence[float]) -> float:
@@ -105,12 +118,7 @@ def summarize_counts(
         return values[bisect_right(ends, rank)]
 
     def pct(q: float) -> float:
-        if not 0.0 <= q <= 100.0:
-            raise ValueError(f"percentile {q} is outside [0, 100]")
-        h = (n - 1) * q / 100.0
-        lo = math.floor(h)
-        low, high = at(lo), at(min(lo + 1, n - 1))
-        return low + (h - lo) * (high - low)
+        return percentile_of_ranks(n, q, at)
 
     m = math.fsum(v * c for v, c in items) / n
     return Summary(

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 import pytest
 from fixtures.runs import make_record, run_records
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmload.analysis.metrics import itl_gaps_us, itl_is_per_chunk, itl_ms, meets_slo, rung_metrics, tpot_ms
-from llmload.analysis.rung_tally import GapHistogram
+from llmload.analysis.rung_tally import GapHistogram, _summarize_ints, summarize_array
 from llmload.analysis.sweep_rows import Rung, group_rungs
-from llmload.core.stats import percentile, pstdev, summarize, summarize_counts
+from llmload.core.stats import Summary, percentile, pstdev, summarize, summarize_counts
 
 
 @pytest.mark.parametrize(
@@ -165,3 +170,47 @@ def test_gap_histogram_counts_the_per_chunk_itl_gaps(requests, batch):
         g for times in requests for g in itl_gaps_us(make_record(0.0, 9.0, 1, 0.1, chunk_times=times))
     )
     assert hist.counts() == expected
+
+
+FLOATS = st.floats(-1e9, 1e9, allow_nan=False) | st.sampled_from(
+    [0.0, 0.1, 0.2, 0.3, 24.0, 1e-300, 3.7e8, 1.7e308, -1.7e308, math.inf, -math.inf, math.nan]
+)
+INTS = st.integers(-(2**63), 2**63 - 1) | st.integers(0, 300)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(FLOATS, max_size=80) | st.lists(INTS, max_size=80),
+    st.lists(st.floats(0, 100) | st.sampled_from([0.0, 50.0, 99.9, 100.0]), max_size=6),
+)
+def test_numpy_summary_is_the_summary_bit_for_bit(values, qs):
+    """`summarize_array` (np.partition, fsum of the same values and of pow's squares) gives the
+    very figures `summarize` gives: equal floats, not approximately equal ones."""
+    ints = bool(values) and all(type(v) is int for v in values)
+    array = np.array(values, dtype=np.int64 if ints else np.float64)
+    before = values if ints else np.sort(array).tolist()  # what the tally gave summarize: numpy-sorted floats
+    assert outcome(summarize_array, array, qs) == outcome(summarize, before, qs)
+
+
+def outcome(summary: Callable[..., Summary | None], *args: Any) -> Any:
+    """The summary, or the error it raises (fsum of inf and -inf, Python's `**` on a huge
+    square), with nan made comparable."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy warns where Python does not: a difference
+        try:
+            found = summary(*args)
+        except (OverflowError, ValueError) as e:
+            return repr(e)
+    return repr(found)
+
+
+def test_numpy_summary_rejects_what_summarize_rejects():
+    with pytest.raises(ValueError, match="outside"):
+        summarize([1.0, 2.0], [101.0])
+    with pytest.raises(ValueError, match="outside"):
+        summarize_array(np.array([1.0, 2.0]), [101.0])
+
+
+def test_input_token_summary_of_ints_beyond_int64():
+    values = [2**70, 1, 128]
+    assert _summarize_ints(values, [90.0]) == summarize(values, [90.0])
