@@ -178,7 +178,7 @@ FLOATS = st.floats(-1e9, 1e9, allow_nan=False) | st.sampled_from(
 INTS = st.integers(-(2**63), 2**63 - 1) | st.integers(0, 300)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500, deadline=None, derandomize=True, database=None)
 @given(
     st.lists(FLOATS, max_size=80) | st.lists(INTS, max_size=80),
     st.lists(st.floats(0, 100) | st.sampled_from([0.0, 50.0, 99.9, 100.0]), max_size=6),
@@ -199,7 +199,9 @@ def outcome(summary: Callable[..., Summary | None], *args: Any) -> Any:
         warnings.simplefilter("error")  # numpy warns where Python does not: a difference
         try:
             found = summary(*args)
-        except (OverflowError, ValueError) as e:
+        except OverflowError:  # its message depends on the order fsum meets the huge values in
+            return "OverflowError"
+        except ValueError as e:
             return repr(e)
     return repr(found)
 
