@@ -105,7 +105,12 @@ def chunk_times_us(rec: RequestRecord) -> list[int]:
 def itl_gaps_us(rec: RequestRecord) -> list[int]:
     """The gaps between successive content chunks in whole microseconds (one per chunk after the
     first): the per-chunk ITL values of a request, in µs."""
-    us = chunk_times_us(rec)
+    return gaps_us(rec.chunk_times)
+
+
+def gaps_us(chunk_times: Sequence[float]) -> list[int]:
+    """`itl_gaps_us` of a request's chunk times."""
+    us = list(map(round, map(mul, chunk_times, repeat(1e6))))
     return list(map(sub, us[1:], us))
 
 

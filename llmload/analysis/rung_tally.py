@@ -18,6 +18,7 @@ the web UI's Tokens tab and charts (`llmload.loadgen.live_sweep`) and the termin
 
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 from array import array
@@ -36,6 +37,7 @@ from llmload.analysis.metrics import (
     RungMetrics,
     connect_ms,
     e2el_ms,
+    gaps_us,
     itl_is_per_chunk,
     itl_ms,
     meets_slo,
@@ -80,6 +82,7 @@ class GapHistogram:
 
     BATCH = 1 << 18  # chunk times per batch
     DENSE_US = 1 << 18  # gaps under ~262 ms: dense counts
+    INT64_S = 9e12  # times (s) whose microseconds fit in int64: numpy's arithmetic; beyond, Python's
 
     def __init__(self) -> None:
         self._times: list[bytes] = []  # each request's chunk times (s), as C doubles
@@ -98,8 +101,11 @@ class GapHistogram:
     def _flush(self) -> None:
         if not self._times:
             return
-        us = np.rint(np.frombuffer(b"".join(self._times), dtype=np.float64) * 1e6).astype(np.int64)
-        gaps = np.diff(us)
+        seconds = np.frombuffer(b"".join(self._times), dtype=np.float64)
+        if not (np.abs(seconds) < self.INT64_S).all():  # a hand-made file's huge times: Python's ints
+            self._count_exactly(seconds.tolist())
+            return
+        gaps = np.diff(np.rint(seconds * 1e6).astype(np.int64))
         between = np.asarray(self._ends[:-1], dtype=np.int64) - 1  # last of one request -> first of next
         between = np.unique(between[(between >= 0) & (between < gaps.size)])  # requests without times
         self._times.clear()
@@ -120,6 +126,18 @@ class GapHistogram:
         if self._dense is None:
             self._dense = np.zeros(self.DENSE_US, dtype=np.int64)
         self._dense[: counted.size] += counted
+
+    def _count_exactly(self, seconds: list[float]) -> None:
+        """Count the batch's gaps request by request on Python's ints (`metrics.gaps_us`: times
+        beyond int64 microseconds), into the dict."""
+        start = 0
+        for end in self._ends:
+            with contextlib.suppress(OverflowError):  # times of 1.8e302 s and more: no µs, no gap
+                self._sparse.update(gaps_us(seconds[start:end]))
+            start = end
+        self._times.clear()
+        self._ends.clear()
+        self._count = 0
 
     def merge(self, other: GapHistogram) -> None:
         """Add the counts of `other` (its requests follow ours; counts add up exactly)."""
