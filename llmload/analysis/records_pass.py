@@ -7,9 +7,10 @@ its stdout, while this process tallies the first; then the second tally is merge
 (`SweepTally.merge`: per-request values concatenated in file order, counts and histograms
 added). Every figure comes out as one process reading the whole file gives it; the skipped
 (unreadable) lines keep their numbers in the file. When the child fails, this process reads the
-second part too. One process reads the file when it is small (starting a child costs ~0.3 s of
-imports), when every record is kept (`keep_records`: `llmload compare`), and inside a Locust
-process (gevent: no child processes under its loop). The child is a plain command, not a
+second part too, and logs a warning with the child's last error line. One process reads the file
+when it is small (starting a child costs ~0.3 s of imports), when every record is kept
+(`keep_records`: `llmload compare`), and inside a Locust process (gevent: no child processes
+under its loop). The child is a plain command, not a
 `multiprocessing` one: those import the caller's main script again, which a script without a
 `__main__` guard would run twice.
 
@@ -20,6 +21,7 @@ results tab); the records are decoded and checked by `llmload.core.records.iter_
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import subprocess
@@ -32,6 +34,7 @@ from llmload.analysis.rung_tally import SweepTally
 from llmload.core.jsonl import line_start
 from llmload.core.records import RequestRecord, iter_record_lines
 
+_log = logging.getLogger(__name__)
 TWO_PROCESS_BYTES = 64 << 20  # ~25,000 records of 256 chunks: ~0.5 s in one process
 
 
@@ -62,14 +65,20 @@ def tally_file(
     middle = line_start(path, size // 2)
     slo_json = json.dumps(dict(slo or {}))
     command = [sys.executable, "-c", _CHILD, str(path), str(middle), slo_json, str(int(itl))]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = tally_part(path, slo, itl, end=middle)
-    sent, _ = child.communicate()
+    sent, errors = child.communicate()
     try:
         second = pickle.loads(sent) if child.returncode == 0 else None
     except (pickle.UnpicklingError, EOFError):
         second = None
     if not isinstance(second, RecordsPass):  # the child could not read it: this process does
+        last = (errors.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
+        _log.warning(
+            "the second reading process failed (exit %s: %s); one process reads the file",
+            child.returncode,
+            last[:200],
+        )
         second = tally_part(path, slo, itl, middle)
     first.tally.merge(second.tally)
     if second.skipped:

@@ -70,13 +70,14 @@ def test_two_processes_give_one_process_figures(tmp_path):
     assert render_run(two, "csv") == render_run(one, "csv")
 
 
-def test_a_failed_child_leaves_the_second_part_to_this_process(tmp_path, monkeypatch):
+def test_a_failed_child_leaves_the_second_part_to_this_process(tmp_path, monkeypatch, caplog):
     prefix = tmp_path / "run"
     write_run(prefix, 1000)
     one = load_run(prefix, with_metrics=True, processes=1)
     monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1 at once
     two = load_run(prefix, with_metrics=True, processes=2)
     assert (two.rows, two.metrics, two.warnings) == (one.rows, one.metrics, one.warnings)
+    assert "the second reading process failed (exit 1: no message)" in caplog.text  # not silently
 
 
 def test_the_table_command_reads_a_large_file_in_two_processes(tmp_path):
