@@ -51,11 +51,17 @@ def stop_and_check(proc: subprocess.Popen[str], sig: int) -> tuple[str, str]:
     proc.send_signal(sig)
     try:
         out, err = proc.communicate(timeout=GONE_WITHIN_S)
+    except subprocess.TimeoutExpired:  # say what was still there and what the sweep had printed
+        state = "running" if proc.poll() is None else f"exited {proc.returncode}"
+        proc.kill()
+        out, err = proc.communicate()
+        out = f"(the sweep {state} after {GONE_WITHIN_S:g} s; its children: {children})\n{out}"
     finally:
         alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
         for child in alive:  # never leave them behind, even when the test fails
             child.kill()
     assert alive == [], f"still running after {time.monotonic() - t0:.1f} s: {alive}"
+    assert time.monotonic() - t0 < GONE_WITHIN_S, f"not gone within {GONE_WITHIN_S:g} s:\n{out}\n{err}"
     assert proc.returncode == exit_codes.INTERRUPTED, err
     assert "Traceback" not in out + err, err
     assert f"llmload sweep: stopped by {signal.Signals(sig).name}" in err
