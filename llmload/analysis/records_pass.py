@@ -2,20 +2,23 @@
 
 A large file (`TWO_PROCESS_BYTES` and more, with two CPUs to use) is cut at the first line that
 begins after its middle: a child process (`python -c` running `child` of this module, of this
-llmload whatever the working folder holds) tallies the second part and sends it back pickled on
-its stdout, while this process tallies the first; then the second tally is merged into the first
-(`SweepTally.merge`: per-request values concatenated in file order, counts and histograms
-added). Every figure comes out as one process reading the whole file gives it; the skipped
-(unreadable) lines keep their numbers in the file. When the child fails, this process reads the
-second part too, and logs a warning with the child's last error line. One process reads the file
-when it is small (starting a child costs ~0.3 s of imports), when every record is kept
-(`keep_records`: `llmload compare`), and inside a Locust process (gevent: no child processes
-under its loop). The child is a plain command, not a
+llmload whatever the working folder holds) tallies the first part and sends it back pickled on
+its stdout, while this process tallies the second (the child spends ~0.3 s on its imports, this
+process about as long finding the second part's place in the chunk index); then the second
+tally is merged into the first (`SweepTally.merge`: per-request values concatenated in file
+order, counts and histograms added). Every figure comes out as one process reading the whole
+file gives it; the skipped (unreadable) lines keep their numbers in the file. When the child
+fails, this process reads the first part too, and logs a warning with the child's last error
+line. One process reads the file when it is small (starting a child costs ~0.3 s of imports),
+when every record is kept (`keep_records`: `llmload compare`), and inside a Locust process
+(gevent: no child processes under its loop). The child is a plain command, not a
 `multiprocessing` one: those import the caller's main script again, which a script without a
 `__main__` guard would run twice.
 
 Used by `llmload.analysis.postprocess.load_run` (the table, reports, budget and the web UI's
-results tab); the records are decoded and checked by `llmload.core.records.iter_record_lines`.
+results tab); the records are decoded and checked by `llmload.core.records.iter_record_lines`,
+with their chunk times from the file's chunk index when it has one
+(`iter_indexed_record_lines`, `llmload.core.chunk_index`) unless every record is kept.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from pathlib import Path
 
 from llmload.analysis.rung_tally import SweepTally
 from llmload.core.jsonl import line_start
-from llmload.core.records import RequestRecord, iter_record_lines
+from llmload.core.records import RequestRecord, iter_indexed_record_lines, iter_record_lines
 
 _log = logging.getLogger(__name__)
 TWO_PROCESS_BYTES = 64 << 20  # ~25,000 records of 256 chunks: ~0.5 s in one process
@@ -66,20 +69,20 @@ def tally_file(
     slo_json = json.dumps(dict(slo or {}))
     command = [sys.executable, "-c", _CHILD, str(path), str(middle), slo_json, str(int(itl))]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    first = tally_part(path, slo, itl, end=middle)
+    second = tally_part(path, slo, itl, middle)
     sent, errors = child.communicate()
     try:
-        second = pickle.loads(sent) if child.returncode == 0 else None
+        first = pickle.loads(sent) if child.returncode == 0 else None
     except (pickle.UnpicklingError, EOFError):
-        second = None
-    if not isinstance(second, RecordsPass):  # the child could not read it: this process does
+        first = None
+    if not isinstance(first, RecordsPass):  # the child could not read it: this process does
         last = (errors.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
         _log.warning(
-            "the second reading process failed (exit %s: %s); one process reads the file",
+            "the child reading the first part failed (exit %s: %s); this process reads it",
             child.returncode,
             last[:200],
         )
-        second = tally_part(path, slo, itl, middle)
+        first = tally_part(path, slo, itl, end=middle)
     first.tally.merge(second.tally)
     if second.skipped:
         before = _count_lines(path, middle)
@@ -101,13 +104,19 @@ def tally_part(
     tally = SweepTally(slo, itl=itl)
     kept: list[RequestRecord] | None = [] if keep_records else None
     skipped: list[int] = []
-    for lineno, parsed in iter_record_lines(path, start, end):
-        if parsed is None:
+    if kept is not None:  # the records whole: their chunk times from their lines
+        for lineno, parsed in iter_record_lines(path, start, end):
+            if parsed is None:
+                skipped.append(lineno)
+            else:
+                tally.add(*parsed)
+                kept.append(parsed[1])
+        return RecordsPass(tally, skipped, kept)
+    for lineno, found, micros in iter_indexed_record_lines(path, start, end):
+        if found is None:
             skipped.append(lineno)
-            continue
-        tally.add(*parsed)
-        if kept is not None:
-            kept.append(parsed[1])
+        else:
+            tally.add(found[0], found[1], micros)
     return RecordsPass(tally, skipped, kept)
 
 
@@ -126,9 +135,9 @@ def _cpus() -> int:
 
 
 def child(argv: list[str]) -> None:
-    """The child of `tally_file`: argv = path, start byte, slo (JSON), itl (0 or 1); its
-    `RecordsPass` pickled on stdout."""
-    found = tally_part(Path(argv[0]), json.loads(argv[2]), argv[3] == "1", int(argv[1]))
+    """The child of `tally_file`: argv = path, end byte, slo (JSON), itl (0 or 1); the
+    `RecordsPass` of the file's lines before that byte, pickled on stdout."""
+    found = tally_part(Path(argv[0]), json.loads(argv[2]), argv[3] == "1", end=int(argv[1]))
     sys.stdout.buffer.write(pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL))
 
 

@@ -49,7 +49,7 @@ from llmload.analysis.metrics import (
 )
 from llmload.analysis.reconcile import Tally, input_summary
 from llmload.analysis.sweep_rows import WARMUP_PHASE, SweepRow
-from llmload.core.records import RequestRecord
+from llmload.core.records import OUTCOME_OK, RequestRecord
 from llmload.core.stats import (
     DEFAULT_PERCENTILES,
     Summary,
@@ -61,13 +61,57 @@ from llmload.core.stats import (
     summarize_counts,
 )
 
-# per-request latencies (ms) of completed requests, and of every measured request
+# per-request latencies (ms) of completed requests (those of every measured request: `RungTally.add`)
 _COMPLETED_VALUES = {"ttft": ttft_ms, "ttft_content": ttft_content_ms, "tpot": tpot_ms, "e2el": e2el_ms}
-_ALL_VALUES = {"queue_wait": queue_wait_ms, "connect": connect_ms, "tls": tls_ms}
 
 
 def _floats() -> array[float]:
     return array("d")
+
+
+class _Batch:
+    """Requests' chunk times packed one after another (`itemsize` bytes each), and where each
+    request's times end (in bytes), until counted."""
+
+    def __init__(self, itemsize: int) -> None:
+        self.itemsize = itemsize
+        self.packed = bytearray()
+        self.ends: list[int] = []
+
+    def add(self, packed: bytes) -> int:
+        """Add one request's times; how many the batch holds."""
+        self.packed += packed
+        self.ends.append(len(self.packed))
+        return len(self.packed) // self.itemsize
+
+    def clear(self) -> list[int]:
+        """Where each request's times ended, in items; the batch is empty again (no view of
+        `packed` may be alive)."""
+        ends = [end // self.itemsize for end in self.ends]
+        del self.packed[:]
+        self.ends = []
+        return ends
+
+
+class _Scratch:
+    """Work arrays for the batches' arithmetic, shared by every histogram of the process and
+    reused: fresh 2 MB arrays for every batch cost more in page faults than the arithmetic."""
+
+    def __init__(self) -> None:
+        self.scaled = np.empty(0, dtype=np.float64)
+        self.micros = np.empty(0, dtype=np.int64)
+        self.gaps = np.empty(0, dtype=np.int64)
+
+    def arrays(self, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(scaled, micros, gaps) of `size` items each."""
+        if self.micros.size < size:
+            self.scaled = np.empty(size, dtype=np.float64)
+            self.micros = np.empty(size, dtype=np.int64)
+            self.gaps = np.empty(size, dtype=np.int64)
+        return self.scaled[:size], self.micros[:size], self.gaps[:size]
+
+
+_SCRATCH = _Scratch()
 
 
 class GapHistogram:
@@ -75,44 +119,61 @@ class GapHistogram:
     time. The arithmetic of `metrics.itl_gaps_us` (times * 1e6 rounded half to even, successive
     differences) is done by numpy on batches of about a quarter million chunk times; gaps under
     `DENSE_US` are counted in a dense array (2 MB; a batch without a longer or negative gap is
-    counted by one `np.bincount`), longer ones in a dict. Each request's times
-    are packed into C doubles as they come (`struct`: 3x faster than numpy's conversion of a list;
-    and the float objects are freed at once: holding a batch of them made the decoding of 1M
-    records twice as slow)."""
+    counted by one `np.bincount`), longer ones in a dict. Each request's times are packed into C
+    doubles as they come (`struct`: 3x faster than numpy's conversion of a list; and the float
+    objects are freed at once: holding a batch of them made the decoding of 1M records twice as
+    slow). Times already in microseconds (`add_micros`: a records file's chunk index) are batched
+    as they are, int32."""
 
     BATCH = 1 << 18  # chunk times per batch
     DENSE_US = 1 << 18  # gaps under ~262 ms: dense counts
     INT64_S = 9e12  # times (s) whose microseconds fit in int64: numpy's arithmetic; beyond, Python's
 
     def __init__(self) -> None:
-        self._times: list[bytes] = []  # each request's chunk times (s), as C doubles
-        self._ends: list[int] = []  # where each request's chunk times end in the batch
-        self._count = 0  # chunk times in the batch
+        self._seconds = _Batch(8)  # each request's chunk times (s), as C doubles
+        self._micros = _Batch(4)  # each request's chunk times (µs), as int32
         self._dense: np.ndarray | None = None
         self._sparse: Counter[int] = Counter()
 
     def add(self, chunk_times: list[float]) -> None:
-        self._times.append(struct.pack(f"{len(chunk_times)}d", *chunk_times))
-        self._count += len(chunk_times)
-        self._ends.append(self._count)
-        if self._count >= self.BATCH:
+        if self._seconds.add(struct.pack(f"{len(chunk_times)}d", *chunk_times)) >= self.BATCH:
+            self._flush()
+
+    def add_micros(self, micros: bytes) -> None:
+        """One request's chunk times in whole microseconds, as little-endian int32."""
+        if self._micros.add(micros) >= self.BATCH:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._times:
+        if self._seconds.packed:
+            seconds = np.frombuffer(self._seconds.packed, dtype="=f8")
+            scaled, micros, gaps = _SCRATCH.arrays(seconds.size)
+            fits = seconds.max() < self.INT64_S and seconds.min() > -self.INT64_S  # nan: False
+            exact = None if fits else seconds.tolist()  # a hand-made file's huge times: Python's ints
+            if fits:
+                np.multiply(seconds, 1e6, out=scaled)
+            del seconds
+            ends = self._seconds.clear()
+            if exact is None:
+                np.copyto(micros, np.rint(scaled, out=scaled), casting="unsafe")
+                self._count(micros, gaps, ends)
+            else:
+                self._count_exactly(exact, ends)
+        if self._micros.packed:
+            packed = np.frombuffer(self._micros.packed, dtype="<i4")
+            _, micros, gaps = _SCRATCH.arrays(packed.size)
+            np.copyto(micros, packed)
+            del packed
+            self._count(micros, gaps, self._micros.clear())
+
+    def _count(self, micros: np.ndarray, work: np.ndarray, ends: list[int]) -> None:
+        """Count the gaps within each request of a batch (`ends`: where each one's times end;
+        `work`: as many items as `micros`, for the gaps)."""
+        if micros.size < 2:
             return
-        seconds = np.frombuffer(b"".join(self._times), dtype=np.float64)
-        if not (np.abs(seconds) < self.INT64_S).all():  # a hand-made file's huge times: Python's ints
-            self._count_exactly(seconds.tolist())
-            return
-        gaps = np.diff(np.rint(seconds * 1e6).astype(np.int64))
-        between = np.asarray(self._ends[:-1], dtype=np.int64) - 1  # last of one request -> first of next
+        gaps = np.subtract(micros[1:], micros[:-1], out=work[:-1])
+        between = np.asarray(ends[:-1], dtype=np.int64) - 1  # last of one request -> first of next
         between = np.unique(between[(between >= 0) & (between < gaps.size)])  # requests without times
-        self._times.clear()
-        self._ends.clear()
-        self._count = 0
-        if not gaps.size:
-            return
         gaps[between] = 0  # no gaps: counted as 0 here, then taken off that count
         if gaps.min() >= 0 and gaps.max() < self.DENSE_US:  # the usual batch: no sparse gap
             counted = np.bincount(gaps)
@@ -127,17 +188,14 @@ class GapHistogram:
             self._dense = np.zeros(self.DENSE_US, dtype=np.int64)
         self._dense[: counted.size] += counted
 
-    def _count_exactly(self, seconds: list[float]) -> None:
+    def _count_exactly(self, seconds: list[float], ends: list[int]) -> None:
         """Count the batch's gaps request by request on Python's ints (`metrics.gaps_us`: times
         beyond int64 microseconds), into the dict."""
         start = 0
-        for end in self._ends:
+        for end in ends:
             with contextlib.suppress(OverflowError):  # times of 1.8e302 s and more: no µs, no gap
                 self._sparse.update(gaps_us(seconds[start:end]))
             start = end
-        self._times.clear()
-        self._ends.clear()
-        self._count = 0
 
     def merge(self, other: GapHistogram) -> None:
         """Add the counts of `other` (its requests follow ours; counts add up exactly)."""
@@ -195,46 +253,67 @@ class RungTally:
         for name in LATENCY_NAMES:
             self.values.setdefault(name, _floats())
 
-    def add(self, rec: RequestRecord, data: Mapping[str, Any] | None = None) -> None:
-        """Tally one measured record; `data`: the JSON object it was read from, when there is one."""
+    def add(
+        self, rec: RequestRecord, data: Mapping[str, Any] | None = None, micros: bytes | None = None
+    ) -> None:
+        """Tally one measured record; `data`: the JSON object it was read from, when there is one;
+        `micros`: its chunk times as int32 microseconds, when they come from the records file's
+        chunk index (then `rec.chunk_times` is empty and it has no `chunk_tokens`)."""
         self.requests += 1
-        self.first_start = min(self.first_start, rec.t_start)
-        self.last_end = max(self.last_end, rec.t_end)
-        self.e2e.append(rec.e2e_s)
-        self.inputs_asked = self.inputs_asked or rec.prompt_tokens_asked
-        self.sessions = self.sessions or rec.turn is not None
-        self.checked = self.checked or rec.text_hash is not None
+        t_start, t_end = rec.t_start, rec.t_end
+        if t_start < self.first_start:
+            self.first_start = t_start
+        if t_end > self.last_end:
+            self.last_end = t_end
+        e2e = t_end - t_start  # rec.e2e_s
+        self.e2e.append(e2e)
+        if not self.inputs_asked:
+            self.inputs_asked = rec.prompt_tokens_asked
+        if rec.turn is not None:
+            self.sessions = True
+        if rec.text_hash is not None:
+            self.checked = True
         if self.rate is None:
             self.rate = rec.rate
         if rec.conn_reused is not None:
             self.new_connections = (self.new_connections or 0) + (not rec.conn_reused)
         if rec.read_delay_ms is not None:
             self.read_delays_ms.append(rec.read_delay_ms)
-        for name, fn in _ALL_VALUES.items():
-            if (v := fn(rec)) is not None:
-                self.values[name].append(v)
-                if name == "queue_wait" and rec.trace_line is not None:
-                    self.trace_late_ms.append(v)
+        values = self.values
+        if (wait := queue_wait_ms(rec)) is not None:
+            values["queue_wait"].append(wait)
+            if rec.trace_line is not None:
+                self.trace_late_ms.append(wait)
+        if (connect := connect_ms(rec)) is not None:
+            values["connect"].append(connect)
+        if (tls := tls_ms(rec)) is not None:
+            values["tls"].append(tls)
         self.counts.add(rec.to_dict() if data is None else data)
-        if not rec.ok:
+        if rec.outcome != OUTCOME_OK:
             self.failures[rec.outcome] += 1
             self.partial_tokens += rec.output_tokens
             return
         self.tokens += rec.output_tokens
-        self.estimated = self.estimated or rec.tokens_estimated
-        self.prompt_known = self.prompt_known and rec.prompt_tokens is not None
-        self.prompt_tokens += rec.prompt_tokens or 0
-        if rec.e2e_s > 0:
-            self.rates.append(rec.output_tokens / rec.e2e_s)
+        if rec.tokens_estimated:
+            self.estimated = True
+        if rec.prompt_tokens is None:
+            self.prompt_known = False
+        else:
+            self.prompt_tokens += rec.prompt_tokens
+        if e2e > 0:
+            self.rates.append(rec.output_tokens / e2e)
         for name, fn in _COMPLETED_VALUES.items():
             if (v := fn(rec)) is not None:
-                self.values[name].append(v)
+                values[name].append(v)
         if self.itl:
-            if rec.chunk_tokens is not None and len(rec.chunk_tokens) == len(rec.chunk_times):
+            if micros is not None:
+                self.itl_us.add_micros(micros)
+            elif rec.chunk_tokens is not None and len(rec.chunk_tokens) == len(rec.chunk_times):
                 self.itl_token_ms.update(itl_ms(rec))
             else:
                 self.itl_us.add(rec.chunk_times)
-        self.itl_per_chunk = self.itl_per_chunk or itl_is_per_chunk(rec)
+        if not self.itl_per_chunk:
+            self.itl_per_chunk = itl_is_per_chunk(rec)
         self.good += not self.slo or meets_slo(rec, self.slo)  # no SLO: every request is good
 
     @property
@@ -438,9 +517,11 @@ class SweepTally:
         self.slo = dict(slo or {})
         self.itl = itl  # tally the ITL too (the latency metrics need it; the sweep rows do not)
 
-    def add(self, data: dict[str, Any], rec: RequestRecord | None = None) -> RungTally | None:
-        """Tally one record (`rec`: the same record, when the caller has already built it);
-        returns its rung's tally, None for a warm-up request."""
+    def add(
+        self, data: dict[str, Any], rec: RequestRecord | None = None, micros: bytes | None = None
+    ) -> RungTally | None:
+        """Tally one record (`rec`: the same record, when the caller has already built it;
+        `micros`: `RungTally.add`); returns its rung's tally, None for a warm-up request."""
         if data["phase"] == WARMUP_PHASE:
             self.warmup_requests += 1
             return None
@@ -448,7 +529,7 @@ class SweepTally:
         tally = self.rungs.get(rec.rung)
         if tally is None:
             tally = self.rungs[rec.rung] = RungTally(rec.rung, rec.users, self.slo, itl=self.itl)
-        tally.add(rec, data)
+        tally.add(rec, data, micros)
         return tally
 
     def merge(self, other: SweepTally) -> None:

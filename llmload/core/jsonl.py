@@ -37,15 +37,24 @@ def iter_lines(path: str | Path, start: int = 0, end: int | None = None) -> Iter
     """(line number, raw line) of every non-blank line; OSError when the file cannot be read.
     `start`, `end`: only the lines that begin in this byte range (`start` at the beginning of a
     line, see `line_start`), numbered from 1 at `start`."""
+    for number, _, line in iter_lines_at(path, start, end):
+        yield number, line
+
+
+def iter_lines_at(
+    path: str | Path, start: int = 0, end: int | None = None
+) -> Iterator[tuple[int, int, bytes]]:
+    """`iter_lines`, with each line's byte offset in the file: (line number, offset, raw line)."""
     with Path(path).open("rb", buffering=1 << 20) as fh:
         fh.seek(start)
-        left = math.inf if end is None else end - start
+        offset = start
+        stop = math.inf if end is None else end
         for number, line in enumerate(fh, start=1):
-            if left <= 0:
+            if offset >= stop:
                 return
-            left -= len(line)
             if not line.isspace():  # no copy of the line, unlike strip()
-                yield number, line
+                yield number, offset, line
+            offset += len(line)
 
 
 def line_start(path: str | Path, offset: int) -> int:

@@ -15,6 +15,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import MISSING, Field, dataclass, field, fields
 from operator import itemgetter
 from pathlib import Path
@@ -22,7 +23,9 @@ from typing import IO, Any
 
 import orjson
 
-from llmload.core.jsonl import decode, iter_lines
+from llmload.core.chunk_index import MAGIC, ChunkIndex, index_path, last_micros
+from llmload.core.chunk_index import entry as index_entry
+from llmload.core.jsonl import decode, iter_lines, iter_lines_at
 
 OUTCOME_OK = "ok"
 
@@ -255,27 +258,44 @@ def encode_json(data: Any, *, newline: bool = False) -> bytes:
 
 class RecordWriter:
     """Appends records as JSON lines (`encode_json`: orjson, a 256-chunk record ~10x faster than
-    json, and the master writes one per request), each flushed (and fsync'ed if asked)."""
+    json, and the master writes one per request), each flushed (and fsync'ed if asked); with
+    `chunk_index`, each record's chunk times into the file's index too (`llmload.core.chunk_index`),
+    after its line."""
 
-    def __init__(self, path: Path, *, fsync: bool = True, truncate: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, fsync: bool = True, truncate: bool = False, chunk_index: bool = False
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh: IO[bytes] | None = self.path.open("wb" if truncate else "ab")
+        self._offset = self._fh.seek(0, os.SEEK_END)
         self._fsync = fsync
+        self._index: IO[bytes] | None = None
+        if chunk_index:
+            index = index_path(self.path)
+            self._index = index.open("wb" if truncate or not index.exists() else "ab")
+            if self._index.tell() == 0:
+                self._index.write(MAGIC)
 
     def write(self, record: RequestRecord | dict[str, Any]) -> None:
         if self._fh is None:
             raise ValueError(f"record file {self.path} is closed")
         data = record.to_dict() if isinstance(record, RequestRecord) else record
-        self._fh.write(encode_json(data, newline=True))
+        line = encode_json(data, newline=True)
+        self._fh.write(line)
         self._fh.flush()
         if self._fsync:
             os.fsync(self._fh.fileno())
+        if self._index is not None:
+            self._index.write(index_entry(self._offset, len(line), data.get("chunk_times")))
+            self._index.flush()  # after the line: the index is never older than the records
+        self._offset += len(line)
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        for fh in (self._fh, self._index):
+            if fh is not None:
+                fh.close()
+        self._fh = self._index = None
 
 
 class RecordFileError(ValueError):
@@ -326,6 +346,44 @@ def times_are_numbers(line: bytes) -> bool:
     return find(_TIMES_KEY, end) < 0
 
 
+def parse_indexed_record(
+    line: bytes, count: int, micros: bytes
+) -> tuple[dict[str, Any], RequestRecord] | None:
+    """The record of a line whose chunk times its index entry holds (`llmload.core.chunk_index`:
+    `count` times, as int32 `micros`), decoded without them: its `chunk_times` is left empty.
+    The entry was written with this line (same offset and length, an index not older than the
+    file), so the line is `RecordWriter`'s JSON of a record whose times are finite numbers: its
+    first `"chunk_times":[` is a key (in a JSON string a quote follows a backslash) and its list
+    ends at the first `]`. The last time must be the entry's last, an empty list an entry
+    without times, and the key the record's own (its list is the one left empty). None
+    otherwise, when the record has `chunk_tokens` (their use needs the times) or when it is not
+    a record: then `parse_record`."""
+    at = line.find(_INDEXED_KEY)
+    end = line.find(b"]", at)
+    if at < 0 or end < 0:
+        return None
+    start = at + len(_INDEXED_KEY)
+    if count:
+        try:
+            last = round(float(line[line.rfind(b",", start, end) + 1 if count > 1 else start : end]) * 1e6)
+        except (ValueError, OverflowError):
+            return None
+        if last != last_micros(micros):
+            return None
+    elif end != start:
+        return None
+    try:
+        data = orjson.loads(line[:start] + line[end:])
+        if type(data) is not dict or data.get("chunk_times") != [] or data.get("chunk_tokens") is not None:
+            return None
+        return data, RequestRecord.from_dict(data, times_checked=True)
+    except (ValueError, TypeError, RecursionError, OverflowError):
+        return None
+
+
+_INDEXED_KEY = b'"chunk_times":['
+
+
 def iter_record_lines(
     path: Path, start: int = 0, end: int | None = None
 ) -> Iterator[tuple[int, tuple[dict[str, Any], RequestRecord] | None]]:
@@ -333,12 +391,42 @@ def iter_record_lines(
     None for a line that does not parse (for example the half-written last line of a killed run).
     RecordFileError when the file is missing or cannot be read. `start`, `end`: a byte range of
     whole lines, numbered from 1 at `start` (`llmload.core.jsonl.iter_lines`)."""
-    path = Path(path)
-    if not path.exists():
-        raise RecordFileError(f"{path}: no such records file")
-    try:
+    with _reading(path):
         for lineno, line in iter_lines(path, start, end):
             yield lineno, parse_record(line)
+
+
+def iter_indexed_record_lines(
+    path: Path, start: int = 0, end: int | None = None
+) -> Iterator[tuple[int, tuple[dict[str, Any], RequestRecord] | None, bytes | None]]:
+    """`iter_record_lines` with each record's chunk times from the file's index when it has one
+    for the line (`llmload.core.chunk_index`): (line number, parsed, int32 microseconds); then
+    the record's `chunk_times` is empty and the microseconds are its times. None for the lines the
+    index does not hold: their records hold their times."""
+    with _reading(path):
+        index = ChunkIndex.open(Path(path), start)
+        if index is None:
+            for lineno, line in iter_lines(path, start, end):
+                yield lineno, parse_record(line), None
+            return
+        try:
+            for lineno, offset, line in iter_lines_at(path, start, end):
+                entry = index.micros(offset, len(line))
+                if entry is not None and (parsed := parse_indexed_record(line, *entry)) is not None:
+                    yield lineno, parsed, entry[1]
+                else:
+                    yield lineno, parse_record(line), None
+        finally:
+            index.close()
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """RecordFileError when the records file is missing or cannot be read."""
+    if not Path(path).exists():
+        raise RecordFileError(f"{path}: no such records file")
+    try:
+        yield
     except OSError as e:  # a folder, no permission
         raise RecordFileError(f"{path}: cannot read the records file: {e.strerror or e}") from None
 
@@ -363,7 +451,7 @@ def read_records(path: Path) -> tuple[list[RequestRecord], list[int]]:
 
 def write_records(path: Path, records: Iterable[RequestRecord]) -> None:
     """Write a whole records file at once (fixtures, merges)."""
-    writer = RecordWriter(path, fsync=False)
+    writer = RecordWriter(path, fsync=False, chunk_index=True)
     try:
         for rec in records:
             writer.write(rec)

@@ -413,7 +413,13 @@ class LadderShape(LoadTestShape):
             stall_limit=self._stall_limit(config),
         )
         state = RunState(
-            config, env.host, model, RecordWriter(path, fsync=False, truncate=True), files, stages, protocol
+            config,
+            env.host,
+            model,
+            RecordWriter(path, fsync=False, truncate=True, chunk_index=True),
+            files,
+            stages,
+            protocol,
         )
         state.workload = {
             "prompt_words": prompt_words,

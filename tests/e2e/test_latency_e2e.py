@@ -34,9 +34,12 @@ import pytest
 
 from llmload.analysis.health import health_path, read_health
 from llmload.analysis.metrics import itl_ms, rung_metrics
+from llmload.analysis.postprocess import load_run
 from llmload.analysis.sweep_rows import group_rungs
 from llmload.cli.sweep_run import run_sweep
-from llmload.core.records import RequestRecord, read_records
+from llmload.core.chunk_index import index_path
+from llmload.core.records import RequestRecord, iter_indexed_record_lines, read_records
+from llmload.core.run_files import RunFiles
 from llmload.core.stats import percentile
 from llmload.sim.truth import load_truth
 
@@ -240,3 +243,23 @@ def test_goodput_classifies_requests_as_the_truth_does(run):
         if meets(client, i, slo) != good_truth[i] and not near[i]
     ]
     assert len(misjudged) <= n // 100, f"{misjudged} ({run.lag_note})"
+
+
+def test_the_table_reads_the_chunk_index_the_run_wrote(run):
+    """The ladder wrote each record's chunk times into the records' index as it wrote the record,
+    and post-processing read them from it (every record whose ITL is per chunk: those with
+    tokens per chunk are read from their lines): its latency metrics, ITL included, are those of
+    the records read alone, which the tests above hold against the truth."""
+    records = run.sweep.records
+    indexed = [micros is not None for _, _, micros in iter_indexed_record_lines(records)]
+    assert indexed == [r.chunk_tokens is None for r in read_records(records)[0]]
+    prefix = RunFiles.of_records(records).prefix
+    with_index = load_run(prefix, with_metrics=True)
+    aside = records.with_name("index-aside")
+    index_path(records).rename(aside)
+    try:
+        alone = load_run(prefix, with_metrics=True)
+    finally:
+        aside.rename(index_path(records))
+    assert with_index.metrics == alone.metrics and with_index.rows == alone.rows
+    assert with_index.metrics[0].latencies["itl"] is not None
