@@ -11,11 +11,13 @@ of chunk times, and the times themselves as little-endian int32 microseconds
 `MAGIC`. A record whose times are not finite numbers within +-2147 s gets an entry without
 times (count `NO_TIMES`): its line is decoded in full.
 
-The records file stays the truth. The post-processor (`llmload.analysis.records_pass`) uses an
-entry only for the line it was written with: same offset and length, the same number of items in
-the line's `chunk_times` list, the same first and last time, and an index file at least as new
-as the records file (a records file edited after the run is read without its index). Any other
-line is decoded in full, as without an index; old runs have none.
+The records file stays the truth. The post-processor (`llmload.analysis.records_pass`, through
+`llmload.core.records.iter_indexed_record_lines`) uses an entry only for the line it was written
+with: the same offset and length, the same last time as the line's `chunk_times` list, and an
+index file at least as new as the records file (a records file edited after the run is read
+without its index). Any other line is decoded in full, as without an index; old runs have none.
+The index costs 4 bytes a chunk time (~1 GB beside the 2.7 GB of a million 256-token records);
+deleting it loses nothing but speed.
 """
 
 from __future__ import annotations
