@@ -22,6 +22,7 @@ deleting it loses nothing but speed.
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -68,8 +69,9 @@ class ChunkIndex:
 
     BLOCK = 1 << 22
 
-    def __init__(self, fh: BinaryIO) -> None:
+    def __init__(self, fh: BinaryIO, unread: int) -> None:
         self._fh = fh
+        self._unread = unread  # bytes of the file not yet in the buffer
         self._buffer = b""
         self._at = 0  # the next entry, in the buffer
 
@@ -87,7 +89,7 @@ class ChunkIndex:
         if fh.read(len(MAGIC)) != MAGIC:
             fh.close()
             return None
-        index = cls(fh)
+        index = cls(fh, os.fstat(fh.fileno()).st_size - len(MAGIC))
         index._skip_to(start)
         return index
 
@@ -95,10 +97,16 @@ class ChunkIndex:
         self._fh.close()
 
     def _has(self, size: int) -> bool:
-        """Whether the next `size` bytes are in the buffer (read from the file when they are not)."""
-        if len(self._buffer) - self._at >= size:
+        """Whether the next `size` bytes are in the buffer (read from the file when they are not;
+        never more than the file holds, whatever size a damaged entry claims)."""
+        held = len(self._buffer) - self._at
+        if held >= size:
             return True
-        self._buffer = self._buffer[self._at :] + self._fh.read(max(self.BLOCK, size))
+        if held + self._unread < size:
+            return False
+        read = self._fh.read(min(max(self.BLOCK, size - held), self._unread))
+        self._unread -= len(read)
+        self._buffer = self._buffer[self._at :] + read
         self._at = 0
         return len(self._buffer) >= size
 
