@@ -46,7 +46,7 @@ from llmload.analysis.postprocess import read_run_info
 from llmload.analysis.rung_tally import RungTally
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError, SoakConfig, SweepConfig, load_config, parse_config
-from llmload.core.records import RecordFileError, iter_records
+from llmload.core.records import RecordFileError, iter_indexed_record_lines
 from llmload.core.run_files import RunFiles
 from llmload.core.stats import percentile
 
@@ -237,10 +237,11 @@ def _fill_windows(
     windows: dict[int, Window] = {}
     last_end: float | None = None
     skipped = 0
-    for _, rec in iter_records(records_path):
-        if rec is None:
+    for _, parsed, micros in iter_indexed_record_lines(records_path):
+        if parsed is None:
             skipped += 1
             continue
+        data, rec = parsed
         if rec.phase != "measure" or rec.t_end < t0:
             continue
         last_end = rec.t_end if last_end is None else max(last_end, rec.t_end)
@@ -250,12 +251,16 @@ def _fill_windows(
         w = windows.get(i)
         if w is None:
             w = windows[i] = Window(i, t0 + i * window_s, t0 + (i + 1) * window_s)
-        w.tally.add(rec)
+        w.tally.add(rec, data, micros)
     return windows, last_end, skipped
 
 
 def _first_start(records_path: Path) -> float | None:
-    starts = (r.t_start for _, r in iter_records(records_path) if r is not None and r.phase == "measure")
+    starts = (
+        parsed[1].t_start
+        for _, parsed, _ in iter_indexed_record_lines(records_path)
+        if parsed is not None and parsed[1].phase == "measure"
+    )
     return min(starts, default=None)
 
 
