@@ -273,7 +273,8 @@ class RecordWriter:
         self._index: IO[bytes] | None = None
         if chunk_index:
             index = index_path(self.path)
-            self._index = index.open("wb" if truncate or not index.exists() else "ab")
+            fresh = truncate or self._offset == 0 or not index.exists()  # no stale entries of a removed file
+            self._index = index.open("wb" if fresh else "ab")
             if self._index.tell() == 0:
                 self._index.write(MAGIC)
 

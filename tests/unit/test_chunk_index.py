@@ -181,6 +181,11 @@ def test_the_writer_indexes_each_line_also_when_it_appends(tmp_path):
     assert [micros for _, _, micros in iter_indexed_record_lines(path)][2] == b"".join(
         round(t * 1e6).to_bytes(4, "little", signed=True) for t in lines[2]["chunk_times"]
     )
+    path.unlink()  # the records removed, their index left behind: a new file starts a new index
+    again = RecordWriter(path, fsync=False, chunk_index=True)
+    again.write(lines[1])
+    again.close()
+    assert index_path(path).read_bytes() == MAGIC + entry(0, path.stat().st_size, lines[1]["chunk_times"])
     records_only = RecordWriter(tmp_path / "h_records.jsonl", fsync=False)
     records_only.write(lines[0])
     records_only.close()
