@@ -126,13 +126,6 @@ class ChunkIndex:
     def micros(self, offset: int, length: int) -> tuple[int, bytes] | None:
         """(number of chunk times, their int32 microseconds) of the line at `offset` of `length`
         bytes, the lines being asked for in file order; None when the index has no entry for it."""
-        buffer, at = self._buffer, self._at
-        if at + _HEADER.size <= len(buffer):  # the usual case: the next entry is the line's, read
-            line_at, line_length, count = _HEADER.unpack_from(buffer, at)
-            end = at + _HEADER.size + 4 * count
-            if line_at == offset and line_length == length and count != NO_TIMES and end <= len(buffer):
-                self._at = end
-                return count, buffer[at + _HEADER.size : end]
         header = self._skip_to(offset)
         if header is None or header[0] != offset or header[1] != length or header[2] == NO_TIMES:
             return None

@@ -404,12 +404,12 @@ def iter_indexed_record_lines(
     for the line (`llmload.core.chunk_index`): (line number, parsed, int32 microseconds); then
     the record's `chunk_times` is empty and the microseconds are its times. None for the lines the
     index does not hold: their records hold their times."""
+    index = ChunkIndex.open(Path(path), start)
+    if index is None:
+        for lineno, parsed in iter_record_lines(path, start, end):
+            yield lineno, parsed, None
+        return
     with _reading(path):
-        index = ChunkIndex.open(Path(path), start)
-        if index is None:
-            for lineno, line in iter_lines(path, start, end):
-                yield lineno, parse_record(line), None
-            return
         try:
             for lineno, offset, line in iter_lines_at(path, start, end):
                 entry = index.micros(offset, len(line))
