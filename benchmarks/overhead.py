@@ -2,7 +2,7 @@
 """The load generator's own cost and timing error, against the simulator's ground truth.
 
     .venv/bin/python benchmarks/overhead.py [--streams 16,64,256] [--tokens-per-chunk 1,4]
-        [--duration 3] [--repeats 3]
+        [--duration 3] [--repeats 3] [--floor]
 
 One locust process (llmload's CompletionsUser, time-based rungs, one rung per stream count) and
 then, for comparison, the minimal asyncio + aiohttp client (benchmarks/aiohttp_client.py) run the
@@ -20,6 +20,11 @@ tokens-per-chunk and stream count it prints:
   log); the first chunk's delay is the TTFT error;
 - itl_err p50/p99 ms: per gap between chunks, the client's gap minus the server's.
 
+With `--floor`, a third client runs in each repeat: llmload with the per-read Python cut to the
+`recvmsg` and the HTTP framing (benchmarks/read_floor_locustfile.py), so the table shows how much of
+a token's CPU the per-read Python is and what is left without it (CPU only: its times are not
+per chunk).
+
 Figures are the median over `--repeats` runs. Not a test: nothing is asserted.
 """
 
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -51,6 +57,7 @@ from llmload.sim.truth import load_truth
 
 SIM = {"per_seq_ms": 0, "max_num_seqs": 1024}  # and base_ms (--step-ms), accept_len (tokens per chunk)
 AIOHTTP_CLIENT = Path(__file__).resolve().parent / "aiohttp_client.py"
+FLOOR_LOCUSTFILE = Path(__file__).resolve().parent / "read_floor_locustfile.py"
 POLL_S = 0.05
 
 
@@ -107,15 +114,18 @@ def figures(
     truth: dict[str, dict[str, Any]],
     client: CpuTrack,
     sim: CpuTrack,
+    timed: bool = True,
 ) -> Figures:
-    """requests: (id, t_start, t_end, chunk times after t_start, output tokens)."""
+    """requests: (id, t_start, t_end, chunk times after t_start, output tokens). `timed`: False
+    for the floor, whose records count neither tokens nor chunk times right: its tokens are the
+    truth log's and its timing errors nan."""
     start, end = min(r[1] for r in requests), max(r[2] for r in requests)
     wall = end - start
-    tokens = sum(r[4] for r in requests)
+    tokens = sum(r[4] if timed else truth[r[0]]["completion_tokens"] for r in requests)
     cpu = client.between(start, end)
-    delays, itl = timing_errors(((r[0], r[1], r[3]) for r in requests), truth)
-    ms = [d * 1000.0 for d in delays]
-    itl_ms = [d * 1000.0 for d in itl] or [0.0]
+    delays, itl = timing_errors(((r[0], r[1], r[3]) for r in requests), truth) if timed else ([], [])
+    ms = [d * 1000.0 for d in delays] or [math.nan]
+    itl_ms = [d * 1000.0 for d in itl] or [0.0 if timed else math.nan]
     return Figures(
         tok_s=tokens / wall,
         cpu_pct=100.0 * cpu / wall,
@@ -128,7 +138,7 @@ def figures(
     )
 
 
-def run_tracked(cmd: list[str], log: Path, timeout: float) -> CpuTrack:
+def run_tracked(cmd: list[str], log: Path, timeout: float, ok_codes: tuple[int, ...] = (0,)) -> CpuTrack:
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         track = CpuTrack(proc.pid)
@@ -139,18 +149,22 @@ def run_tracked(cmd: list[str], log: Path, timeout: float) -> CpuTrack:
                 proc.kill()
                 proc.wait(timeout=10)
             track.stop()
-    if proc.returncode != 0:
+    if proc.returncode not in ok_codes:
         raise RuntimeError(f"{cmd[:4]} exited {proc.returncode}; see {log}")
     return track
 
 
-def run_locust(url: str, streams: Sequence[int], args: argparse.Namespace, work: Path, sim: CpuTrack):
-    prefix = work / "locust"
+def run_locust(
+    url: str, streams: Sequence[int], args: argparse.Namespace, work: Path, locustfile: Path, name: str
+):
+    prefix = work / name
     extra = ["--rungs", ",".join(map(str, streams)), "--rung-duration", str(args.duration)]
     extra += ["--warmup-requests", "0", "--max-tokens", str(args.max_tokens), "--loglevel", "WARNING"]
     timeout = 60 + len(streams) * (args.duration + 30)
+    # the floor's records fail llmload's token reconciliation (exit 3): its tokens come from the truth log
+    ok_codes = (0, 3) if locustfile == FLOOR_LOCUSTFILE else (0,)
     track = run_tracked(
-        locust_command(url, prefix, LOCUSTFILES["completions"], extra), work / "locust.log", timeout
+        locust_command(url, prefix, locustfile, extra), work / f"{name}.log", timeout, ok_codes
     )
     records, _ = read_records(Path(f"{prefix}_records.jsonl"))
     by_streams: dict[int, list] = {}
@@ -180,10 +194,15 @@ def one_repeat(args: argparse.Namespace, work: Path, per_chunk: int) -> dict[tup
     engine = {**SIM, "base_ms": args.step_ms, "accept_len": per_chunk}
     with SimulatorProcess(truth_log=truth_log, log_path=sim_log, **engine) as server:
         sim = CpuTrack(server.pid)
-        by_streams, track = run_locust(server.url, args.streams, args, work, sim)
+        by_streams, track = run_locust(
+            server.url, args.streams, args, work, LOCUSTFILES["completions"], "locust"
+        )
         runs: list[tuple[str, int, list, CpuTrack]] = [
             ("locust", n, by_streams[n], track) for n in args.streams
         ]
+        if args.floor:
+            by_streams, track = run_locust(server.url, args.streams, args, work, FLOOR_LOCUSTFILE, "floor")
+            runs += [("floor", n, by_streams[n], track) for n in args.streams]
         for n in args.streams:
             requests, atrack = run_aiohttp(server.url, n, args, work)
             runs.append(("aiohttp", n, requests, atrack))
@@ -191,7 +210,7 @@ def one_repeat(args: argparse.Namespace, work: Path, per_chunk: int) -> dict[tup
         sim.stop()
     truth, _ = load_truth(truth_log)
     for client, n, requests, ctrack in runs:
-        out[(client, n)] = figures(requests, truth, ctrack, sim)
+        out[(client, n)] = figures(requests, truth, ctrack, sim, timed=client != "floor")
     return out
 
 
@@ -227,7 +246,9 @@ def report(
         "client    tok/chunk  streams     tok/s  cpu_%  cpu_s/1k_tok  ratio  sim_cpu_%  "
         "delay_p50/p99_ms  itl_err_p50/p99_ms"
     )
-    for client in ("locust", "aiohttp"):
+    for client in ("locust", "floor", "aiohttp"):
+        if not any(key[0] == client for key in med):
+            continue
         for k in chunkings:
             for n in streams:
                 f = med[(client, k, n)]
@@ -239,6 +260,11 @@ def report(
                 )
     out("")
     out("ratio: the client's CPU per token over the asyncio client's, medians of the same repeats")
+    if any(key[0] == "floor" for key in med):
+        out(
+            "floor: llmload with the per-read Python cut to recvmsg + HTTP framing (each read's SSE lines "
+            "dropped unparsed; benchmarks/read_floor_locustfile.py): CPU only, tokens from the truth log"
+        )
     if any(f.sim_cpu_pct > 90 for f in med.values()):
         out("note: the simulator used > 90 % of a core somewhere: tok/s is the machine's limit there")
 
@@ -253,6 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--step-ms", type=float, default=1.0, help="the simulator's step: the time between chunks")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run llmload with its per-read Python cut to the floor (read_floor_locustfile.py)",
+    )
     p.add_argument("--keep", type=Path, default=None, help="keep the runs' files in this directory")
     args = p.parse_args(argv)
     print(f"machine: {machine()}", flush=True)
