@@ -252,12 +252,18 @@ class Workload:
 
 
 _CACHE: dict[tuple[str, int | None], Workload] = {}
+_LAST: list[Any] = [None, None, None, None]  # config, prompt_words, vocab, workload: the last call's
 
 
 def workload_for(
     config: SweepConfig, prompt_words: int | None, vocab: Sequence[str] | None = None
 ) -> Workload:
-    """This process's workload for a run's configuration (built on first use, then reused)."""
+    """This process's workload for a run's configuration (built on first use, then reused). The
+    users ask once per request with the stage's own config and vocabulary objects: the same
+    objects as the last call are answered without building the key (a JSON of the vocabulary)."""
+    last_config, last_words, last_vocab, last_workload = _LAST
+    if config is last_config and vocab is last_vocab and prompt_words == last_words:
+        return last_workload  # type: ignore[no-any-return]
     key = (
         json.dumps(
             [
@@ -276,4 +282,5 @@ def workload_for(
     if key not in _CACHE:
         _CACHE.clear()
         _CACHE[key] = Workload(config, prompt_words, vocab)
+    _LAST[:] = [config, prompt_words, vocab, _CACHE[key]]
     return _CACHE[key]

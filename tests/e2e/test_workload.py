@@ -13,7 +13,7 @@ from fixtures.paths import REPO
 from llmload.cli.sweep_run import SweepRun, locust_command, run_sweep
 from llmload.core.config import ConfigError, SweepConfig, load_config
 from llmload.core.records import RequestRecord, read_records
-from llmload.loadgen.workload import WORDS, Workload, calibrate, load_prompt_file, tag_words
+from llmload.loadgen.workload import WORDS, Workload, calibrate, load_prompt_file, tag_words, workload_for
 from llmload.sim.truth import load_truth
 
 SAMPLE = REPO / "config" / "sharegpt-sample.json"
@@ -75,6 +75,18 @@ def test_workload_is_seeded_and_prefix_is_shared():
     tag = tag_words("abcdef0123456789", unique.vocab)
     assert tagged.split()[21:25] == tag.split() and len(tagged.split()) == 1 + 40  # inside the budget
     assert tag != tag_words("abcdef0123456788", unique.vocab)
+
+
+def test_workload_for_reuses_a_workload_only_for_the_same_inputs():
+    config, vocab = SweepConfig(prompt_tokens=40, seed=4), list(WORDS[1:40])
+    first = workload_for(config, 40, vocab)
+    assert workload_for(config, 40, vocab) is first  # the same objects: the shortcut
+    assert workload_for(SweepConfig(prompt_tokens=40, seed=4), 40, list(vocab)) is first  # equal: the key
+    other_seed = workload_for(SweepConfig(prompt_tokens=40, seed=5), 40, vocab)
+    assert other_seed is not first and other_seed.prompt(0, "r") != first.prompt(0, "r")
+    assert workload_for(config, 30, vocab) is not workload_for(config, 40, vocab)  # the words count too
+    fewer = workload_for(config, 40, vocab[:20])  # another vocabulary: another workload, its own words
+    assert fewer.vocab == tuple(vocab[:20]) and fewer is not workload_for(config, 40, vocab)
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
