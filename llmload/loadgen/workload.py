@@ -252,7 +252,7 @@ class Workload:
 
 
 _CACHE: dict[tuple[str, int | None], Workload] = {}
-_LAST: list[Any] = [None, None, None, None]  # config, prompt_words, vocab, workload: the last call's
+_LAST_CALL: tuple[SweepConfig, int | None, Sequence[str] | None, Workload] | None = None
 
 
 def workload_for(
@@ -261,9 +261,11 @@ def workload_for(
     """This process's workload for a run's configuration (built on first use, then reused). The
     users ask once per request with the stage's own config and vocabulary objects: the same
     objects as the last call are answered without building the key (a JSON of the vocabulary)."""
-    last_config, last_words, last_vocab, last_workload = _LAST
-    if config is last_config and vocab is last_vocab and prompt_words == last_words:
-        return last_workload  # type: ignore[no-any-return]
+    global _LAST_CALL
+    if _LAST_CALL is not None:
+        last_config, last_words, last_vocab, last_workload = _LAST_CALL
+        if config is last_config and vocab is last_vocab and prompt_words == last_words:
+            return last_workload
     key = (
         json.dumps(
             [
@@ -282,5 +284,5 @@ def workload_for(
     if key not in _CACHE:
         _CACHE.clear()
         _CACHE[key] = Workload(config, prompt_words, vocab)
-    _LAST[:] = [config, prompt_words, vocab, _CACHE[key]]
+    _LAST_CALL = (config, prompt_words, vocab, _CACHE[key])
     return _CACHE[key]
