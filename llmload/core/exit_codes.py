@@ -16,6 +16,7 @@ RECONCILIATION = 3
 INTERRUPTED = 4
 DIVERGED = 5  # --fail-on-divergence (llmload.analysis.determinism)
 REGRESSED = 1  # llmload compare --fail-on-regression: a rung regressed (compare runs no requests)
+SERVER_UNUSABLE = 1  # llmload llama-server: no flavour builds, starts or generates tokens here
 
 EXIT_CODES: dict[int, str] = {
     OK: "finished: every rung ran to its end, no request failed, the token accounts add up",

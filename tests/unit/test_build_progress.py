@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from llmload.servers import llama_cpp
+from llmload.servers import build_guard
 
 
 def test_a_long_build_reports_its_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(llama_cpp, "PROGRESS_EVERY_S", 0.2)
+    monkeypatch.setattr(build_guard, "PROGRESS_EVERY_S", 0.2)
     script = "import time; print('[ 45%] Building CXX object server.cpp.o', flush=True); time.sleep(1.0)"
     lines: list[str] = []
-    llama_cpp._run_logged(
+    build_guard.run_logged(
         [sys.executable, "-c", script], tmp_path / "build.log", 30.0, "cmake build", lines.append
     )
     assert lines and all(line.startswith("cmake build: ") for line in lines)
@@ -25,6 +25,6 @@ def test_a_long_build_reports_its_progress(tmp_path: Path, monkeypatch: pytest.M
 def test_build_percent_reads_the_last_mark(tmp_path: Path) -> None:
     log = tmp_path / "build.log"
     log.write_text("[ 10%] a\nnoise\n[ 98%] Linking CXX static library\n")
-    assert llama_cpp.build_percent(log) == "98%"
+    assert build_guard.build_percent(log) == "98%"
     log.write_text("configuring\n")
-    assert llama_cpp.build_percent(log) is None
+    assert build_guard.build_percent(log) is None

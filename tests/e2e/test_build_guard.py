@@ -1,0 +1,77 @@
+"""A build never outlives the process that asked for it (`llmload.servers.build_guard`).
+
+The caller is a real Python process running `run_logged` on a command that leaves grandchildren
+(as cmake -> make -> compilers does); the caller then dies by SIGKILL, SIGTERM or SIGINT, and
+every process of the build must be gone within seconds, so the next run cannot start a second
+build beside an orphaned one. Before the guard, the build's own process group kept running.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fixtures.paths import REPO
+
+GONE_WITHIN_S = 10.0
+CALLER = """
+import sys
+from pathlib import Path
+from llmload.servers.build_guard import run_logged
+out = Path(sys.argv[1])
+script = f"sleep 300 & echo $! >> {out}/pids; sleep 300 & echo $! >> {out}/pids; echo $$ >> {out}/pids; wait"
+run_logged(["sh", "-c", script], out / "build.log", 600.0, "fake build")
+"""
+
+
+def alive(pid: int) -> bool:
+    """True while pid runs (a zombie waiting for a reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z"
+
+
+def wait_for(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_the_build_dies_with_its_caller(tmp_path: Path, sig: signal.Signals) -> None:
+    pids_file = tmp_path / "pids"
+    caller = subprocess.Popen(
+        [sys.executable, "-c", CALLER, str(tmp_path)],
+        cwd=REPO,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(
+            lambda: pids_file.exists() and len(pids_file.read_text().split()) == 3, 30.0, "the build started"
+        )
+        build = [int(pid) for pid in pids_file.read_text().split()]
+        assert all(alive(pid) for pid in build)
+        os.kill(caller.pid, sig)
+        caller.wait(timeout=30)
+        wait_for(
+            lambda: not any(alive(pid) for pid in build),
+            GONE_WITHIN_S,
+            f"the build's processes {build} ended after {sig.name} to their caller",
+        )
+    finally:
+        for pid in pids_file.read_text().split() if pids_file.exists() else []:
+            if alive(int(pid)):
+                os.kill(int(pid), signal.SIGKILL)
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait()
