@@ -12,7 +12,11 @@ Definitions (as vLLM `bench serve`, see docs/metrics.md):
 - t_last: the last message with non-empty `choices` (vLLM's end of the request);
 - a *token chunk* is a `choices` message that carries generated text, or empty text without a
   finish_reason (vLLM sends a token whose bytes are not yet a full character that way); the
-  role-only chat delta and llama.cpp's closing `text: ""` + finish_reason message are not.
+  role-only chat delta is not. A closing message with empty text and a finish_reason is a token
+  for vLLM (its last token, when that token's bytes end inside a character) and not one for
+  llama.cpp (a closing chunk after the last token): only the server's count can tell, so it is
+  held as a candidate until usage arrives and counted when usage proves it a token (per-chunk
+  usage that grew on it, or a final count one above the token chunks seen).
 - `texts` (only when built with `keep_text`): the text of each token chunk, in order (one list
   append per chunk; the greedy-determinism check hashes them when the request ends).
 
@@ -72,6 +76,7 @@ class StreamAccumulator:
         "usage",
         "_usage_per_chunk",
         "_last_completion_tokens",
+        "_closing",
         "texts",
         "timings",
         "_head",
@@ -92,6 +97,7 @@ class StreamAccumulator:
         self.usage: dict[str, Any] | None = None
         self._usage_per_chunk = True  # stays True while every token chunk carried usage
         self._last_completion_tokens = 0
+        self._closing: tuple[float, dict[str, Any] | None] | None = None  # candidate: time, its usage
         self.timings: dict[str, Any] | None = None  # llama.cpp's timings, from the chunk with usage
         self._head: bytes | None = None  # the token-chunk template (module docstring): line before the text
         self._tail = b""  # and after it
@@ -177,7 +183,30 @@ class StreamAccumulator:
         if usage:
             self.usage = usage
             self.timings = obj.get("timings") or self.timings
+            if self._closing is not None:
+                self._settle_closing(usage)
         return False
+
+    def _settle_closing(self, usage: dict[str, Any]) -> None:
+        """Count the held closing message (module docstring) as a token chunk if usage says so."""
+        assert self._closing is not None
+        t, own_usage = self._closing
+        self._closing = None
+        tokens = int(usage.get("completion_tokens") or 0)
+        if self._usage_per_chunk and own_usage is not None:
+            if tokens > self._last_completion_tokens:
+                self._count_chunk(t, "", tokens - self._last_completion_tokens)
+                self._last_completion_tokens = tokens
+        elif tokens == len(self.chunk_times) + 1:
+            self._usage_per_chunk = False
+            self._count_chunk(t, "", None)
+
+    def _count_chunk(self, t: float, text: str, tokens: int | None) -> None:
+        self.chunk_times.append(t)
+        if self.texts is not None:
+            self.texts.append(text)
+        if tokens is not None:
+            self.chunk_tokens.append(tokens)
 
     def _on_choice(self, choice: dict[str, Any], usage: dict[str, Any] | None, t: float) -> None:
         if self.t_first is None:
@@ -197,19 +226,20 @@ class StreamAccumulator:
             raise MalformedStream(f"text or finish_reason is not a string: {str(choice)[:80]!r}")
         if finish:
             self.finish_reason = finish
+        self._closing = None  # a later choices message: an earlier candidate was not the last
         if not (text or (not role_only and not finish)):
+            if finish and not role_only:
+                self._closing = (t, usage)
             return
         if text and self.t_first_content is None:
             self.t_first_content = t
-        self.chunk_times.append(t)
-        if self.texts is not None:
-            self.texts.append(text or "")
         if usage and self._usage_per_chunk:
             tokens = int(usage.get("completion_tokens") or 0)
-            self.chunk_tokens.append(tokens - self._last_completion_tokens)
+            self._count_chunk(t, text or "", tokens - self._last_completion_tokens)
             self._last_completion_tokens = tokens
         else:
             self._usage_per_chunk = False
+            self._count_chunk(t, text or "", None)
 
     @property
     def completion_tokens(self) -> int | None:  # int or None: _check_usage saw every usage

@@ -50,6 +50,12 @@ class SimConfig:
         "(llama-server does this): a pooling client must reconnect, not fail",
         group=SERVER,
     )
+    empty_last_text: bool = setting(
+        False,
+        help="send the last content chunk with empty text and the finish_reason, as vLLM does when "
+        "the last token's bytes end inside a character (an emoji): still a token by usage",
+        group=SERVER,
+    )
     ignore_eos_unsupported: bool = setting(
         False,
         help="ignore the ignore_eos request field (requests stop at their natural length)",

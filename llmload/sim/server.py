@@ -333,7 +333,9 @@ class SimServer:
             if cut_at is not None:
                 k = min(k, cut_at - sent)
             done = sent + k == target
-            text = completion_text(seq.prompt_hash, sent, k, seq.flipped)
+            text = (
+                "" if done and cfg.empty_last_text else completion_text(seq.prompt_hash, sent, k, seq.flipped)
+            )
             await resp.write(fmt.content_chunk(text, sent + k, seq.finish_reason if done else None))
             rec.content_written(time.time(), k)
             sent += k

@@ -167,3 +167,52 @@ def test_malformed_lines_are_named_without_their_whitespace(line, message):
     with pytest.raises(MalformedStream) as err:
         StreamAccumulator().feed_lines([bytearray(line.rstrip(b"\n"))], 0.0)
     assert str(err.value) == message
+
+
+# vLLM when the last token's bytes end inside a character (an emoji): that token's chunk has
+# empty text and the finish_reason; usage (3 tokens) proves it a token
+VLLM_EMPTY_LAST = sse(
+    text_chunk(" Paris"),
+    text_chunk("."),
+    text_chunk("", "length"),
+    {"choices": [], "usage": USAGE},
+    "[DONE]",
+)
+
+
+def test_vllm_empty_text_last_chunk_is_a_token_by_the_final_usage():
+    acc = feed(VLLM_EMPTY_LAST)
+    assert acc.completion_tokens == 3
+    assert acc.chunk_times == [0.0, 2.0, 4.0], "every token chunk, the empty last one too"
+    assert acc.t_last == 4.0
+
+
+CLOSING = b'data: {"choices":[{"text":"","finish_reason":"length"}],"usage":{"completion_tokens":%s}}\n'
+
+
+def test_vllm_empty_text_last_chunk_with_per_chunk_usage_carries_its_tokens():
+    acc = StreamAccumulator()
+    acc.feed(b'data: {"choices":[{"text":" a"}],"usage":{"completion_tokens":1}}\n', 0.1)
+    acc.feed(b'data: {"choices":[{"text":" b c"}],"usage":{"completion_tokens":3}}\n', 0.2)
+    acc.feed(CLOSING % b"4", 0.3)
+    assert acc.chunk_times == [0.1, 0.2, 0.3]
+    assert acc.tokens_per_chunk() == [1, 2, 1]
+
+
+def test_a_closing_chunk_that_adds_no_token_stays_out():
+    # llama.cpp: usage on the closing chunk equals the token chunks already seen
+    assert len(feed(LLAMA_SERVER).chunk_times) == 3
+    # per-chunk usage that did not grow on the closing chunk
+    acc = StreamAccumulator()
+    acc.feed(b'data: {"choices":[{"text":" a"}],"usage":{"completion_tokens":1}}\n', 0.1)
+    acc.feed(CLOSING % b"1", 0.2)
+    assert acc.chunk_times == [0.1] and acc.tokens_per_chunk() == [1]
+    # no usage at all: nothing proves it, so it is not counted
+    assert len(feed(NO_USAGE).chunk_times) == 2
+
+
+def test_the_kept_texts_follow_the_counted_chunks():
+    acc = StreamAccumulator(keep_text=True)
+    for i, line in enumerate(VLLM_EMPTY_LAST):
+        acc.feed(line, float(i))
+    assert acc.texts == [" Paris", ".", ""]
