@@ -17,10 +17,20 @@ written there to `<prefix>_health.jsonl`, one line each: {"t": epoch seconds at 
 interval, "worker": id, "cpu": percent of one core, "rss": bytes, "lag_ms": largest lag in the
 interval}. The schema is shared with the soak reports: keep it.
 
-Post-processing (`rung_health`) judges each rung from the samples of its time window: a rung is
-*saturated* when some worker's mean CPU over the rung is above `CPU_SATURATED_PCT` or its median
-per-interval lag is above `LAG_SATURATED_MS` (thresholds from benchmarks/overhead.py; see
-docs/scaling.md). The table marks such a rung and advises more processes. With kernel
+Each sample also carries the machine's figures over its interval (`machine_cpu`: percent of all
+cores busy, `steal`, `load1`, `cores`); samples written before these existed lack them.
+
+Post-processing (`rung_health`) judges each rung from the samples of its time window. A late
+event loop (median per-interval lag above `LAG_SATURATED_MS`) has two causes that want opposite
+remedies, told apart by who used the CPU:
+- *saturated*: the generator itself is busy (some worker's mean CPU over the rung above
+  `CPU_SATURATED_PCT` of a core), or its loop is late while the machine has CPU to spare: the
+  table marks the rung `^` and advises more processes;
+- *machine busy*: the loop is late, the generator is nearly idle (CPU at most
+  `IDLE_GENERATOR_PCT` of a core, so it is not itself a large part of the load), and the machine
+  is busy (`machine_cpu` at least `MACHINE_BUSY_PCT`, or `steal` at least `STEAL_BUSY_PCT`):
+  other processes or the hypervisor took the CPU, more processes would only add to it; the
+  table says the figures may be late and why. Thresholds: docs/scaling.md. With kernel
 stamps the records also carry each request's longest read delay (arrival -> read); its p99 per
 rung is reported beside the samples' figures (`read_delay_p99_ms`).
 """
@@ -41,6 +51,9 @@ from llmload.core.stats import mean, percentile
 SAMPLE_INTERVAL_S = 1.0  # one sample per process per second (llmload.loadgen.health_sampler)
 CPU_SATURATED_PCT = 85.0
 LAG_SATURATED_MS = 10.0
+MACHINE_BUSY_PCT = 90.0  # of all cores: no idle core left for the generator's next wake-up
+IDLE_GENERATOR_PCT = 50.0  # of one core: above it the generator is a large part of a busy machine
+STEAL_BUSY_PCT = 10.0
 MIN_OVERLAP = 0.5  # a sample speaks for a rung when at least half of its interval lies in it
 
 
@@ -72,20 +85,77 @@ class RungHealth:
     lag_max_ms: float  # largest lag seen by any worker during the rung
     worker: str  # the worker with the highest CPU
     samples: int
+    machine: MachineLoad | None = None  # None for samples without the machine's figures
+
+    @property
+    def late(self) -> bool:
+        return self.lag_ms > LAG_SATURATED_MS
+
+    @property
+    def machine_busy(self) -> bool:
+        """The loop was late because the machine was busy, not the generator."""
+        return (
+            self.late
+            and self.cpu_pct <= IDLE_GENERATOR_PCT
+            and self.machine is not None
+            and self.machine.busy
+        )
 
     @property
     def saturated(self) -> bool:
-        return self.cpu_pct > CPU_SATURATED_PCT or self.lag_ms > LAG_SATURATED_MS
+        """The generator itself could not keep up: more processes would help."""
+        return self.cpu_pct > CPU_SATURATED_PCT or (self.late and not self.machine_busy)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        figures = {
             "cpu_pct": round(self.cpu_pct, 1),
             "lag_ms": round(self.lag_ms, 2),
             "lag_max_ms": round(self.lag_max_ms, 2),
             "worker": self.worker,
             "samples": self.samples,
             "saturated": self.saturated,
+            "machine_busy": self.machine_busy,
         }
+        if self.machine is not None:
+            figures |= self.machine.as_dict()
+        return figures
+
+
+@dataclass(frozen=True, slots=True)
+class MachineLoad:
+    """The machine during a rung: the busiest per-worker means of its samples' figures."""
+
+    cpu_pct: float  # percent of all cores busy
+    steal_pct: float
+    load1: float
+    cores: int
+
+    @property
+    def busy(self) -> bool:
+        return self.cpu_pct >= MACHINE_BUSY_PCT or self.steal_pct >= STEAL_BUSY_PCT
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "machine_cpu_pct": round(self.cpu_pct, 1),
+            "steal_pct": round(self.steal_pct, 1),
+            "load1": round(self.load1, 2),
+            "cores": self.cores,
+        }
+
+
+MACHINE_KEYS = ("machine_cpu", "steal", "load1", "cores")
+
+
+def _machine_load(window: Sequence[dict[str, Any]]) -> MachineLoad | None:
+    """The mean machine figures of a worker's samples in a rung; None if any lacks them."""
+    try:
+        values = [[float(s[key]) for key in MACHINE_KEYS] for s in window]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not values:
+        return None
+    cpu, steal, load1, cores = (mean(column) for column in zip(*values, strict=True))
+    return MachineLoad(cpu, steal, load1, int(round(cores)))
 
 
 def _in_window(samples: Sequence[dict[str, Any]], start: float, end: float) -> list[dict[str, Any]]:
@@ -109,12 +179,16 @@ def rung_health(samples: Iterable[dict[str, Any]], start: float, end: float) -> 
     for s in samples:
         by_worker.setdefault(str(s["worker"]), []).append(s)
     figures = []
+    machines: list[MachineLoad] = []
     for worker, own in by_worker.items():
         window = _in_window(own, start, end)
         if window:
             lags = [float(s["lag_ms"]) for s in window]
             cpu = mean([float(s["cpu"]) for s in window])
             figures.append((cpu, percentile(lags, 50.0), max(lags), worker, len(window)))
+            machine = _machine_load(window)
+            if machine is not None:
+                machines.append(machine)
     if not figures:
         return None
     busiest = max(figures)
@@ -124,6 +198,8 @@ def rung_health(samples: Iterable[dict[str, Any]], start: float, end: float) -> 
         lag_max_ms=max(f[2] for f in figures),
         worker=busiest[3],
         samples=sum(f[4] for f in figures),
+        # every worker must have reported the machine, or the verdict would rest on part of it
+        machine=max(machines, key=lambda m: m.cpu_pct) if len(machines) == len(figures) else None,
     )
 
 
@@ -144,6 +220,7 @@ def flag_saturated(
         if figures:
             row.generator = figures
             row.saturated = health is not None and health.saturated
+            row.machine_busy = health is not None and health.machine_busy
 
 
 def timing_errors(

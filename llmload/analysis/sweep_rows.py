@@ -97,6 +97,7 @@ class SweepRow:
     estimated: bool = False
     partial: bool = False
     saturated: bool = False
+    machine_busy: bool = False
     generator: dict[str, Any] | None = None
     new_connections: int | None = None  # requests that opened a connection; None: not recorded (issue 12)
     input_tokens: dict[str, Any] | None = None  # asked, mean, min, max, miss_pct (reconcile.input_summary)

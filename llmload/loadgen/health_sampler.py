@@ -3,12 +3,15 @@
 Every second each local or worker process sends the master one sample as the custom message
 `llmload_health`: `cpu` (percent of one core since the previous sample), `rss` (bytes) and
 `lag_ms` (the largest oversleep of a greenlet that sleeps `PROBE_S` again and again: how late a
-stream whose bytes just arrived gets the CPU). The master writes them to `<prefix>_health.jsonl`;
-`llmload.analysis.health` (analysis) judges rungs from them.
+stream whose bytes just arrived gets the CPU), and the machine's own figures over the same
+interval, so a late event loop can be told from a busy machine: `machine_cpu` (percent of all
+cores busy), `steal` (percent stolen by the hypervisor), `load1` and `cores`. The master writes
+them to `<prefix>_health.jsonl`; `llmload.analysis.health` (analysis) judges rungs from them.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,7 +40,8 @@ class HealthSampler:
 
     def start(self) -> None:
         if self._greenlet is None:
-            self._process.cpu_percent(None)  # the first call only sets the baseline
+            self._process.cpu_percent(None)  # the first calls only set the baselines
+            psutil.cpu_times_percent(None)
             self._greenlet = gevent.spawn(self._run)
 
     def stop(self) -> None:
@@ -65,8 +69,21 @@ class HealthSampler:
                     "cpu": self._process.cpu_percent(None),
                     "rss": self._process.memory_info().rss,
                     "lag_ms": round(lag * 1000.0, 3),
+                    **machine_figures(),
                 }
             )
+
+
+def machine_figures() -> dict[str, float]:
+    """The whole machine since the previous call: busy and stolen CPU, 1-minute load, cores."""
+    times = psutil.cpu_times_percent(None)
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    return {
+        "machine_cpu": round(max(0.0, 100.0 - idle), 1),
+        "steal": round(getattr(times, "steal", 0.0), 1),
+        "load1": round(os.getloadavg()[0], 2),
+        "cores": psutil.cpu_count() or 1,
+    }
 
 
 def start_sampling(environment: Any) -> None:

@@ -97,6 +97,15 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
                 f"on {g['worker']}{reads}): latencies may be off and throughput understated; "
                 "rerun with more --processes or workers"
             )
+        if r.machine_busy and r.generator:
+            g = r.generator
+            notes.append(
+                f"the machine was busy on {rung_name(r.rung, r.conc)} ({g['machine_cpu_pct']:.0f} % of its "
+                f"{g['cores']} cores in use, steal {g['steal_pct']:.0f} %, load {g['load1']:.1f}) while the "
+                f"load generator used {g['cpu_pct']:.0f} % of a core: event-loop lag {g['lag_ms']:.1f} ms, "
+                "so the figures may be late; other processes (or the hypervisor) took the CPU, not the "
+                "generator: free the machine, more --processes would not help"
+            )
     notes += _input_notes(rows)
     opened = [r for r in rows if r.new_connections is not None]
     if opened:

@@ -5,14 +5,20 @@ really was late is judged against the simulator's truth log (when each chunk lef
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from llmload.analysis.health import (
     CPU_SATURATED_PCT,
+    IDLE_GENERATOR_PCT,
     LAG_SATURATED_MS,
+    MACHINE_BUSY_PCT,
     SAMPLE_INTERVAL_S,
+    STEAL_BUSY_PCT,
     health_path,
     read_health,
     rung_health,
@@ -24,12 +30,44 @@ from llmload.core.records import read_records
 from llmload.core.stats import percentile
 from llmload.sim.truth import load_truth
 
-SCHEMA = {"t", "worker", "cpu", "rss", "lag_ms"}
+SCHEMA = {"t", "worker", "cpu", "rss", "lag_ms", "machine_cpu", "steal", "load1", "cores"}
 BUSY_LOCUSTFILE = Path(__file__).resolve().parents[1] / "fixtures" / "busy_locustfile.py"
 
 
-def sample(t: float, cpu: float, lag_ms: float, worker: str = "w1") -> dict:
-    return {"t": t, "worker": worker, "cpu": cpu, "rss": 1, "lag_ms": lag_ms}
+def sample(t: float, cpu: float, lag_ms: float, worker: str = "w1", **machine: float) -> dict:
+    return {"t": t, "worker": worker, "cpu": cpu, "rss": 1, "lag_ms": lag_ms, **machine}
+
+
+def machine(cpu: float, steal: float = 0.0) -> dict[str, float]:
+    return {"machine_cpu": cpu, "steal": steal, "load1": 3.0, "cores": 2}
+
+
+@pytest.mark.parametrize(
+    ("cpu", "lag_ms", "figures", "saturated", "busy"),
+    [
+        # a late loop on a machine with CPU to spare: the generator's own problem
+        (30.0, LAG_SATURATED_MS * 2, machine(60.0), True, False),
+        # a late loop, an idle generator, a machine with no idle core left: the machine's
+        (5.0, LAG_SATURATED_MS * 2, machine(MACHINE_BUSY_PCT + 5), False, True),
+        # ... or the hypervisor taking the CPU
+        (5.0, LAG_SATURATED_MS * 2, machine(50.0, steal=STEAL_BUSY_PCT + 5), False, True),
+        # a generator that is a large part of a busy machine: still its own load to spread
+        (IDLE_GENERATOR_PCT + 20, LAG_SATURATED_MS * 2, machine(99.0), True, False),
+        # a generator at full CPU is saturated, however busy the machine is too
+        (CPU_SATURATED_PCT + 5, LAG_SATURATED_MS * 2, machine(99.0), True, False),
+        # a busy machine and a loop on time: nothing to say
+        (5.0, 1.0, machine(99.0), False, False),
+        # samples from before the machine's figures: the late loop is the generator's, as before
+        (5.0, LAG_SATURATED_MS * 2, {}, True, False),
+    ],
+)
+def test_a_late_loop_is_told_from_a_busy_machine(cpu, lag_ms, figures, saturated, busy):
+    samples = [sample(1.0 + i, cpu, lag_ms, **figures) for i in range(3)]
+    health = rung_health(samples, 0.0, 3.0)
+    assert health is not None
+    assert (health.saturated, health.machine_busy) == (saturated, busy)
+    assert health.as_dict()["machine_busy"] is busy
+    assert ("machine_cpu_pct" in health.as_dict()) is bool(figures)
 
 
 def test_rung_health_uses_the_samples_of_the_rung_window():
@@ -135,6 +173,7 @@ def test_a_saturated_run_is_flagged(tmp_path):
     assert row.saturated and row.generator["saturated"]
     table = render_run(result)
     assert "256^" in table and "load generator saturated on rung01 c256" in table and "--processes" in table
+    assert "the machine was busy" not in table and not row.machine_busy
     assert "ms late (p99)" in table
     assert json.loads(render_run(result, "json"))[0]["saturated"] is True
     # the kernel agrees: messages were read late (arrival stamp -> read), although the recorded
@@ -142,3 +181,49 @@ def test_a_saturated_run_is_flagged(tmp_path):
     records, _ = read_records(run.records)
     assert percentile([r.read_delay_ms for r in records if r.ok], 50.0) > 5.0
     assert row.generator["read_delay_p99_ms"] > 5.0
+
+
+# One per core, real-time: while it spins nothing else runs on its core; it spins 45 ms of every
+# 50 (under the kernel's 95 % real-time cap), for at most 60 s.
+BURNER = """
+import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    busy_until = time.perf_counter() + 0.045
+    while time.perf_counter() < busy_until:
+        pass
+    time.sleep(0.005)
+"""
+
+
+def test_a_busy_machine_is_not_called_a_saturated_generator(tmp_path):
+    """A light load (4 streams, a token every 20 ms) while real-time processes keep every core
+    busy: the generator is late because it does not get the CPU, not because it uses it, and the
+    table must say so instead of advising more processes."""
+    burners = [
+        subprocess.Popen([sys.executable, "-c", BURNER, str(cpu)], start_new_session=True)
+        for cpu in sorted(os.sched_getaffinity(0))
+    ]
+    try:
+        run = checked_sweep(
+            tmp_path,
+            ["--rungs", "4", "--rung-duration", "6", "--max-tokens", "32"],
+            {"accept_len": 1, "base_ms": 20, "per_seq_ms": 0},
+        )
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    result = load_run(run.prefix)
+    (row,) = result.rows
+    g = row.generator
+    assert g is not None and g["cpu_pct"] <= IDLE_GENERATOR_PCT, g
+    assert g["machine_cpu_pct"] >= MACHINE_BUSY_PCT and g["lag_ms"] > LAG_SATURATED_MS, g
+    assert row.machine_busy and not row.saturated, g
+    table = render_run(result)
+    assert "the machine was busy on rung01 c4" in table and "more --processes would not help" in table
+    assert "load generator saturated" not in table and "4^" not in table
+    data = json.loads(render_run(result, "json"))[0]
+    assert data["machine_busy"] is True and data["saturated"] is False
