@@ -30,7 +30,7 @@ import pickle
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmload.analysis.rung_tally import SweepTally
@@ -48,6 +48,39 @@ class RecordsPass:
     tally: SweepTally
     skipped: list[int]  # line numbers of the unreadable lines
     records: list[RequestRecord] | None  # every record, when kept
+    repeated: list[int] = field(default_factory=list)  # lines repeating an earlier line's request_id
+    damaged: list[int] = field(default_factory=list)  # lines whose chunk-index entry was damaged
+    runs: dict[str | None, int] = field(default_factory=dict)  # run id -> its first line (None: no id)
+    ids: set[str] = field(default_factory=set)  # the request ids of the part's records
+
+
+class _Once:
+    """Each request id tallied once, and the runs the records name: the checks of `tally_part`,
+    one set lookup a record (a file written twice, or two runs' files joined, must not count twice
+    or mix two runs in one table)."""
+
+    __slots__ = ("found", "run")
+
+    def __init__(self, found: RecordsPass) -> None:
+        self.found = found
+        self.run: object = _NO_RUN  # the run id of the last record
+
+    def first(self, lineno: int, rec: RequestRecord) -> bool:
+        """Whether this is the first record with its request id (else its line is `repeated`)."""
+        found = self.found
+        ids = found.ids
+        size = len(ids)
+        ids.add(rec.request_id)
+        if len(ids) == size:
+            found.repeated.append(lineno)
+            return False
+        if rec.run_id != self.run:
+            self.run = rec.run_id
+            found.runs.setdefault(rec.run_id, lineno)
+        return True
+
+
+_NO_RUN = object()
 
 
 def tally_file(
@@ -83,10 +116,27 @@ def tally_file(
             last[:200],
         )
         first = tally_part(path, slo, itl, end=middle)
+    return merge_parts(path, slo, itl, first, second, middle)
+
+
+def merge_parts(
+    path: Path, slo: Mapping[str, float] | None, itl: bool, first: RecordsPass, second: RecordsPass, middle: int
+) -> RecordsPass:
+    """The pass of the whole file from the passes (`tally_part`) of its lines before and from byte
+    `middle`, as one pass gives it. When the second part repeats a request id of the first (rare:
+    a damaged file), it is tallied again without the first part's records."""
+    if not first.ids.isdisjoint(second.ids):
+        second = tally_part(path, slo, itl, middle, seen=first.ids)
     first.tally.merge(second.tally)
-    if second.skipped:
+    new_runs = [run for run in second.runs if run not in first.runs]
+    if second.skipped or second.repeated or second.damaged or new_runs:
         before = _count_lines(path, middle)
         first.skipped += [before + n for n in second.skipped]
+        first.repeated += [before + n for n in second.repeated]
+        first.damaged += [before + n for n in second.damaged]
+        first.runs.update({run: before + second.runs[run] for run in new_runs})
+    if second.ids is not first.ids:
+        first.ids |= second.ids
     return first
 
 
@@ -98,26 +148,30 @@ def tally_part(
     end: int | None = None,
     *,
     keep_records: bool = False,
+    seen: set[str] | None = None,
 ) -> RecordsPass:
     """The records of the lines that begin in the byte range [start, end) tallied, line numbers
-    counted from `start`."""
+    counted from `start`; a record whose request id an earlier line (or `seen`, which takes this
+    part's ids too) holds is not tallied but listed in `repeated`."""
     tally = SweepTally(slo, itl=itl)
     kept: list[RequestRecord] | None = [] if keep_records else None
     skipped: list[int] = []
+    found = RecordsPass(tally, skipped, kept, ids=set() if seen is None else seen)
+    first = _Once(found).first
     if kept is not None:  # the records whole: their chunk times from their lines
         for lineno, parsed in iter_record_lines(path, start, end):
             if parsed is None:
                 skipped.append(lineno)
-            else:
+            elif first(lineno, parsed[1]):
                 tally.add(*parsed)
                 kept.append(parsed[1])
-        return RecordsPass(tally, skipped, kept)
-    for lineno, found, micros in iter_indexed_record_lines(path, start, end):
-        if found is None:
+        return found
+    for lineno, parsed, micros in iter_indexed_record_lines(path, start, end, found.damaged):
+        if parsed is None:
             skipped.append(lineno)
-        else:
-            tally.add(found[0], found[1], micros)
-    return RecordsPass(tally, skipped, kept)
+        elif first(lineno, parsed[1]):
+            tally.add(parsed[0], parsed[1], micros)
+    return found
 
 
 def _count_lines(path: Path, end: int) -> int:

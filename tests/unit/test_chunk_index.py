@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_records_pass import BASE, FUZZ, records, rung_figures
 
-from llmload.analysis.records_pass import _count_lines, tally_part
+from llmload.analysis.records_pass import merge_parts, tally_part
 from llmload.core.chunk_index import MAGIC, ChunkIndex, entry, index_path
 from llmload.core.jsonl import line_start
 from llmload.core.records import RecordWriter, iter_indexed_record_lines
@@ -108,9 +108,9 @@ def test_an_indexed_file_cut_in_two_gives_one_pass(tmp_path_factory, lines):
     whole = plain(path)
     for cut in sorted({line_start(path, offset) for offset in range(path.stat().st_size + 1)}):
         first, second = tally_part(path, SLO, True, end=cut), tally_part(path, SLO, True, cut)
-        first.tally.merge(second.tally)
-        assert rung_figures(first.tally) == rung_figures(whole.tally)
-        assert first.skipped + [_count_lines(path, cut) + n for n in second.skipped] == whole.skipped
+        merged = merge_parts(path, SLO, True, first, second, cut)
+        assert rung_figures(merged.tally) == rung_figures(whole.tally)
+        assert (merged.skipped, merged.repeated, merged.runs) == (whole.skipped, whole.repeated, whole.runs)
 
 
 def run_file(tmp_path: Path, n: int = 6) -> tuple[Path, list[dict[str, Any]]]:

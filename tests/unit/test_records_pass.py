@@ -23,7 +23,7 @@ from fixtures.runs import make_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmload.analysis.records_pass import _count_lines, tally_part
+from llmload.analysis.records_pass import _count_lines, merge_parts, tally_part
 from llmload.core.jsonl import iter_lines, line_start, loads
 from llmload.core.records import RequestRecord, parse_record, times_are_numbers
 
@@ -164,6 +164,7 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
     data = dict(
         BASE,
         request_id=draw(st.text("abc", max_size=3)),
+        run_id=draw(st.none() | st.sampled_from(["r1", "r2"])),
         rung=draw(st.sampled_from([-1, 0, 1, 2])),
         phase="measure",
         t_start=t_start,
@@ -205,11 +206,11 @@ def test_two_ranges_merged_give_one_pass(tmp_path_factory, lines):
     for cut in sorted({line_start(path, offset) for offset in range(size + 1)}):
         first = tally_part(path, {"ttft_ms": 500.0}, True, end=cut)
         second = tally_part(path, {"ttft_ms": 500.0}, True, cut)
-        first.tally.merge(second.tally)
-        assert first.tally.warmup_requests == whole.tally.warmup_requests
-        assert rung_figures(first.tally) == rung_figures(whole.tally)
-        before = _count_lines(path, cut)
-        assert first.skipped + [before + n for n in second.skipped] == whole.skipped
+        merged = merge_parts(path, {"ttft_ms": 500.0}, True, first, second, cut)
+        assert merged.tally.warmup_requests == whole.tally.warmup_requests
+        assert rung_figures(merged.tally) == rung_figures(whole.tally)
+        assert (merged.skipped, merged.repeated, merged.runs) == (whole.skipped, whole.repeated, whole.runs)
+        assert merged.ids == whole.ids
 
 
 def test_line_ranges(tmp_path):
