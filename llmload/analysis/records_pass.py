@@ -120,7 +120,12 @@ def tally_file(
 
 
 def merge_parts(
-    path: Path, slo: Mapping[str, float] | None, itl: bool, first: RecordsPass, second: RecordsPass, middle: int
+    path: Path,
+    slo: Mapping[str, float] | None,
+    itl: bool,
+    first: RecordsPass,
+    second: RecordsPass,
+    middle: int,
 ) -> RecordsPass:
     """The pass of the whole file from the passes (`tally_part`) of its lines before and from byte
     `middle`, as one pass gives it. When the second part repeats a request id of the first (rare:
