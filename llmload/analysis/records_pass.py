@@ -7,7 +7,13 @@ its stdout, while this process tallies the second (the child spends ~0.3 s on it
 process about as long finding the second part's place in the chunk index); then the second
 tally is merged into the first (`SweepTally.merge`: per-request values concatenated in file
 order, counts and histograms added). Every figure comes out as one process reading the whole
-file gives it; the skipped (unreadable) lines keep their numbers in the file. When the child
+file gives it; the skipped (unreadable) lines keep their numbers in the file.
+
+Each request id is tallied once: a line repeating an earlier record's request id (a line written
+twice, a file joined to itself) is listed in `repeated`, not counted; the child sends its part's
+ids back, and when the second part repeats one of them the second part is read again without
+them. The pass also notes the runs the records name (`run_id`: the post-processor refuses a file
+of two runs) and the lines whose chunk-index entry was damaged. When the child
 fails, this process reads the first part too, and logs a warning with the child's last error
 line. One process reads the file when it is small (starting a child costs ~0.3 s of imports),
 when every record is kept (`keep_records`: `llmload compare`), and inside a Locust process
@@ -29,7 +35,7 @@ import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +57,7 @@ class RecordsPass:
     repeated: list[int] = field(default_factory=list)  # lines repeating an earlier line's request_id
     damaged: list[int] = field(default_factory=list)  # lines whose chunk-index entry was damaged
     runs: dict[str | None, int] = field(default_factory=dict)  # run id -> its first line (None: no id)
-    ids: set[str] = field(default_factory=set)  # the request ids of the part's records
+    ids: set[str] = field(default_factory=set)  # request ids of the part's records (merged: none)
 
 
 class _Once:
@@ -105,9 +111,9 @@ def tally_file(
     second = tally_part(path, slo, itl, middle)
     sent, errors = child.communicate()
     try:
-        first = pickle.loads(sent) if child.returncode == 0 else None
-    except (pickle.UnpicklingError, EOFError):
-        first = None
+        first, packed = pickle.loads(sent) if child.returncode == 0 else (None, None)
+    except (pickle.UnpicklingError, EOFError, TypeError, ValueError):
+        first, packed = None, None
     if not isinstance(first, RecordsPass):  # the child could not read it: this process does
         last = (errors.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
         _log.warning(
@@ -116,7 +122,8 @@ def tally_file(
             last[:200],
         )
         first = tally_part(path, slo, itl, end=middle)
-    return merge_parts(path, slo, itl, first, second, middle)
+        packed = None
+    return merge_parts(path, slo, itl, first, second, middle, None if packed is None else _unpack(packed))
 
 
 def merge_parts(
@@ -126,12 +133,16 @@ def merge_parts(
     first: RecordsPass,
     second: RecordsPass,
     middle: int,
+    first_ids: Collection[str] | None = None,
 ) -> RecordsPass:
     """The pass of the whole file from the passes (`tally_part`) of its lines before and from byte
-    `middle`, as one pass gives it. When the second part repeats a request id of the first (rare:
-    a damaged file), it is tallied again without the first part's records."""
-    if not first.ids.isdisjoint(second.ids):
-        second = tally_part(path, slo, itl, middle, seen=first.ids)
+    `middle`, as one pass gives it (`first_ids`: the first part's request ids, when its pass does
+    not hold them: the child's). When the second part repeats a request id of the first (rare: a
+    damaged file), it is tallied again without the first part's records. The merged pass keeps
+    no request ids."""
+    ids = first.ids if first_ids is None else first_ids
+    if not second.ids.isdisjoint(ids):
+        second = tally_part(path, slo, itl, middle, seen=set(ids))
     first.tally.merge(second.tally)
     new_runs = [run for run in second.runs if run not in first.runs]
     if second.skipped or second.repeated or second.damaged or new_runs:
@@ -140,9 +151,22 @@ def merge_parts(
         first.repeated += [before + n for n in second.repeated]
         first.damaged += [before + n for n in second.damaged]
         first.runs.update({run: before + second.runs[run] for run in new_runs})
-    if second.ids is not first.ids:
-        first.ids |= second.ids
+    first.ids = set()
     return first
+
+
+def _pack(ids: set[str]) -> tuple[int, str | list[str]]:
+    """Request ids to send through a pipe: one string, newline-separated (a third of the cost of
+    pickling the set), or a list when an id holds a newline."""
+    text = "\n".join(ids)
+    return len(ids), text if text.count("\n") == max(len(ids) - 1, 0) else list(ids)
+
+
+def _unpack(packed: tuple[int, str | list[str]]) -> list[str]:
+    count, ids = packed
+    if isinstance(ids, list):
+        return ids
+    return ids.split("\n") if count else []
 
 
 def tally_part(
@@ -195,9 +219,11 @@ def _cpus() -> int:
 
 def child(argv: list[str]) -> None:
     """The child of `tally_file`: argv = path, end byte, slo (JSON), itl (0 or 1); the
-    `RecordsPass` of the file's lines before that byte, pickled on stdout."""
+    `RecordsPass` of the file's lines before that byte and its request ids (`_pack`), pickled on
+    stdout."""
     found = tally_part(Path(argv[0]), json.loads(argv[2]), argv[3] == "1", end=int(argv[1]))
-    sys.stdout.buffer.write(pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL))
+    ids, found.ids = found.ids, set()
+    sys.stdout.buffer.write(pickle.dumps((found, _pack(ids)), protocol=pickle.HIGHEST_PROTOCOL))
 
 
 # the child runs this llmload (first on its path), whatever the working folder holds

@@ -210,7 +210,6 @@ def test_two_ranges_merged_give_one_pass(tmp_path_factory, lines):
         assert merged.tally.warmup_requests == whole.tally.warmup_requests
         assert rung_figures(merged.tally) == rung_figures(whole.tally)
         assert (merged.skipped, merged.repeated, merged.runs) == (whole.skipped, whole.repeated, whole.runs)
-        assert merged.ids == whole.ids
 
 
 def test_line_ranges(tmp_path):
