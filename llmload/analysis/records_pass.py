@@ -74,12 +74,11 @@ class _Once:
     def first(self, lineno: int, rec: RequestRecord) -> bool:
         """Whether this is the first record with its request id (else its line is `repeated`)."""
         found = self.found
-        ids = found.ids
-        size = len(ids)
-        ids.add(rec.request_id)
-        if len(ids) == size:
+        request_id = rec.request_id
+        if request_id in found.ids:
             found.repeated.append(lineno)
             return False
+        found.ids.add(request_id)
         if rec.run_id != self.run:
             self.run = rec.run_id
             found.runs.setdefault(rec.run_id, lineno)
