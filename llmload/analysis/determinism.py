@@ -7,9 +7,14 @@ floating-point reductions). With `check_determinism` every rung sends the same p
 `text_hash` (64-bit BLAKE2b of the generated text) and `chunk_hashes` (16 bits of CRC-32 per
 content chunk, four hex digits each; see llmload.loadgen.client).
 
+`prompt_hash` is the hash of what the request sent: its prompt, or for a session turn
+(`sessions:`) its messages, the session's own history, which no other request sends; so session
+turns have no reference and are not compared (`divergence_notes` says so).
+
 Definitions, per rung (completed requests with a text hash):
 - reference of a prompt: its text at the lowest-concurrency rung that sent it (the earliest such
   rung on a tie, its earliest request). Warm-up requests are never a reference.
+- checked: requests of the rung with a prompt hash and a text hash.
 - compared: requests of the rung whose prompt has a reference, other than the reference itself.
 - differing: compared requests whose text hash differs from the reference's; `share` is
   differing / compared.
@@ -59,10 +64,25 @@ class RungDivergence:
     differing: int
     first_diff_median: float | None  # median first differing token (or chunk) index
     unit: str  # "token" or "chunk"
+    checked: int = 0  # requests with a prompt and a text hash
+    session_turns: int = 0  # of those, session turns (hashed by the messages they sent)
 
     @property
     def share(self) -> float:
         return self.differing / self.compared if self.compared else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        """The figures of the JSON table (`--format json`), whether or not a text differed."""
+        return {
+            "checked": self.checked,
+            "compared": self.compared,
+            "differing": self.differing,
+            "share": self.share,
+            "first_differing_median": self.first_diff_median,
+            "unit": self.unit,
+            "references": list(self.references),
+            "session_turns": self.session_turns,
+        }
 
 
 def _chunks(rec: RequestRecord) -> list[str]:
@@ -96,11 +116,8 @@ def divergence(rungs: Sequence[Rung]) -> list[RungDivergence]:
                 references[rec.prompt_hash] = (rec, rung)
     out = []
     for rung in rungs:
-        pairs = [
-            (rec, references[rec.prompt_hash])
-            for rec in rung.records
-            if _checkable(rec) and rec.prompt_hash in references
-        ]
+        checkable = [rec for rec in rung.records if _checkable(rec)]
+        pairs = [(rec, references[rec.prompt_hash]) for rec in checkable if rec.prompt_hash in references]
         pairs = [(rec, ref) for rec, ref in pairs if ref[0] is not rec]
         differing = [(rec, ref) for rec, (ref, _) in pairs if rec.text_hash != ref.text_hash]
         firsts = [first_difference(rec, ref) for rec, ref in differing]
@@ -114,6 +131,8 @@ def divergence(rungs: Sequence[Rung]) -> list[RungDivergence]:
                 differing=len(differing),
                 first_diff_median=percentile([i for i, _ in firsts], 50.0) if firsts else None,
                 unit="chunk" if any(u == "chunk" for _, u in firsts) else "token",
+                checked=len(checkable),
+                session_turns=sum(rec.turn is not None for rec in checkable),
             )
         )
     return out
@@ -124,8 +143,16 @@ def diverged(divs: Sequence[RungDivergence]) -> bool:
 
 
 def divergence_notes(divs: Sequence[RungDivergence]) -> list[str]:
-    """Lines for under the sweep table: one per diverging rung, or none when every text matched."""
+    """Lines for under the sweep table: one per diverging rung (none when every text matched),
+    and one saying how many requests could be compared when session turns were checked."""
     notes = []
+    turns = sum(d.session_turns for d in divs)
+    if turns:
+        notes.append(
+            f"greedy-determinism check: {turns} session turns hashed by the messages they sent (their "
+            f"own session's history, sent by no other request): {sum(d.compared for d in divs)} of "
+            f"{sum(d.checked for d in divs)} checked requests had a reference to compare with"
+        )
     for d in divs:
         if not d.differing:
             continue

@@ -28,9 +28,10 @@ from llmload.analysis.health import flag_saturated, read_health
 from llmload.analysis.locust_csv import cross_check
 from llmload.analysis.metrics import SLO_KEYS, RungMetrics
 from llmload.analysis.production_traffic import replay_warnings, turn_metrics
-from llmload.analysis.records_pass import tally_file
+from llmload.analysis.records_pass import RecordsPass, tally_file
 from llmload.analysis.rung_tally import RungTally
 from llmload.analysis.sweep_rows import MissingRung, Rung, SweepRow, group_rungs, sweep_rows
+from llmload.core.chunk_index import index_path
 from llmload.core.records import RecordFileError, RequestRecord, iter_record_lines
 from llmload.core.run_files import RunFiles
 from llmload.core.stats import DEFAULT_PERCENTILES
@@ -61,8 +62,10 @@ class RunResult:
         if self.records is not None:
             yield from self.records
             return
+        ids: set[str] = set()  # a repeated record once, as the pass counted it
         for _, parsed in iter_record_lines(self.records_path):
-            if parsed is not None:
+            if parsed is not None and parsed[1].request_id not in ids:
+                ids.add(parsed[1].request_id)
                 yield parsed[1]
 
     def record_rungs(self) -> list[Rung]:
@@ -72,18 +75,48 @@ class RunResult:
 
 
 def read_run_info(prefix: str | Path) -> dict[str, Any] | None:
-    """The ladder's run file, or None if absent or unreadable (a run killed while writing it)."""
+    """The ladder's run file, or None if absent or unreadable (`run_file`)."""
+    return run_file(prefix)[0]
+
+
+def run_file(prefix: str | Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(the ladder's run file, None) or, when it is absent, (None, None); when it is there but
+    not a run file (not JSON, not an object, no list of stages), (None, a warning naming it)."""
     path = RunFiles(Path(prefix)).run
     try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not isinstance(info, dict):
-        return None
-    stages = info.get("stages")
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        return None, f"{path}: cannot read the run file ({e.strerror or e}): ignored"
+    try:
+        info = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, f"{path}: not JSON, not a run file: ignored (which rungs finished is unknown)"
+    stages = info.get("stages") if isinstance(info, dict) else None
     if not isinstance(stages, list) or not all(_stage_ok(s) for s in stages):
-        return None
-    return info
+        return None, f"{path}: no list of stages, not a run file: ignored (which rungs finished is unknown)"
+    return info, None
+
+
+def _runs_named(runs: Mapping[str | None, int]) -> str:
+    return ", ".join(f"{run or '(none)'} from line {line}" for run, line in list(runs.items())[:4])
+
+
+def _check_run_file(
+    info: dict[str, Any] | None, runs: Mapping[str | None, int], path: Path
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The run file kept when it is the records' run's (the same run id, or none on either side:
+    runs before run ids), else dropped with a warning naming both ids."""
+    if info is None:
+        return None, None
+    theirs, ours = info.get("run_id"), next(iter(runs), None)
+    if theirs == ours:
+        return info, None
+    return None, (
+        f"{path}: run_id {str(theirs or '(none)')[:60]} is not the records' ({ours or '(none)'}): "
+        "another run's file, ignored"
+    )
 
 
 def _stage_ok(stage: Any) -> bool:
@@ -135,13 +168,20 @@ def load_run(
     prefix = str(prefix)
     files = RunFiles(Path(prefix))
     records_path = str(files.records)
-    info = read_run_info(prefix)
+    info, run_warning = run_file(prefix)
     if slo is None:  # the run's own `slo:` from its config file (goodput's keys: itl_ms is not one)
         given = ((info or {}).get("config", {}).get("slo") or {}).items()
         slo = {k: v for k, v in given if v is not None and k in SLO_KEYS}
     found = tally_file(
         Path(records_path), slo, itl=with_metrics, keep_records=keep_records, processes=processes
     )
+    if len(found.runs) > 1:  # two runs' records in one file: no table of them is meaningful
+        raise RecordFileError(
+            f"{records_path}: records of {len(found.runs)} runs (run_id {_runs_named(found.runs)}); "
+            "a table is of one run: split the file by each line's run_id"
+        )
+    if run_warning is None:
+        info, run_warning = _check_run_file(info, found.runs, files.run)
     tally, skipped = found.tally, found.skipped
     rungs = [tally.rungs[i] for i in sorted(tally.rungs)]
     if not rungs:
@@ -153,12 +193,36 @@ def load_run(
     if skipped:
         lines = ", ".join(map(str, skipped))
         warnings.insert(0, f"{records_path}: skipped {len(skipped)} unreadable lines: {lines}")
+    warnings[:0] = _integrity_warnings(found, records_path, run_warning)
     result = RunResult(
         prefix, found.records, rungs, rows, metrics, warnings, info, missing_rungs(info, rungs)
     )
     if any(t.checked for t in rungs):  # greedy-determinism hashes: compare the texts
         result.divergence = divergence(result.record_rungs())
     return result
+
+
+def _integrity_warnings(found: RecordsPass, records_path: str, run_warning: str | None) -> list[str]:
+    """What the pass found wrong with the run's files: repeated records, a damaged chunk index,
+    a run file that is not this run's."""
+    out = [] if run_warning is None else [run_warning]
+    if found.repeated:
+        out.append(
+            f"{records_path}: {len(found.repeated)} lines repeat an earlier record's request_id, "
+            f"counted once: lines {_lines(found.repeated)}"
+        )
+    if found.damaged:
+        out.append(
+            f"{index_path(Path(records_path))}: {len(found.damaged)} entries fail their checksum or "
+            f"disagree with their line: those records were read from their JSON lines: lines "
+            f"{_lines(found.damaged)}"
+        )
+    return out
+
+
+def _lines(numbers: Sequence[int], shown: int = 10) -> str:
+    more = f" and {len(numbers) - shown} more" if len(numbers) > shown else ""
+    return ", ".join(map(str, numbers[:shown])) + more
 
 
 def render_run(
@@ -177,6 +241,7 @@ def render_run(
         wide=wide,
         missing=result.missing,
         notes=divergence_notes(result.divergence),
+        determinism=result.divergence or None,
     )
     sessions = fmt in ("table", "markdown") and any(t.sessions for t in result.rungs)
     turns = render_turns(turn_metrics(result.iter_records()), fmt) if sessions else ""

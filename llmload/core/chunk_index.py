@@ -5,17 +5,22 @@ A record's `chunk_times` (256 numbers for a 256-token request) are most of its J
 of what reading it costs: decoding them makes 256 Python floats that the ITL histogram only turns
 back into microseconds. `RecordWriter` therefore writes, for every record it writes, an entry
 into `<records file>.chunks`: the line's byte offset and length in the records file, the number
-of chunk times, and the times themselves as little-endian int32 microseconds
-(`round(t * 1e6)`, half to even: the client records them to the microsecond and
+of chunk times, the CRC-32 of the times' bytes, and the times themselves as little-endian int32
+microseconds (`round(t * 1e6)`, half to even: the client records them to the microsecond and
 `llmload.analysis.metrics.chunk_times_us` reads them the same way). The file starts with
 `MAGIC`. A record whose times are not finite numbers within +-2147 s gets an entry without
 times (count `NO_TIMES`): its line is decoded in full.
 
 The records file stays the truth. The post-processor (`llmload.analysis.records_pass`, through
 `llmload.core.records.iter_indexed_record_lines`) uses an entry only for the line it was written
-with: the same offset and length, the same last time as the line's `chunk_times` list, and an
-index file at least as new as the records file (a records file edited after the run is read
-without its index). Any other line is decoded in full, as without an index; old runs have none.
+with: the same offset and length, times whose bytes have the entry's checksum, the same last
+time as the line's `chunk_times` list, and an index file at least as new as the records file (a
+records file edited after the run is read without its index). Any other line is decoded in
+full, as without an index; old runs have none, and an index of the earlier format (magic
+`llmload-chunks1`, entries without a checksum) is not read. An entry found for a line whose
+checksum or last time disagrees (a damaged disk, an edited index) is `DAMAGED`: the reader decodes
+that line in full and the post-processor says so in a warning; the checksum is what catches a
+time changed inside an entry whose offset, length and last time still agree.
 The index costs 4 bytes a chunk time (~1 GB beside the 2.7 GB of a million 256-token records);
 deleting it loses nothing but speed.
 """
@@ -24,14 +29,15 @@ from __future__ import annotations
 
 import os
 import struct
+import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
-MAGIC = b"llmload-chunks1\n"
+MAGIC = b"llmload-chunks2\n"
 SUFFIX = ".chunks"
-_HEADER = struct.Struct("<qII")  # the line's offset, its length, the number of chunk times
+_HEADER = struct.Struct("<qIII")  # the line's offset, its length, the number of chunk times, their CRC-32
 _LIMIT_US = 2**31 - 1  # int32 microseconds: +-2147 s after t_start
 NO_TIMES = 2**32 - 1  # the count of an entry without times
 
@@ -47,8 +53,9 @@ def entry(offset: int, length: int, chunk_times: Any) -> bytes:
     range."""
     micros = _micros(chunk_times)
     if micros is None:
-        return _HEADER.pack(offset, length, NO_TIMES)
-    return _HEADER.pack(offset, length, micros.size) + micros.astype("<i4").tobytes()
+        return _HEADER.pack(offset, length, NO_TIMES, 0)
+    packed = micros.astype("<i4").tobytes()
+    return _HEADER.pack(offset, length, micros.size, zlib.crc32(packed)) + packed
 
 
 def _micros(chunk_times: Any) -> np.ndarray | None:
@@ -61,6 +68,7 @@ def _micros(chunk_times: Any) -> np.ndarray | None:
 
 
 _NUMBERS = frozenset({int, float})  # not bool: JSON's true and false are no times
+DAMAGED = (-1, b"")  # `ChunkIndex.micros` of a line whose entry fails its checksum
 
 
 class ChunkIndex:
@@ -110,7 +118,7 @@ class ChunkIndex:
         self._at = 0
         return len(self._buffer) >= size
 
-    def _skip_to(self, offset: int) -> tuple[int, int, int] | None:
+    def _skip_to(self, offset: int) -> tuple[int, int, int, int] | None:
         """Move to the first entry for a line at `offset` or later; its header, None at the end."""
         unpack = _HEADER.unpack_from
         while self._has(_HEADER.size):
@@ -125,7 +133,8 @@ class ChunkIndex:
 
     def micros(self, offset: int, length: int) -> tuple[int, bytes] | None:
         """(number of chunk times, their int32 microseconds) of the line at `offset` of `length`
-        bytes, the lines being asked for in file order; None when the index has no entry for it."""
+        bytes, the lines being asked for in file order; None when the index has no entry for it,
+        `DAMAGED` when its entry's times fail their checksum (the entry is passed over)."""
         header = self._skip_to(offset)
         if header is None or header[0] != offset or header[1] != length or header[2] == NO_TIMES:
             return None
@@ -134,7 +143,10 @@ class ChunkIndex:
             return None
         at = self._at
         self._at = at + size
-        return header[2], self._buffer[at + _HEADER.size : at + size]
+        micros = self._buffer[at + _HEADER.size : at + size]
+        if zlib.crc32(micros) != header[3]:
+            return DAMAGED
+        return header[2], micros
 
 
 def last_micros(micros: bytes) -> int:

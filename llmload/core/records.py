@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import MISSING, Field, dataclass, field, fields
@@ -23,7 +25,7 @@ from typing import IO, Any
 
 import orjson
 
-from llmload.core.chunk_index import MAGIC, ChunkIndex, index_path, last_micros
+from llmload.core.chunk_index import DAMAGED, MAGIC, ChunkIndex, index_path, last_micros
 from llmload.core.chunk_index import entry as index_entry
 from llmload.core.jsonl import decode, iter_lines, iter_lines_at
 
@@ -77,6 +79,7 @@ class RequestRecord:
     trace_line: int | None = None  # mode trace: the line of the trace file this request replays
     session: str | None = None  # sessions: the session id
     turn: int | None = None  # sessions: the turn (1-based); turn k resends turns 1..k-1 and their replies
+    run_id: str | None = None  # the run that wrote it (one per run, set by the master); None: older runs
 
     @property
     def ok(self) -> bool:
@@ -247,6 +250,12 @@ def _plan_of(data: dict[str, Any]) -> _Plan | None:
     return plan
 
 
+def new_run_id() -> str:
+    """A run's id, made once at its start (`RequestRecord.run_id`, the run file's `run_id`): its
+    UTC start time, readable when a file holding two runs is named, and 32 random bits."""
+    return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(4)}"
+
+
 def encode_json(data: Any, *, newline: bool = False) -> bytes:
     """A record (or any JSON line a run writes) as compact JSON: orjson, or json for a value orjson
     cannot encode (a numpy number). orjson writes a NaN as null."""
@@ -347,6 +356,11 @@ def times_are_numbers(line: bytes) -> bool:
     return find(_TIMES_KEY, end) < 0
 
 
+class IndexMismatch(Exception):
+    """A line's `chunk_times` list disagrees with the index entry written with it (an edited or
+    damaged index): the line is decoded in full."""
+
+
 def parse_indexed_record(
     line: bytes, count: int, micros: bytes
 ) -> tuple[dict[str, Any], RequestRecord] | None:
@@ -358,7 +372,8 @@ def parse_indexed_record(
     ends at the first `]`. The last time must be the entry's last, an empty list an entry
     without times, and the key the record's own (its list is the one left empty). None
     otherwise, when the record has `chunk_tokens` (their use needs the times) or when it is not
-    a record: then `parse_record`."""
+    a record: then `parse_record`; IndexMismatch when the line's list does not hold the entry's
+    number of times or its last time is not the entry's."""
     at = line.find(_INDEXED_KEY)
     end = line.find(b"]", at)
     if at < 0 or end < 0:
@@ -367,12 +382,12 @@ def parse_indexed_record(
     if count:
         try:
             last = round(float(line[line.rfind(b",", start, end) + 1 if count > 1 else start : end]) * 1e6)
-        except (ValueError, OverflowError):
-            return None
+        except (ValueError, OverflowError):  # the list holds fewer, or more, times than the entry
+            raise IndexMismatch from None
         if last != last_micros(micros):
-            return None
+            raise IndexMismatch
     elif end != start:
-        return None
+        raise IndexMismatch
     try:
         data = orjson.loads(line[:start] + line[end:])
         if type(data) is not dict or data.get("chunk_times") != [] or data.get("chunk_tokens") is not None:
@@ -398,12 +413,13 @@ def iter_record_lines(
 
 
 def iter_indexed_record_lines(
-    path: Path, start: int = 0, end: int | None = None
+    path: Path, start: int = 0, end: int | None = None, damaged: list[int] | None = None
 ) -> Iterator[tuple[int, tuple[dict[str, Any], RequestRecord] | None, bytes | None]]:
     """`iter_record_lines` with each record's chunk times from the file's index when it has one
     for the line (`llmload.core.chunk_index`): (line number, parsed, int32 microseconds); then
     the record's `chunk_times` is empty and the microseconds are its times. None for the lines the
-    index does not hold: their records hold their times."""
+    index does not hold: their records hold their times. `damaged` gets the number of each line
+    whose entry fails its checksum or disagrees with the line (that line is decoded in full)."""
     index = ChunkIndex.open(Path(path), start)
     if index is None:
         for lineno, parsed in iter_record_lines(path, start, end):
@@ -413,10 +429,16 @@ def iter_indexed_record_lines(
         try:
             for lineno, offset, line in iter_lines_at(path, start, end):
                 entry = index.micros(offset, len(line))
-                if entry is not None and (parsed := parse_indexed_record(line, *entry)) is not None:
-                    yield lineno, parsed, entry[1]
-                else:
-                    yield lineno, parse_record(line), None
+                try:
+                    if entry is DAMAGED:
+                        raise IndexMismatch
+                    if entry is not None and (parsed := parse_indexed_record(line, *entry)) is not None:
+                        yield lineno, parsed, entry[1]
+                        continue
+                except IndexMismatch:
+                    if damaged is not None:
+                        damaged.append(lineno)
+                yield lineno, parse_record(line), None
         finally:
             index.close()
 

@@ -15,7 +15,9 @@ Roles (the same code runs in a local run, with `--processes N` and with master/w
   stage. So a rung ends only when all its users have finished their requests: no in-flight
   request is cut, and no request is counted in the wrong rung.
 - Each request's record travels to the master as `llmload_record` and is written there, in one
-  file, flushed per record (workers in other pods need no shared disk).
+  file, flushed per record (workers in other pods need no shared disk), stamped with the run's
+  id (`RunState.run_id`, made once at the run's start; the run file carries it too), so a file
+  holding two runs, or a run file of another run, is told apart from one run.
 The shape advances when every user of the stage has reported and all their records arrived,
 and after the last rung waits until Locust's own stats from the workers have caught up, so the
 final CSVs hold every request.
@@ -44,7 +46,7 @@ from llmload.analysis.reconcile import Tally, check_inputs, check_rung
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
-from llmload.core.records import RecordWriter, RequestRecord
+from llmload.core.records import RecordWriter, RequestRecord, new_run_id
 from llmload.core.run_files import RunFiles
 from llmload.loadgen.arrivals import ArrivalQueue, arrival_count
 from llmload.loadgen.health_sampler import MSG_HEALTH
@@ -196,6 +198,7 @@ class RunState:
     search: CapacitySearch | None = None
     probe_records: list[RequestRecord] = field(default_factory=list)
     workload: dict[str, Any] = field(default_factory=dict)  # the Stage fields of the calibration
+    run_id: str = field(default_factory=new_run_id)  # every record's and the run file's `run_id`
 
     @property
     def progress(self) -> list[StageProgress]:
@@ -207,6 +210,7 @@ class RunState:
 
     def write_run_file(self, finished: bool = False) -> None:
         data = {
+            "run_id": self.run_id,
             "host": self.host,
             "model": self.model,
             "config": config_to_dict(self.config),
@@ -342,8 +346,9 @@ class LadderShape(LoadTestShape):
         if run is None:
             return
         data = msg.data
+        data["run_id"] = run.run_id  # the master's run, whichever worker sent it
         rec = RequestRecord.from_dict(data)  # decoded once, here; passed on as a record
-        run.writer.write(data)  # as it came: the record's own JSON
+        run.writer.write(data)  # as it came, with the run's id: the record's own JSON
         rung = rec.rung
         run.records_by_rung[rung] = run.records_by_rung.get(rung, 0) + 1
         if rung != WARMUP_RUNG:

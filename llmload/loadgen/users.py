@@ -25,7 +25,7 @@ from locust.runners import WorkerRunner
 from llmload.analysis.determinism import digest
 from llmload.core.config import SweepConfig
 from llmload.core.names import REQUEST_TYPE
-from llmload.core.records import RequestRecord
+from llmload.core.records import RequestRecord, encode_json
 from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets
 from llmload.loadgen.client import RequestContext, send_request
 from llmload.loadgen.connections import UserConnections
@@ -210,7 +210,7 @@ class LLMUser(FastHttpUser):
             config.max_tokens,
             self._worker,
             config.prompt_tokens,
-            digest(prompt) if config.determinism else None,
+            sent_digest(prompt, turn) if config.determinism else None,
             config.record_text,
         )
         self._conns.mode = config.connection
@@ -252,6 +252,12 @@ class LLMUser(FastHttpUser):
             None if rec.ok else RequestFailure(rec.outcome),
         )
         self.environment.runner.send_message(MSG_RECORD, rec.to_dict())
+
+
+def sent_digest(prompt: str, turn: Turn | None) -> str:
+    """The greedy-determinism check's `prompt_hash`: of what the request sends, the prompt, or a
+    session turn's messages (its own history, not the workload's prompt)."""
+    return digest(prompt if turn is None else encode_json(turn.messages).decode())
 
 
 class CompletionsUser(LLMUser):

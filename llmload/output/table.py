@@ -17,6 +17,7 @@ from dataclasses import asdict
 
 from tabulate import tabulate
 
+from llmload.analysis.determinism import RungDivergence
 from llmload.analysis.metrics import LATENCY_NAMES, RungMetrics
 from llmload.analysis.sweep_rows import MissingRung, SweepRow
 from llmload.core.config import SweepConfig
@@ -261,18 +262,24 @@ def render(
     wide: bool = False,
     missing: Sequence[MissingRung] = (),
     notes: Sequence[str] = (),
+    determinism: Sequence[RungDivergence] | None = None,
 ) -> str:
     """The sweep table in `fmt` (one of FORMATS). With `metrics` (one per row, same order):
     table/markdown append the latency and rates tables, csv adds columns, json nests them.
     `missing` rungs (no record) are listed in ladder order, marked, with no figures; `notes` (e.g.
-    the greedy-determinism check's) go under the table's own notes."""
+    the greedy-determinism check's) go under the table's own notes; json gives each row the
+    check's figures (`determinism`, by rung; null when the check did not run)."""
     if metrics is not None and len(metrics) != len(rows):
         raise ValueError("metrics must hold one entry per sweep row")
     paired: list[tuple[SweepRow, RungMetrics | None]] = list(
         zip(rows, metrics if metrics is not None else [None] * len(rows), strict=True)
     )
     if fmt == "json":
-        data = [asdict(r) | ({} if m is None else {"metrics": m.as_dict()}) for r, m in paired]
+        checked = {d.rung: d.as_dict() for d in determinism or ()}
+        data = [
+            asdict(r) | ({} if m is None else {"metrics": m.as_dict()}) | {"determinism": checked.get(r.rung)}
+            for r, m in paired
+        ]
         data += [asdict(m) | {"not_run": not m.started, "partial": m.started} for m in missing]
         return json.dumps(sorted(data, key=lambda d: d["rung"]), indent=2)
     if fmt == "csv":

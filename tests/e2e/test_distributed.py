@@ -21,6 +21,7 @@ from llmload.analysis.health import read_health
 from llmload.analysis.sweep_rows import group_rungs, sweep_rows
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep, target
 from llmload.core.records import read_records
+from llmload.core.run_files import RunFiles
 from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 
@@ -89,6 +90,8 @@ def check_merged_records(run: SweepRun, workers: int) -> None:
     assert len({r.worker for r in measured}) == workers
     assert "local" not in {r.worker for r in measured}
     assert {s["worker"] for s in read_health(f"{run.prefix}_health.jsonl")} == {r.worker for r in records}
+    # one run: every worker's records carry the master's run id, the one of its run file
+    assert {r.run_id for r in records} == {json.loads(RunFiles(run.prefix).run.read_text())["run_id"]}
 
 
 def check_ladder_advanced(run: SweepRun) -> None:

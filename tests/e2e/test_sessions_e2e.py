@@ -4,11 +4,13 @@ the simulator's truth log (hashes of the assistant messages it received and of i
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from llmload.analysis.production_traffic import turn_metrics
+from llmload.cli import table
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.records import read_records
 from llmload.sim.truth import load_truth
@@ -32,7 +34,7 @@ sessions:
 """
 
 
-def session_run(tmp: Path, cache_blocks: int) -> tuple[list, dict]:
+def session_run(tmp: Path, cache_blocks: int) -> tuple[list, dict, Path]:
     ladder = tmp / "sessions.yaml"
     ladder.write_text(LADDER)
     sim = {**SIM, "prefix_cache_blocks": cache_blocks} if cache_blocks else SIM
@@ -41,7 +43,7 @@ def session_run(tmp: Path, cache_blocks: int) -> tuple[list, dict]:
     records, skipped = read_records(run.records)
     assert not skipped and len(records) == 12 and all(r.ok for r in records)
     truth, _ = load_truth(run.truth_log)
-    return records, truth
+    return records, truth, run.prefix
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +67,7 @@ def test_later_turns_are_faster_with_the_cache_and_not_without(cached, uncached)
 
 
 def test_cached_tokens_reported_match_the_server(cached, uncached):
-    records, truth = cached
+    records, truth, _ = cached
     by_turn = {(r.session, r.turn): r for r in records}
     for r in records:
         assert r.cached_tokens == truth[r.request_id]["cached_tokens"]
@@ -77,7 +79,7 @@ def test_cached_tokens_reported_match_the_server(cached, uncached):
 
 @pytest.mark.parametrize("run", ["cached", "uncached"])
 def test_history_sent_equals_what_the_server_answered(run, request):
-    records, truth = request.getfixturevalue(run)
+    records, truth, _ = request.getfixturevalue(run)
     sessions: dict[str, list] = {}
     for r in records:
         sessions.setdefault(r.session, []).append(r)
@@ -92,3 +94,25 @@ def test_history_sent_equals_what_the_server_answered(run, request):
         # the prompt grows by exactly the previous reply and the new message (+ 3 template tokens each)
         for a, b in zip(turns, turns[1:], strict=False):
             assert b.prompt_tokens == a.prompt_tokens + a.output_tokens + 3 + 200 + 3
+
+
+def test_the_determinism_check_hashes_what_each_turn_sent(cached, capsys):
+    """The check is on (temperature 0): each turn's prompt hash is of the messages it sent, its own
+    session's history, so no turn is compared with another's text and nothing diverges."""
+    records, _, prefix = cached
+    assert all(r.text_hash is not None for r in records)
+    assert len({r.prompt_hash for r in records}) == len(records)
+    assert table.main([str(prefix), "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["determinism"] == {
+        "checked": 12,
+        "compared": 0,
+        "differing": 0,
+        "share": 0.0,
+        "first_differing_median": None,
+        "unit": "token",
+        "references": [],
+        "session_turns": 12,
+    }
+    assert table.main([str(prefix), "--fail-on-divergence"]) == 0
+    assert "12 session turns hashed by the messages they sent" in capsys.readouterr().out

@@ -23,7 +23,7 @@ from fixtures.runs import make_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmload.analysis.records_pass import _count_lines, tally_part
+from llmload.analysis.records_pass import _count_lines, merge_parts, tally_file, tally_part
 from llmload.core.jsonl import iter_lines, line_start, loads
 from llmload.core.records import RequestRecord, parse_record, times_are_numbers
 
@@ -164,6 +164,7 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
     data = dict(
         BASE,
         request_id=draw(st.text("abc", max_size=3)),
+        run_id=draw(st.none() | st.sampled_from(["r1", "r2"])),
         rung=draw(st.sampled_from([-1, 0, 1, 2])),
         phase="measure",
         t_start=t_start,
@@ -205,11 +206,10 @@ def test_two_ranges_merged_give_one_pass(tmp_path_factory, lines):
     for cut in sorted({line_start(path, offset) for offset in range(size + 1)}):
         first = tally_part(path, {"ttft_ms": 500.0}, True, end=cut)
         second = tally_part(path, {"ttft_ms": 500.0}, True, cut)
-        first.tally.merge(second.tally)
-        assert first.tally.warmup_requests == whole.tally.warmup_requests
-        assert rung_figures(first.tally) == rung_figures(whole.tally)
-        before = _count_lines(path, cut)
-        assert first.skipped + [before + n for n in second.skipped] == whole.skipped
+        merged = merge_parts(path, {"ttft_ms": 500.0}, True, first, second, cut)
+        assert merged.tally.warmup_requests == whole.tally.warmup_requests
+        assert rung_figures(merged.tally) == rung_figures(whole.tally)
+        assert (merged.skipped, merged.repeated, merged.runs) == (whole.skipped, whole.repeated, whole.runs)
 
 
 def test_line_ranges(tmp_path):
@@ -219,3 +219,31 @@ def test_line_ranges(tmp_path):
     assert list(iter_lines(path, 3, 7)) == [(1, b"cd\n")]
     assert list(iter_lines(path, 6)) == [(2, b"ef\n"), (3, b"g")]
     assert [_count_lines(path, o) for o in (0, 3, 6, 7, 10)] == [0, 1, 2, 3, 4]
+
+
+def test_repeated_request_ids_are_counted_once_also_across_two_processes(tmp_path):
+    """A file whose records repeat (a line written twice, within one half and across the middle
+    where the file is cut for two processes): each request id counted once, wherever it falls,
+    and the repeating lines named as one pass names them."""
+    lines = [
+        dict(BASE, request_id=f"r{i}", rung=0, phase="measure", outcome="ok", chunk_times=[0.1, 0.2])
+        for i in range(40)
+    ]
+    lines += [lines[3], lines[39], lines[0]]  # after the middle: two of the first half, one of the second
+    lines.insert(5, lines[4])  # within the first half
+    path = tmp_path / "r_records.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    one = tally_file(path, None, itl=True, processes=1)
+    two = tally_file(path, None, itl=True, processes=2)
+    assert one.repeated == two.repeated == [6, 42, 43, 44]
+    assert rung_figures(one.tally) == rung_figures(two.tally)
+    assert one.tally.rungs[0].requests == 40
+    assert one.runs == two.runs == {None: 1}
+
+
+def test_the_runs_a_file_holds_are_found(tmp_path):
+    lines = [dict(BASE, request_id=f"r{i}", run_id="b" if i >= 30 else "a") for i in range(40)]
+    path = tmp_path / "r_records.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert tally_file(path, None, itl=False, processes=1).runs == {"a": 1, "b": 31}
+    assert tally_file(path, None, itl=False, processes=2).runs == {"a": 1, "b": 31}
