@@ -7,6 +7,7 @@ Used by the `setting(...)` declarations of `llmload.core.config` (`llmload.core.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -19,10 +20,13 @@ class ConfigError(ValueError):
 
 def expect(source: str, key: str, value: Any, types: tuple[type, ...], what: str) -> Any:
     """`value` if it is one of `types` (a bool never passes for a number; NaN and infinities never
-    pass for a float), else ConfigError "'key' must be <what>, got <value>"."""
+    pass for a float, nor an integer too large for one), else ConfigError "'key' must be <what>,
+    got <value>"."""
     wrong = isinstance(value, bool) and bool not in types
     wrong = wrong or not isinstance(value, types)
     wrong = wrong or (isinstance(value, float) and not math.isfinite(value))
+    # an integer literal beyond any float (1e309 written out) where a number is read as a float
+    wrong = wrong or (float in types and isinstance(value, int) and abs(value) > sys.float_info.max)
     if wrong:
         raise ConfigError(f"{source}: '{key}' must be {what}, got {shown(value)}")
     return value

@@ -146,6 +146,14 @@ def test_non_finite_numbers_are_rejected(tmp_path, value):
         load_config(write(tmp_path, f"timeouts: {{total: .{value}}}\n"))
 
 
+@pytest.mark.parametrize("key", ["timeouts: {total", "burstiness", "temperature"])
+def test_an_integer_beyond_any_float_is_rejected(tmp_path, key):
+    """A number written out past 1e308 (was OverflowError: int too large to convert to float)."""
+    closing = "}" if "{" in key else ""
+    message = refused_quickly(write(tmp_path, f"{key}: 1{'0' * 400}{closing}\n"))
+    assert re.search(r"'[\w.]+' must be a number, got 10+\.\.\.0+$", message), message
+
+
 # --- bounded inputs: no file, alias or number makes a check hang or a message a page -------------
 def laughs(depth: int = 9, leaf: str = '"lol"') -> str:
     """The "billion laughs": each anchor is nine aliases of the one before (9**10 values)."""
