@@ -7,10 +7,11 @@ Used by the `setting(...)` declarations of `llmload.core.config` (`llmload.core.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
-from llmload.core.schema import Check, parse_section
+from llmload.core.schema import Check, parse_section, shown
 
 
 class ConfigError(ValueError):
@@ -19,12 +20,15 @@ class ConfigError(ValueError):
 
 def expect(source: str, key: str, value: Any, types: tuple[type, ...], what: str) -> Any:
     """`value` if it is one of `types` (a bool never passes for a number; NaN and infinities never
-    pass for a float), else ConfigError "'key' must be <what>, got <value>"."""
+    pass for a float, nor an integer too large for one), else ConfigError "'key' must be <what>,
+    got <value>"."""
     wrong = isinstance(value, bool) and bool not in types
     wrong = wrong or not isinstance(value, types)
     wrong = wrong or (isinstance(value, float) and not math.isfinite(value))
+    # an integer literal beyond any float (1e309 written out) where a number is read as a float
+    wrong = wrong or (float in types and isinstance(value, int) and abs(value) > sys.float_info.max)
     if wrong:
-        raise ConfigError(f"{source}: '{key}' must be {what}, got {value!r}")
+        raise ConfigError(f"{source}: '{key}' must be {what}, got {shown(value)}")
     return value
 
 
@@ -34,7 +38,7 @@ def integer(minimum: int = 1) -> Check:
     def check(source: str, key: str, value: Any) -> int:
         expect(source, key, value, (int,), "an integer")
         if value < minimum:
-            raise ConfigError(f"{source}: '{key}' must be an integer >= {minimum}, got {value!r}")
+            raise ConfigError(f"{source}: '{key}' must be an integer >= {minimum}, got {shown(value)}")
         return int(value)
 
     return check
@@ -48,7 +52,7 @@ def positive_number(source: str, key: str, value: Any) -> float:
     """A finite number > 0."""
     expect(source, key, value, (int, float), "a number")
     if value <= 0:
-        raise ConfigError(f"{source}: '{key}' must be a number > 0, got {value!r}")
+        raise ConfigError(f"{source}: '{key}' must be a number > 0, got {shown(value)}")
     return float(value)
 
 
@@ -56,7 +60,7 @@ def non_negative_number(source: str, key: str, value: Any) -> float:
     """A finite number >= 0."""
     expect(source, key, value, (int, float), "a number")
     if value < 0:
-        raise ConfigError(f"{source}: '{key}' must be a number >= 0, got {value!r}")
+        raise ConfigError(f"{source}: '{key}' must be a number >= 0, got {shown(value)}")
     return float(value)
 
 
@@ -67,7 +71,7 @@ def ratio(below_one: bool = False) -> Check:
     def check(source: str, key: str, value: Any) -> float:
         expect(source, key, value, (int, float), "a number")
         if not (0 <= value < 1 if below_one else 0 <= value <= 1):
-            raise ConfigError(f"{source}: '{key}' must be a number in {interval}, got {value!r}")
+            raise ConfigError(f"{source}: '{key}' must be a number in {interval}, got {shown(value)}")
         return float(value)
 
     return check
@@ -77,7 +81,7 @@ def open_unit_interval(source: str, key: str, value: Any) -> float:
     """A number in (0, 1), e.g. a confidence level."""
     expect(source, key, value, (int, float), "a number")
     if not 0 < value < 1:
-        raise ConfigError(f"{source}: '{key}' must be a number in (0, 1), got {value!r}")
+        raise ConfigError(f"{source}: '{key}' must be a number in (0, 1), got {shown(value)}")
     return float(value)
 
 
@@ -88,7 +92,7 @@ def boolean(source: str, key: str, value: Any) -> bool:
 def one_of(choices: tuple[str, ...]) -> Check:
     def check(source: str, key: str, value: Any) -> str:
         if value not in choices:
-            raise ConfigError(f"{source}: '{key}' must be one of {', '.join(choices)}, got {value!r}")
+            raise ConfigError(f"{source}: '{key}' must be one of {', '.join(choices)}, got {shown(value)}")
         return str(value)
 
     return check
@@ -130,7 +134,7 @@ def number_list(what: str, item: Callable[[float], bool], bound: str) -> Check:
         for i, v in enumerate(value):
             expect(source, f"{key}[{i}]", v, (int, float), f"a number in {bound}")
             if not item(v):
-                raise ConfigError(f"{source}: '{key}[{i}]' must be in {bound}, got {v!r}")
+                raise ConfigError(f"{source}: '{key}[{i}]' must be in {bound}, got {shown(v)}")
             out.append(float(v))
         return tuple(out)
 

@@ -10,6 +10,8 @@ configuration reference all come from that one declaration.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from llmload.core.checks import (
     section,
     string,
 )
-from llmload.core.schema import parse_section, setting, settings
+from llmload.core.schema import parse_section, setting, settings, shown
 
 DEFAULT_PROMPT = (
     "Write a detailed technical explanation of how continuous batching and speculative decoding "
@@ -48,13 +50,27 @@ PROMPT_FORMATS = ("auto", "lines", "jsonl", "sharegpt")
 CONNECTION_KEEP_ALIVE, CONNECTION_CLOSE = "keep-alive", "close"
 CONNECTIONS = (CONNECTION_KEEP_ALIVE, CONNECTION_CLOSE)
 
+# How many users (streams held open at once) a run may ask for. Each stream holds a socket and
+# about 60 KB in the process running it; Locust raises a process's open-file limit to 10,000, so
+# 5,000 streams leave room for the process's other files and for the connections `close` opens,
+# at ~300 MB. A rung may spread over 20 such processes: 100,000 streams, far more than any
+# inference deployment batches at once; an absurd count is refused instead of ramping forever.
+MAX_USERS_PER_PROCESS = 5_000
+MAX_USERS_PER_RUNG = 100_000
+USERS_CEILING = (
+    f"at most {MAX_USERS_PER_RUNG} users a rung ({MAX_USERS_PER_RUNG // MAX_USERS_PER_PROCESS} "
+    f"processes of {MAX_USERS_PER_PROCESS} streams: more than any server batches); "
+    "for more, split the load over several llmload runs"
+)
+
 
 def _rungs_flag(text: str) -> list[int | float]:
     """--rungs: user counts (1,4,8) or, in rate mode, request rates (0.5,2,5)."""
     try:
         return [float(p) if "." in p else int(p) for p in text.replace(" ", "").split(",") if p]
     except ValueError:
-        raise ConfigError(f"--rungs: expected comma-separated numbers like 1,4,8,10, got {text!r}") from None
+        what = "comma-separated numbers like 1,4,8,10"
+        raise ConfigError(f"--rungs: expected {what}, got {shown(text)}") from None
 
 
 def _rungs(source: str, key: str, value: Any) -> tuple[float, ...]:
@@ -71,11 +87,24 @@ def _rungs(source: str, key: str, value: Any) -> tuple[float, ...]:
     )
 
 
+def check_users(source: str, key: str, users: int) -> int:
+    """`users` unless it is beyond MAX_USERS_PER_RUNG (ConfigError saying the ceiling and why)."""
+    if users > MAX_USERS_PER_RUNG:
+        count = str(users) if users < 10**12 else f"~10^{int(math.log10(users))}"
+        raise ConfigError(f"{source}: '{key}' asks {count} users; {USERS_CEILING}")
+    return users
+
+
+def _user_count(source: str, key: str, value: Any) -> int:
+    """A user count: an integer >= 1, within the ceiling."""
+    return check_users(source, key, integer()(source, key, value))
+
+
 def _status_codes(source: str, key: str, value: Any) -> tuple[int, ...]:
     what = "a list of HTTP status codes, e.g. [429, 503]"
     expect(source, key, value, (list, tuple), what)
     if not all(isinstance(s, int) and not isinstance(s, bool) and 400 <= s <= 599 for s in value):
-        raise ConfigError(f"{source}: '{key}' must be {what} (400-599), got {value!r}")
+        raise ConfigError(f"{source}: '{key}' must be {what} (400-599), got {shown(value)}")
     return tuple(value)
 
 
@@ -167,7 +196,7 @@ class ReconcileConfig:
 def _open_percent(source: str, key: str, value: Any) -> float:
     expect(source, key, value, (int, float), "a number in (0, 100)")
     if not 0 < value < 100:
-        raise ConfigError(f"{source}: '{key}' must be a number in (0, 100), got {value!r}")
+        raise ConfigError(f"{source}: '{key}' must be a number in (0, 100), got {shown(value)}")
     return float(value)
 
 
@@ -192,7 +221,9 @@ class CapacityConfig:
     start: float = setting(
         1, help="first concurrency (an integer), or request rate (requests/s), probed", check=positive_number
     )
-    max_users: int = setting(256, help="highest concurrency probed", check=integer())
+    max_users: int = setting(
+        256, help=f"highest concurrency probed (at most {MAX_USERS_PER_RUNG})", check=_user_count
+    )
     max_rate: float = setting(
         1000.0, help="`variable: rate`: highest rate probed, requests/s", check=positive_number
     )
@@ -226,7 +257,7 @@ def _check_capacity_and_determinism(config: SweepConfig) -> None:
             f"'capacity.{top_key}' >= 'capacity.start'"
         )
     if cap.variable == "concurrency" and cap.start != int(cap.start):
-        raise ConfigError(f"{source}: 'capacity.start' must be a whole user count, got {cap.start!r}")
+        raise ConfigError(f"{source}: 'capacity.start' must be a whole user count, got {shown(cap.start)}")
     if config.mode == "capacity" and config.duration is not None:
         raise ConfigError(
             f"{source}: 'mode: capacity' sizes probes by 'capacity.requests'; remove 'duration'"
@@ -290,7 +321,11 @@ class SweepConfig:
 
     rungs: tuple[float, ...] = setting(
         (1, 4, 8, 10),
-        help="the ladder: users per rung (concurrency), or requests/s with `mode: rate`; a rung may repeat",
+        help=(
+            "the ladder: users per rung (concurrency), or requests/s with `mode: rate`; a rung may repeat; "
+            f"at most {MAX_USERS_PER_RUNG} users a rung, {MAX_USERS_PER_PROCESS} a Locust process "
+            "(docs/errors-and-exit-codes.md)"
+        ),
         check=_rungs,
         flag="--rungs",
         parse=_rungs_flag,
@@ -301,7 +336,12 @@ class SweepConfig:
         check=one_of(MODES),
     )
     max_concurrency: int = setting(
-        64, help="rate mode: client slots (users) per rung; a due request waits for one", check=integer()
+        64,
+        help=(
+            "rate mode: client slots (users) per rung; a due request waits for one "
+            f"(at most {MAX_USERS_PER_RUNG})"
+        ),
+        check=_user_count,
     )
     arrival: str = setting(
         "poisson",
@@ -478,6 +518,15 @@ class SweepConfig:
         return self.mode == "rate"
 
     @property
+    def most_users(self) -> int:
+        """The most users any stage of the run holds at once (rate slots, a search's top, a rung)."""
+        if self.mode in ("rate", "trace") or (self.mode == "capacity" and self.capacity.variable == "rate"):
+            return self.max_concurrency
+        if self.mode == "capacity":
+            return self.capacity.max_users
+        return int(max(self.rungs))
+
+    @property
     def determinism(self) -> bool:
         """Whether the greedy-determinism check runs (`check_determinism`, or its default)."""
         if self.check_determinism is not None:
@@ -508,9 +557,10 @@ def _check_mode(config: SweepConfig) -> None:
         for i, v in enumerate(config.rungs):
             if not isinstance(v, int):
                 raise ConfigError(
-                    f"{source}: 'rungs[{i}]' must be an integer user count, got {v!r} "
+                    f"{source}: 'rungs[{i}]' must be an integer user count, got {shown(v)} "
                     "(request rates need 'mode: rate')"
                 )
+            check_users(source, f"rungs[{i}]", v)
     elif config.rate_mode and config.requests_per_rung is None and config.duration is None:
         raise ConfigError(f"{source}: 'mode: rate' needs 'requests_per_rung' or 'duration' per rung")
     if config.arrival == "poisson" and config.burstiness != 1.0:
@@ -537,9 +587,64 @@ def parse_config(raw: Any, source: str) -> SweepConfig:
     return config
 
 
-# --- bad input (issue 13): YAML that would silently mean something else is an error ---------------
+# --- bad input: YAML that would silently mean something else, or never finish, is an error -------
+# A ladder is a few hundred bytes (the shipped ones are under 2 KB) and a few dozen values. PyYAML
+# (pure Python: libyaml's loader cannot be extended) reads about 1 MB a second at worst, so these
+# bounds keep any file's check well under a second while leaving room a hundred times over, e.g.
+# for a long inline `prompt` (256 KiB is some 60,000 tokens; longer prompts go in `prompt_file`,
+# read by its own reader). Values are counted with each alias as the values it repeats: nested
+# aliases ("billion laughs") expand to billions of values that every later walk would visit.
+MAX_LADDER_BYTES = 256 * 1024
+MAX_YAML_VALUES = 10_000
+
+
+class _TooLarge(yaml.YAMLError):
+    """The document is beyond MAX_YAML_VALUES, or an alias contains itself (`problem` says which)."""
+
+    def __init__(self, problem: str, mark: Any) -> None:
+        super().__init__(problem)
+        self.problem, self.problem_mark = problem, mark
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last), and
+    a document of more than MAX_YAML_VALUES values once its aliases are expanded (counted while
+    composing, so a dense or aliased file stops at the limit instead of being read to its end)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._values = 0  # the document's values so far, aliases expanded
+        self._sizes: dict[int, int] = {}  # id(node) -> its values, aliases expanded
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        node = super().compose_node(parent, index)
+        if node is None:
+            return None
+        if isinstance(event, yaml.AliasEvent):
+            size = self._sizes.get(id(node))
+            if size is None:  # the anchored node is still being composed: it holds its own alias
+                raise _TooLarge(f"alias *{event.anchor} is used inside its own anchor", event.start_mark)
+        else:
+            size = 1 + sum(self._sizes[id(child)] for child in self._children(node))
+            self._sizes[id(node)] = size
+            size = 1  # its children were counted as they were composed
+        self._values += size
+        if self._values > MAX_YAML_VALUES:
+            raise _TooLarge(
+                f"more than {MAX_YAML_VALUES} values, each alias counted as the values it repeats "
+                "(a ladder holds a few dozen)",
+                event.start_mark,
+            )
+        return node
+
+    @staticmethod
+    def _children(node: yaml.Node) -> list[yaml.Node]:
+        if isinstance(node, yaml.SequenceNode):
+            return list(node.value)
+        if isinstance(node, yaml.MappingNode):
+            return [n for pair in node.value for n in pair]
+        return []
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first: dict[Any, yaml.Node] = {}
@@ -555,7 +660,7 @@ class _StrictLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     None,
                     None,
-                    f"duplicate key {key!r} (first given on line {earlier.start_mark.line + 1})",
+                    f"duplicate key {shown(key)} (first given on line {earlier.start_mark.line + 1})",
                     key_node.start_mark,
                 )
         return super().construct_mapping(node, deep=deep)
@@ -570,24 +675,46 @@ def _read_yaml(path: Path, text: str) -> Any:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}:{where}: YAML syntax error: {problem}") from None
+        kind = "" if isinstance(e, _TooLarge) else " YAML syntax error:"
+        raise ConfigError(f"{path}:{where}:{kind} {problem}") from None
     except (ValueError, OverflowError, RecursionError) as e:
-        raise ConfigError(f"{path}: YAML value cannot be read: {e}") from None
+        raise ConfigError(f"{path}: YAML value cannot be read: {str(e)[:200]}") from None
     if raw is None:
         raise ConfigError(f"{path}: the file holds no keys (an empty file is not the built-in ladder)")
     return raw
 
 
+def _read_text(path: Path) -> str:
+    """The file's text, read no further than MAX_LADDER_BYTES (a device or a pipe has no size)."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_LADDER_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e}") from None
+    if len(data) > MAX_LADDER_BYTES:
+        raise ConfigError(
+            f"{path}: larger than {MAX_LADDER_BYTES // 1024} KiB, the most a ladder file may be "
+            "(a ladder is a few KB; long prompts go in 'prompt_file')"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e}") from None
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(source: str, text: str) -> SweepConfig:
+    """The config of a file's text: a process that checks its ladder and then runs it (Locust's
+    init, then the first tick) reads the file each time but parses it once."""
+    return parse_config(_read_yaml(Path(source), text), source=source)
+
+
 def load_config(path: str | Path) -> SweepConfig:
     """Read and validate a YAML ladder file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read config file: {e}") from None
-    config = parse_config(_read_yaml(path, text), source=str(path))
+    config = _parsed(str(path), _read_text(path))
     if config.prompt_file and not Path(config.prompt_file).is_absolute():
         # relative to the config file, so a config and its prompt file travel together
         config = dataclasses.replace(config, prompt_file=str(path.parent.resolve() / config.prompt_file))

@@ -21,12 +21,36 @@ field and docs row follow.
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, Field, dataclass, field
 from typing import Any
 
 Check = Callable[[str, str, Any], Any]  # (source, key, value) -> the validated value
 METADATA_KEY = "llmload"
+SHOWN_CHARS = 100  # of a bad value in an error message: enough to recognise it, never a page
+
+
+def _bounded_repr() -> reprlib.Repr:
+    """A repr that looks at a bounded part of a value: a few items of each list or mapping, a few
+    levels deep, the first characters of a string, so its cost never grows with the value (a
+    YAML alias expands to billions of shared references)."""
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 8, 8, 8, 8
+    r.maxstring = r.maxlong = r.maxother = SHOWN_CHARS
+    return r
+
+
+_REPR = _bounded_repr()
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """`repr(value)` for an error message, cut to about `limit` characters (`...` marks a cut)."""
+    try:
+        text = _REPR.repr(value)
+    except ValueError:  # an int beyond Python's str-conversion limit
+        text = f"<an integer of {value.bit_length()} bits>" if isinstance(value, int) else "<unprintable>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +112,7 @@ def parse_section(
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in known:
-            raise error(f"{source}: unknown key {f'{prefix}{key}'!r} (known: {', '.join(known)})")
+            raise error(f"{source}: unknown key {shown(f'{prefix}{key}')} (known: {', '.join(known)})")
         check = known[key].check
         values[key] = value if check is None else check(source, prefix + str(key), value)
     return values
@@ -184,7 +208,7 @@ def flag_overrides(
                 if type(exc) is not ValueError:  # the parse's own one-line error (a ConfigError)
                     raise
                 what = PARSED_AS.get(s.parse, "a valid value")  # type: ignore[call-overload]
-                raise error(f"{s.flag}: expected {what}, got {value!r}") from None
+                raise error(f"{s.flag}: expected {what}, got {shown(value)}") from None
         out[f.name] = (value, s.flag)
     return out
 

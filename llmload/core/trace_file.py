@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload.core.config import ConfigError
+from llmload.core.schema import shown
 
 BLOCK_TOKENS = 512  # tokens per hash_ids block (the Mooncake trace's block size)
 _ID_SEPARATORS = re.compile(r"[\s;|,]+")
@@ -47,10 +48,10 @@ class TraceLine:
 
 def _int_field(where: str, obj: dict[str, Any], key: str) -> int:
     value = obj.get(key)
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isdigit() and len(value) <= 18:  # else: refused below
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{where}: '{key}' must be an integer >= 1, got {value!r}")
+        raise ConfigError(f"{where}: '{key}' must be an integer >= 1, got {shown(value)}")
     return value
 
 
@@ -58,10 +59,10 @@ def _timestamp(where: str, obj: dict[str, Any]) -> float:
     value = obj.get("timestamp")
     try:
         ts = float(value) if isinstance(value, int | float | str) and not isinstance(value, bool) else None
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number, or an integer beyond any float
         ts = None
     if ts is None or not math.isfinite(ts) or ts < 0:
-        raise ConfigError(f"{where}: 'timestamp' must be a number of milliseconds >= 0, got {value!r}")
+        raise ConfigError(f"{where}: 'timestamp' must be a number of milliseconds >= 0, got {shown(value)}")
     return ts
 
 

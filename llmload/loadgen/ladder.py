@@ -44,7 +44,7 @@ from llmload.analysis.capacity import CapacitySearch, fmt_load
 from llmload.analysis.health import health_path
 from llmload.analysis.reconcile import Tally, check_inputs, check_rung
 from llmload.core import exit_codes
-from llmload.core.config import ConfigError, SweepConfig, parse_config
+from llmload.core.config import MAX_USERS_PER_PROCESS, ConfigError, SweepConfig, parse_config
 from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
 from llmload.core.records import RecordWriter, RequestRecord, new_run_id
 from llmload.core.run_files import RunFiles
@@ -310,6 +310,21 @@ def plan_stages(
     ]
 
 
+def check_users_per_process(config: SweepConfig, processes: int) -> None:
+    """ConfigError when a stage would put more than MAX_USERS_PER_PROCESS users in one of the
+    `processes` processes that run users (Locust spreads a stage's users evenly over them)."""
+    most = config.most_users
+    if math.ceil(most / processes) <= MAX_USERS_PER_PROCESS:
+        return
+    needed = math.ceil(most / MAX_USERS_PER_PROCESS)
+    where = "1 Locust process" if processes == 1 else f"{processes} Locust processes"
+    raise ConfigError(
+        f"{config.source}: {most} users at once in {where}; "
+        f"one process runs at most {MAX_USERS_PER_PROCESS} (a socket and about 60 KB each, within "
+        f"Locust's 10000 open files): run them on {needed} or more (--processes {needed}, or workers)"
+    )
+
+
 def records_path(options: Any) -> Path:
     """--records, else <--csv prefix>_records.jsonl, else reports/run-<time>_records.jsonl."""
     if getattr(options, "records", ""):
@@ -395,6 +410,9 @@ class LadderShape(LoadTestShape):
         self.told_400 = False
         options = env.parsed_options
         config = run_config(options)
+        runner = self._runner
+        processes = max(1, runner.worker_count) if isinstance(runner, MasterRunner) else 1
+        check_users_per_process(config, processes)  # before the preflight: nothing is sent
         self.soak = config.soak is not None
         ctx = tls_context(getattr(options, "ca_bundle", ""), getattr(options, "tls_insecure", False))
         model = preflight(

@@ -12,6 +12,7 @@ chunk). Every generation request, faulted or not, leaves one `request` line in t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import socket
@@ -77,6 +78,16 @@ async def flush_then_reset(request: web.BaseRequest) -> None:
     reset_connection(request)
 
 
+def _bearer_bytes(key: str) -> list[bytes]:
+    """The header bytes that carry `Bearer <key>`: Latin-1, as HTTP clients encode a header, and
+    UTF-8, as some send a key beyond Latin-1."""
+    header = f"Bearer {key}"
+    encoded = [header.encode("utf-8", "surrogateescape")]
+    with contextlib.suppress(UnicodeEncodeError):  # beyond Latin-1: only its UTF-8 bytes
+        encoded.append(header.encode("latin-1"))
+    return encoded
+
+
 class Reply(NamedTuple):
     """One answer being written: the request, its response, the engine's sequence, the shapes'
     formatter and the request's truth line."""
@@ -101,11 +112,13 @@ class SimServer:
 
     @web.middleware
     async def check_api_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        """401 on /v1/* without the configured bearer token (constant-time comparison)."""
+        """401 on /v1/* without the configured bearer token (constant-time comparison of the
+        header's bytes: aiohttp decodes them as UTF-8 with surrogate escapes, so any byte a client
+        sends, Latin-1 or broken UTF-8, comes back as it was and is simply a key that does not match)."""
         key = self.config.api_key
         if key and request.path.startswith("/v1/"):
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+            if not any(hmac.compare_digest(given, expected) for expected in _bearer_bytes(key)):
                 return error_response(ApiError(401, "Invalid API key", "AuthenticationError"))
         response: web.StreamResponse = await handler(request)
         return response

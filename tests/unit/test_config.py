@@ -2,10 +2,13 @@
 
 import dataclasses
 import importlib.util
+import re
+import time
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
+import yaml
 from fixtures.paths import REPO
 from locust.argument_parser import LocustArgumentParser
 
@@ -141,3 +144,130 @@ def test_a_bad_flag_value_names_the_flag(flag, value, message):
 def test_non_finite_numbers_are_rejected(tmp_path, value):
     with pytest.raises(ConfigError, match="'timeouts.total' must be a number"):
         load_config(write(tmp_path, f"timeouts: {{total: .{value}}}\n"))
+
+
+@pytest.mark.parametrize("key", ["timeouts: {total", "burstiness", "temperature"])
+def test_an_integer_beyond_any_float_is_rejected(tmp_path, key):
+    """A number written out past 1e308 (was OverflowError: int too large to convert to float)."""
+    closing = "}" if "{" in key else ""
+    message = refused_quickly(write(tmp_path, f"{key}: 1{'0' * 400}{closing}\n"))
+    assert re.search(r"'[\w.]+' must be a number, got 10+\.\.\.0+$", message), message
+
+
+# --- bounded inputs: no file, alias or number makes a check hang or a message a page -------------
+def laughs(depth: int = 9, leaf: str = '"lol"') -> str:
+    """The "billion laughs": each anchor is nine aliases of the one before (9**10 values)."""
+    text = f"&a0 [{', '.join([leaf] * 9)}]"
+    for i in range(1, depth + 1):
+        text = f"&a{i} [{text}, {', '.join([f'*a{i - 1}'] * 8)}]"
+    return text
+
+
+def refused_quickly(path: Path) -> str:
+    """The ConfigError of `path`: one line naming it, short, within a generous bound of time."""
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    elapsed = time.monotonic() - t0
+    message = str(err.value)
+    assert elapsed < 5, elapsed
+    assert message.startswith(f"{path}: ") and "\n" not in message and len(message) <= 300, message
+    return message
+
+
+@pytest.mark.parametrize("key", ["rungs", "prompt", "percentiles", "slo", "not_a_key"])
+def test_an_alias_bomb_is_refused_at_the_limit(tmp_path, key):
+    message = refused_quickly(write(tmp_path, f"{key}: {laughs()}\n"))
+    assert re.search(r": line 1, column \d+: more than 10000 values, each alias counted", message), message
+
+
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path):
+    message = refused_quickly(write(tmp_path, "rungs: &r [1, *r]\n"))
+    assert message.endswith("alias *r is used inside its own anchor")
+
+
+def test_a_dense_file_stops_at_the_limit_of_values(tmp_path):
+    message = refused_quickly(write(tmp_path, "rungs: [" + "1, " * 60_000 + "1]\n"))
+    assert "more than 10000 values" in message
+
+
+def test_aliases_within_the_limit_are_read(tmp_path):
+    cfg = load_config(write(tmp_path, "max_tokens: &n 8\nrequests_per_user: *n\nrungs: [1, 2]\n"))
+    assert (cfg.max_tokens, cfg.requests_per_user) == (8, 8)
+
+
+def test_an_oversized_ladder_file_is_refused_before_parsing(tmp_path):
+    path = write(tmp_path, "rungs: [1]\nprompt: " + "x" * (50 << 20) + "\n")
+    message = refused_quickly(path)
+    assert message == (
+        f"{path}: larger than 256 KiB, the most a ladder file may be "
+        "(a ladder is a few KB; long prompts go in 'prompt_file')"
+    )
+
+
+def test_a_file_is_parsed_once_per_process(tmp_path, monkeypatch):
+    """Locust's init checks the ladder and its first tick loads it again: one parse."""
+    path = write(tmp_path, "rungs: [1, 2]\n")
+    calls = []
+    real = yaml.load
+    monkeypatch.setattr(yaml, "load", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    assert load_config(path) == load_config(path) == run_config(Namespace(ladder=str(path)))
+    assert len(calls) == 1
+    path.write_text("rungs: [3]\n")  # an edited file is read again
+    assert load_config(path).rungs == (3,)
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"prompt: [{'x' * 5000!r}]\n",
+        f"model: {list(range(5000))}\n",
+        f"endpoint: {'e' * 5000}\n",
+        f"retries: {{on_status: {[200] * 5000}}}\n",
+        f"rungs: [{'9' * 4000}]\n",
+    ],
+    ids=["long-string-in-list", "long-list", "long-choice", "long-status-list", "long-int"],
+)
+def test_a_bad_value_is_quoted_to_about_100_characters(tmp_path, text):
+    message = refused_quickly(write(tmp_path, text))
+    assert len(message.split(", got ", 1)[-1]) <= 110 or "asks" in message, message
+
+
+USERS_CEILING = (
+    r"at most 100000 users a rung \(20 processes of 5000 streams: more than any server batches\); "
+    r"for more, split the load over several llmload runs"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("rungs: [1, 100000000000000000000000000000]\n", "rungs[1]"),
+        ("rungs: [100001]\n", "rungs[0]"),
+        ("mode: rate\nrequests_per_rung: 10\nrungs: [1]\nmax_concurrency: 1000000\n", "max_concurrency"),
+        ("mode: capacity\nslo: {ttft_ms: 100}\ncapacity: {max_users: 10000000}\n", "capacity.max_users"),
+    ],
+)
+def test_absurd_user_counts_are_refused_with_the_ceiling(tmp_path, text, key):
+    path = write(tmp_path, text)
+    message = refused_quickly(path)
+    assert re.fullmatch(
+        re.escape(f"{path}: '{key}' asks ") + r"(\d+|~10\^\d+) users; " + USERS_CEILING, message
+    )
+
+
+def test_the_users_ceiling_holds_for_flags_and_environment():
+    parser = LocustArgumentParser()
+    add_arguments(parser)
+    for argv, env in ((["--rungs", "1,1" + "0" * 29], {}), ([], {"LOCUST_RUNGS": "200000"})):
+        with pytest.raises(ConfigError) as err:
+            run_config(parser.parse_args(argv, env_vars=env))
+        assert re.fullmatch(
+            r"--rungs: 'rungs\[\d\]' asks (200000|~10\^29) users; " + USERS_CEILING, str(err.value)
+        )
+
+
+def test_the_users_ceiling_itself_is_accepted(tmp_path):
+    assert load_config(write(tmp_path, "rungs: [100000]\n")).rungs == (100000,)
+    assert load_config(write(tmp_path, "mode: rate\nduration: 1\nrungs: [200000.0]\n")).rungs == (200000.0,)

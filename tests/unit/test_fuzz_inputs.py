@@ -3,10 +3,11 @@
 The property, for each surface: an input is accepted, or rejected with the module's own error type
 and a one-line message; never any other exception (a traceback for the user). Surfaces: the YAML
 ladder file (random mappings of known and unknown keys, every YAML type, unicode, duplicate keys,
-raw text), the Locust command-line options (`run_config`, as the CLI and the web UI's form give
-them), the sweep command's `--sim` flags and the simulator's own flags, the records reader and the
-post-processor behind it (random JSON lines, almost-records with wrong field types), Locust's CSV
-reader (random headers and cells) and the SSE parser (random `data:` lines, almost-chunks).
+raw text, anchors and aliases up to "billion laughs" bombs, huge integers), the Locust
+command-line options (`run_config`, as the CLI and the web UI's form give them), the sweep
+command's `--sim` flags and the simulator's own flags, the records reader and the post-processor
+behind it (random JSON lines, almost-records with wrong field types), Locust's CSV reader (random
+headers and cells) and the SSE parser (random `data:` lines, almost-chunks).
 
 1,000 examples per surface (`FUZZ`), derandomized so a CI run is repeatable, ~20 s in all. The
 last test plants a bare KeyError in the config parser and checks that the ladder property finds it.
@@ -84,10 +85,42 @@ values = st.recursive(
 mappings = st.dictionaries(KEYS | st.text(max_size=10), values, max_size=6)
 
 
+huge_integers = st.sampled_from(
+    ["1" + "0" * 29, "-1" + "0" * 29, str(2**64), "1" + "0" * 400, "9" * 5000]
+) | (
+    st.integers(min_value=10**12, max_value=10**40).map(str)
+)  # as YAML text: beyond a float, beyond Python's 4,300-digit int conversion
+
+
+@st.composite
+def aliased_texts(draw: st.DrawFn) -> str:
+    """YAML with anchors and aliases under known keys: a value reused, a merge, a value that holds
+    itself, or nested aliases of a drawn width and depth (a small or a huge "billion laughs")."""
+    key, other = draw(KEYS), draw(KEYS)
+    shape = draw(st.sampled_from(["reuse", "merge", "recursive", "laughs"]))
+    if shape == "reuse":
+        return f"{key}: &v {json.dumps(draw(values))}\n{other}: *v\n"
+    if shape == "merge":
+        return f"{key}: &b {{{other}: {json.dumps(draw(scalars))}}}\n{other}: {{<<: *b}}\n"
+    if shape == "recursive":
+        return f"{key}: &r [1, *r]\n"
+    width, depth = draw(st.integers(1, 9)), draw(st.integers(1, 12))
+    text = f"&a0 [{', '.join([json.dumps(draw(scalars))] * width)}]"
+    for i in range(1, depth + 1):
+        text = f"&a{i} [{', '.join([text] + [f'*a{i - 1}'] * (width - 1))}]"  # the last, width times
+    return f"{key}: {text}\n"
+
+
 @st.composite
 def ladder_texts(draw: st.DrawFn) -> str:
-    """YAML text: a dumped random mapping, the same with a key repeated, or raw text."""
-    kind = draw(st.sampled_from(["mapping", "duplicate", "raw", "yaml-ish"]))
+    """YAML text: a dumped random mapping, the same with a key repeated, raw text, anchors and
+    aliases, or a huge integer under a known key."""
+    kind = draw(st.sampled_from(["mapping", "duplicate", "raw", "yaml-ish", "aliases", "huge"]))
+    if kind == "aliases":
+        return draw(aliased_texts())
+    if kind == "huge":
+        number = draw(huge_integers)
+        return f"{draw(KEYS)}: {number}\nrungs: [1, {number}]\n"
     if kind == "raw":
         return draw(st.text(max_size=80))
     if kind == "yaml-ish":

@@ -83,6 +83,22 @@ def test_bad_traces_name_the_line_and_field(text, message):
         parse_trace(text, "t")
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"timestamp": 1, "input_length": "%s", "output_length": 1}' % ("x" * 5000),
+        '{"timestamp": 1, "input_length": "%s", "output_length": 1}' % ("9" * 5000),
+        '{"timestamp": 1%s, "input_length": 3, "output_length": 1}' % ("0" * 400),
+    ],
+    ids=["long-string", "long-digits", "beyond-a-float"],
+)
+def test_a_bad_trace_value_is_one_short_line(line):
+    with pytest.raises(ConfigError) as err:
+        parse_trace(line, "t")
+    message = str(err.value)
+    assert message.startswith("t:1: '") and "\n" not in message and len(message) <= 200, message
+
+
 def test_unreadable_trace_file(tmp_path):
     with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'no.jsonl'}: 'trace_file' cannot be read")):
         read_trace(tmp_path / "no.jsonl")
