@@ -436,6 +436,9 @@ class RungTally:
         )
 
 
+SAFE_MAGNITUDE = 1e300  # no sum of a million such values overflows a float
+
+
 def summarize_array(values: np.ndarray, percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> Summary | None:
     """`llmload.core.stats.summarize` of a numpy array (floats, or ints under 2**63): the same
     figures, bit for bit, without a sort or a Python loop. The percentiles read the ranks they
@@ -446,7 +449,13 @@ def summarize_array(values: np.ndarray, percentiles: Sequence[float] = DEFAULT_P
     n = values.size
     if not n:
         return None
-    m = math.fsum(values.tolist()) / n  # in summarize's order: the same error first, if any
+    if values.dtype.kind == "f" and not (np.abs(values) <= SAFE_MAGNITUDE).all():
+        # fsum's answer to inf, nan and values whose sum can overflow depends on the order it
+        # meets them in (an inf before two huge values: inf; after them: OverflowError); only
+        # hand-made files hold such times, so they take summarize's own path on the sorted
+        # values it was given
+        return summarize(np.sort(values).tolist(), percentiles)
+    m = math.fsum(values.tolist()) / n
     std = math.sqrt(math.fsum(map(pow, _minus(values, m).tolist(), repeat(2))) / n)
     pct = _percentiles_of(values, (50.0, *percentiles))
     return Summary(count=n, mean=m, median=pct[50.0], std=std, percentiles={q: pct[q] for q in percentiles})

@@ -88,26 +88,29 @@ def run_logged(
         finally:
             os.close(watch_read)
     try:
-        _wait_exited(guard.pid, log_path, timeout, what, progress)
+        returncode = _wait(guard, log_path, timeout, what, progress)
     finally:
-        # The guard is not reaped yet, so its pid still names this group: whatever is left of the
-        # group (nothing after a clean exit) is killed before the pid can be reused.
-        _kill_group(guard.pid)
         os.close(watch_write)
-        returncode = guard.wait()
+        # Still running (a timeout, an exception, a signal): the guard is not reaped, so its pid
+        # still names the group, and the group is killed. A guard that exited has already
+        # stopped what its command left behind (guard_main), so a reaped pid is never signalled.
+        if guard.returncode is None:
+            _kill_group(guard.pid)
+            guard.wait()
     if returncode != 0:
         raise BuildError(f"{what} failed (exit {returncode}); see {log_path}:\n{tail(log_path)}")
 
 
-def _exited(pid: int) -> bool:
-    """True once the child has exited, without reaping it."""
-    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+def _wait(
+    guard: subprocess.Popen[bytes], log_path: Path, timeout: float, what: str, progress: Progress
+) -> int:
+    """The guard's exit code, with a progress line every PROGRESS_EVERY_S; BuildError at timeout.
 
-
-def _wait_exited(pid: int, log_path: Path, timeout: float, what: str, progress: Progress) -> None:
+    Polls rather than blocks: a process where gevent is patched in reaps children itself, and
+    `Popen.poll` is the call that copes with that."""
     started = time.monotonic()
     next_report = started + PROGRESS_EVERY_S
-    while not _exited(pid):
+    while (returncode := guard.poll()) is None:
         now = time.monotonic()
         if now - started >= timeout:
             raise BuildError(f"{what} timed out after {timeout:g} s; see {log_path}:\n{tail(log_path)}")
@@ -116,6 +119,7 @@ def _wait_exited(pid: int, log_path: Path, timeout: float, what: str, progress: 
             percent = build_percent(log_path)
             progress(f"{what}: {percent + ' done, ' if percent else ''}{(now - started) / 60:.1f} min so far")
         time.sleep(WATCH_EVERY_S)
+    return returncode
 
 
 def guard_main(argv: Sequence[str]) -> int:
@@ -127,12 +131,17 @@ def guard_main(argv: Sequence[str]) -> int:
         print("build_guard: usage: build_guard.py FD -- CMD...", file=sys.stderr)
         return 2
     child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    # set after the command started, so that it does not inherit it: the guard outlives the
+    # SIGTERM it sends its own group once the command is done
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     while True:
         readable, _, _ = select.select([watch_fd], [], [], WATCH_EVERY_S)
         if readable:  # the caller never writes: readable means it is gone
             _kill_group(os.getpgrp())  # this guard too
         returncode = child.poll()
         if returncode is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(os.getpgrp(), signal.SIGTERM)  # whatever the command left running
             return returncode if returncode >= 0 else 128 - returncode
 
 

@@ -75,3 +75,34 @@ def test_the_build_dies_with_its_caller(tmp_path: Path, sig: signal.Signals) -> 
         if caller.poll() is None:
             caller.kill()
             caller.wait()
+
+
+def test_what_a_finished_command_left_running_is_stopped(tmp_path: Path) -> None:
+    """A command that exits but leaves a process of its group behind (as a build tool can) does
+    not leave it to the next run."""
+    from llmload.servers.build_guard import run_logged
+
+    pid_file = tmp_path / "pid"
+    run_logged(["sh", "-c", f"sleep 300 & echo $! > {pid_file}"], tmp_path / "log", 60.0, "leaves one")
+    left = int(pid_file.read_text())
+    wait_for(lambda: not alive(left), GONE_WITHIN_S, f"the process {left} the command left ended")
+
+
+def test_a_gevent_patched_caller_still_gets_the_exit_code(tmp_path: Path) -> None:
+    """Once gevent is patched in (any process that imported Locust), children are reaped behind
+    the caller's back; the build must still finish and report a failure as a failure."""
+    script = f"""
+import gevent.monkey; gevent.monkey.patch_all()
+from pathlib import Path
+from llmload.servers.build_guard import BuildError, run_logged
+run_logged(["sh", "-c", "exit 0"], Path({str(tmp_path / "log")!r}), 60.0, "ok")
+try:
+    run_logged(["sh", "-c", "sleep 0.3; exit 3"], Path({str(tmp_path / "log")!r}), 60.0, "fails")
+except BuildError as e:
+    print("BuildError", e)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "BuildError fails failed" in done.stdout

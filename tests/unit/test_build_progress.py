@@ -13,7 +13,7 @@ from llmload.servers import build_guard
 
 def test_a_long_build_reports_its_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(build_guard, "PROGRESS_EVERY_S", 0.2)
-    script = "import time; print('[ 45%] Building CXX object server.cpp.o', flush=True); time.sleep(1.0)"
+    script = "import time; print('[ 45%] Building CXX object server.cpp.o', flush=True); time.sleep(1.5)"
     lines: list[str] = []
     build_guard.run_logged(
         [sys.executable, "-c", script], tmp_path / "build.log", 30.0, "cmake build", lines.append
