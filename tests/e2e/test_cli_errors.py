@@ -59,7 +59,7 @@ def no_host() -> str:
         (["--sim", "port=80"], r"--sim 'port=80': the sweep chooses the simulator's port itself"),
         (["--host", "http://127.0.0.1:1", "--sim", "base_ms=1"], r"--sim base_ms: with --host no .*"),
         (["--run-dir", "afile/run"], r"--run-dir afile/run: afile is a file, not a folder"),
-        (["--", "--csv", "afile/x/run"], r"--csv afile/x: afile is a file, not a folder"),
+        (["--", "--csv", "afile/x/run"], r"locust: argument --csv: afile/x/run: afile is a file, not a folder"),
     ],
     ids=["no-scheme", "port-text", "port-range", "sim-unknown", "sim-type", "sim-twice", "sim-port",
          "sim-and-host", "run-dir-under-file", "csv-under-file"],
