@@ -31,6 +31,12 @@ from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.records import RecordFileError
 
 
+def _path(text: str) -> Path:
+    if not text.strip():  # Path("") is the current folder: "cannot read ." would not name the flag
+        raise argparse.ArgumentTypeError("empty path; give the budget YAML file")
+    return Path(text)
+
+
 def _config(args: argparse.Namespace) -> BudgetConfig:
     cfg = load_budget_config(args.config) if args.config else None
     if args.component_ms is not None:
@@ -51,7 +57,7 @@ def _config(args: argparse.Namespace) -> BudgetConfig:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llmload budget", description=__doc__.split("\n\n")[0])
     p.add_argument("sweep", help="a run or a sweep-table file")
-    p.add_argument("--config", type=Path, default=None, help="budget YAML (see config/budget.yaml)")
+    p.add_argument("--config", type=_path, default=None, help="budget YAML (see config/budget.yaml)")
     p.add_argument("--component", default="", help="the component's name")
     # each flag is checked by its budget-file key's own check
     p.add_argument(

@@ -73,3 +73,7 @@ def parse_locust_args(argv: Sequence[str]) -> Namespace | None:
             line.removeprefix("locust: error: ") for line in lines if not line.startswith("usage")
         )
         raise ConfigError(f"locust: {reason or f'refused the command line (exit {stop.code})'}") from None
+    except Exception as e:  # Locust's own error report can fail (on an empty unknown argument)
+        blank = any(not arg.strip() for arg in argv)
+        reason = "an empty argument ('')" if blank else f"{type(e).__name__}: {str(e)[:100]}"
+        raise ConfigError(f"locust: cannot parse the command line: {reason}") from None
