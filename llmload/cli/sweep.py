@@ -37,7 +37,7 @@ from llmload.core.output_paths import check_output_folder
 from llmload.core.records import RecordFileError
 from llmload.core.run_files import RunFiles
 from llmload.loadgen.locust_args import parse_locust_args
-from llmload.loadgen.options import check_api_key, check_host, options_help
+from llmload.loadgen.options import check_api_key, check_host, options_help, run_config
 from llmload.sim.__main__ import SimFlagError, config_from_args
 
 PROG = "llmload sweep"
@@ -114,7 +114,9 @@ def check_input(args: argparse.Namespace, run_dir: Path, locust_args: Sequence[s
     if args.ladder:
         load_config(args.ladder)
     check_output_folder("--run-dir", run_dir)  # created here: Locust's log and files go there
-    locust_options(run_dir, locust_args, args.host)  # and every output path Locust would write
+    options = locust_options(run_dir, locust_args, args.host)  # and every output path Locust writes
+    if options is not None:
+        run_config(options)  # the llmload flags' values, as the Locust process will check them
     return sim_args(args.sim)
 
 
