@@ -1,16 +1,28 @@
-"""Shared pytest fixtures. Simulator fixtures are named `sim_*`."""
+"""Shared pytest fixtures. Simulator fixtures are named `sim_*`.
+
+Hypothesis profiles (selected by HYPOTHESIS_PROFILE, default `dev`): `ci` runs every fuzzed
+surface's full count of examples (`.ci/run` sets it), `dev` far fewer, so the unit tier stays
+quick locally; both derandomized (`tests/fixtures/fuzzing.py`).
+"""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fixtures.fuzzing import CI_EXAMPLES, DEV_EXAMPLES
 from fixtures.paths import REPO
+from hypothesis import settings
 
 from llmload.servers.simulator import SimulatorProcess
+
+settings.register_profile("ci", max_examples=CI_EXAMPLES, derandomize=True, database=None)
+settings.register_profile("dev", max_examples=DEV_EXAMPLES, derandomize=True, database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 @pytest.fixture

@@ -81,6 +81,23 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
+def _positive(value: Any, where: str) -> float:
+    number = _number(value, where)
+    if number <= 0:  # a step of zero tokens, or a component infinitely slower: no budget
+        raise ConfigError(f"{where}: expected a number > 0, got {value!r}")
+    return number
+
+
+def check_number(source: str, key: str, value: Any) -> float:
+    """`cost_ms` as a number (the file's key and --component-ms): finite."""
+    return _number(value, f"{source}: {key}")
+
+
+def check_positive(source: str, key: str, value: Any) -> float:
+    """`accept_len`, `speedup` (the file's keys and their flags): a finite number > 0."""
+    return _positive(value, f"{source}: {key}")
+
+
 def parse_cost_model(data: Any, name: str, where: str) -> CostModel:
     """`cost_ms` of the budget file: a number, {linear: {a, b}} or {table: {batch: ms}}."""
     if isinstance(data, int | float) and not isinstance(data, bool):
@@ -134,8 +151,8 @@ def load_budget_config(path: Path) -> BudgetConfig:
     speedup = data.get("speedup")
     return BudgetConfig(
         cost=parse_cost_model(data["cost_ms"], name, f"{path}: cost_ms"),
-        accept_len=None if accept is None else _number(accept, f"{path}: accept_len"),
-        speedup=None if speedup is None else _number(speedup, f"{path}: speedup"),
+        accept_len=None if accept is None else _positive(accept, f"{path}: accept_len"),
+        speedup=None if speedup is None else _positive(speedup, f"{path}: speedup"),
     )
 
 

@@ -52,10 +52,11 @@ class RunResult:
     run_info: dict[str, Any] | None  # the parsed <prefix>_run.json, when present
     missing: list[MissingRung] = field(default_factory=list)  # ladder rungs without any record
     divergence: list[RungDivergence] = field(default_factory=list)  # greedy-determinism check
+    records_file: Path | None = None  # the records, when not at <prefix>_records.jsonl
 
     @property
     def records_path(self) -> Path:
-        return RunFiles(Path(self.prefix)).records
+        return RunFiles(Path(self.prefix), self.records_file).records
 
     def iter_records(self) -> Iterator[RequestRecord]:
         """The run's readable records, read again from its file one at a time."""
@@ -153,7 +154,7 @@ def missing_rungs(run_info: Mapping[str, Any] | None, rungs: Sequence[RungTally]
 
 
 def load_run(
-    prefix: str | Path,
+    prefix: str | Path | RunFiles,
     *,
     with_metrics: bool = False,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
@@ -164,9 +165,10 @@ def load_run(
 ) -> RunResult:
     """Post-process a run in one pass over its records; raises RecordFileError when there is nothing
     measured to show. `keep_records`: also keep every record in `RunResult.records`; `processes`:
-    read the records in 1 or 2 processes, None to choose (`llmload.analysis.records_pass`)."""
-    prefix = str(prefix)
-    files = RunFiles(Path(prefix))
+    read the records in 1 or 2 processes, None to choose (`llmload.analysis.records_pass`).
+    `prefix`: the run's prefix, or its RunFiles (a records file named otherwise)."""
+    files = prefix if isinstance(prefix, RunFiles) else RunFiles(Path(prefix))
+    prefix = str(files.prefix)
     records_path = str(files.records)
     info, run_warning = run_file(prefix)
     if slo is None:  # the run's own `slo:` from its config file (goodput's keys: itl_ms is not one)
@@ -197,6 +199,7 @@ def load_run(
     result = RunResult(
         prefix, found.records, rungs, rows, metrics, warnings, info, missing_rungs(info, rungs)
     )
+    result.records_file = files.records_file
     if any(t.checked for t in rungs):  # greedy-determinism hashes: compare the texts
         result.divergence = divergence(result.record_rungs())
     return result

@@ -19,13 +19,22 @@ from llmload.analysis.budget import (
     BudgetConfig,
     CostModel,
     budget_rows,
+    check_number,
+    check_positive,
     load_budget_config,
     load_points,
     render_budget,
 )
+from llmload.core.checks import flag_type
 from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.records import RecordFileError
+
+
+def _path(text: str) -> Path:
+    if not text.strip():  # Path("") is the current folder: "cannot read ." would not name the flag
+        raise argparse.ArgumentTypeError("empty path; give the budget YAML file")
+    return Path(text)
 
 
 def _config(args: argparse.Namespace) -> BudgetConfig:
@@ -48,12 +57,26 @@ def _config(args: argparse.Namespace) -> BudgetConfig:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llmload budget", description=__doc__.split("\n\n")[0])
     p.add_argument("sweep", help="a run or a sweep-table file")
-    p.add_argument("--config", type=Path, default=None, help="budget YAML (see config/budget.yaml)")
+    p.add_argument("--config", type=_path, default=None, help="budget YAML (see config/budget.yaml)")
     p.add_argument("--component", default="", help="the component's name")
-    p.add_argument("--component-ms", type=float, default=None, help="the component's cost per step, ms")
-    p.add_argument("--accept-len", type=float, default=None, help="accepted tokens per sequence per step")
+    # each flag is checked by its budget-file key's own check
     p.add_argument(
-        "--speedup", type=float, default=None, help="what if the component were this many times faster"
+        "--component-ms",
+        type=flag_type(check_number, "cost_ms"),
+        default=None,
+        help="the component's cost per step, ms",
+    )
+    p.add_argument(
+        "--accept-len",
+        type=flag_type(check_positive, "accept_len"),
+        default=None,
+        help="accepted tokens per sequence per step",
+    )
+    p.add_argument(
+        "--speedup",
+        type=flag_type(check_positive, "speedup"),
+        default=None,
+        help="what if the component were this many times faster",
     )
     p.add_argument("--format", choices=["table", "markdown"], default="table")
     args = p.parse_args(argv)

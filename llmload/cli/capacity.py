@@ -28,19 +28,20 @@ from pathlib import Path
 from llmload.analysis.capacity import CapacityResult, replay
 from llmload.analysis.postprocess import read_run_info
 from llmload.analysis.sweep_rows import group_rungs
-from llmload.cli.sweep import _sim_flag
+from llmload.cli.sweep import _sim_flag, check_input, records_at
 from llmload.cli.sweep_run import default_run_dir, run_sweep
 from llmload.core.config import ConfigError, load_config, parse_config
 from llmload.core.exit_codes import BAD_INPUT
+from llmload.core.output_paths import check_output_file
 from llmload.core.records import RecordFileError, read_records
 from llmload.core.run_files import RunFiles
 from llmload.output.capacity import FORMATS, capacity_plot, render_capacity
 
 
-def capacity_of_run(prefix: str | Path) -> CapacityResult:
+def capacity_of_run(prefix: str | Path | RunFiles) -> CapacityResult:
     """The search's answer from a run's records and run file (its config names the SLOs)."""
-    files = RunFiles(Path(prefix))
-    info = read_run_info(prefix)
+    files = prefix if isinstance(prefix, RunFiles) else RunFiles(Path(prefix))
+    info = read_run_info(files.prefix)
     if info is None or "config" not in info:
         raise RecordFileError(f"{files.run}: no run file: cannot tell the run's SLOs")
     config = parse_config(info["config"], source=str(files.run))
@@ -79,7 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot", type=Path, default=None, help="plot file (default: <prefix>_capacity.png)")
     args, passed_on = p.parse_known_args(own)
     returncode = 0
-    prefix: str | Path = args.prefix
+    prefix: str | Path | RunFiles = args.prefix
+    if args.plot is not None:
+        try:
+            check_output_file("--plot", args.plot)
+        except ConfigError as exc:
+            print(f"llmload capacity: error: {exc}", file=sys.stderr)
+            return BAD_INPUT
     if not prefix:
         if not args.ladder:
             print(
@@ -99,17 +106,25 @@ def main(argv: list[str] | None = None) -> int:
             )
             return BAD_INPUT
         run_dir = args.run_dir or default_run_dir()
+        run_args = ["--ladder", args.ladder, *passed_on, *locust_args]
+        try:  # the sweep's own checks: host, --sim, output paths, Locust's parse of its options
+            simulator = check_input(args, run_dir, run_args)
+            records = records_at(run_dir, run_args, args.host)
+        except ConfigError as exc:
+            print(f"llmload capacity: error: {exc}", file=sys.stderr)
+            return BAD_INPUT
         print(
             f"llmload capacity: searching {args.host or 'the simulator'}; files in {run_dir}", file=sys.stderr
         )
         run = run_sweep(
             host=args.host or None,
             run_dir=run_dir,
-            locust_args=["--ladder", args.ladder, *passed_on, *locust_args],
-            sim=dict(args.sim),
+            locust_args=run_args,
+            sim_args=simulator,
             endpoint=args.endpoint,
+            records=records,
         )
-        prefix, returncode = run.prefix, run.returncode
+        prefix, returncode = run.files, run.returncode
         if returncode != 0:
             print(f"llmload capacity: locust exited with code {returncode}; see {run.log}", file=sys.stderr)
     try:
@@ -118,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmload capacity: error: {exc}", file=sys.stderr)
         return returncode or 2
     print(render_capacity(result, args.format))
-    plot = capacity_plot(result, args.plot or RunFiles(Path(prefix)).output("capacity.png"))
+    files = prefix if isinstance(prefix, RunFiles) else RunFiles(Path(prefix))
+    plot = capacity_plot(result, args.plot or files.output("capacity.png"))
     print(f"llmload capacity: plot in {plot}", file=sys.stderr)
     return returncode

@@ -16,11 +16,21 @@ import signal
 import sys
 import time
 from types import FrameType
+from typing import Any
 
+from llmload.core.checks import ConfigError, flag_type, integer
 from llmload.core.exit_codes import SERVER_UNUSABLE
+from llmload.core.schema import shown
 from llmload.servers import llama_build
 from llmload.servers import llama_cpp as realserver
 from llmload.servers.process import ServerStartError
+
+
+def _port(source: str, key: str, value: Any) -> int:
+    port: int = integer(1)(source, key, value)
+    if port > 65535:
+        raise ConfigError(f"{source}: '{key}' must be a port in 1-65535, got {shown(value)}")
+    return port
 
 
 def _say(line: str) -> None:
@@ -91,9 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     ).set_defaults(func=_build)
     sub.add_parser("paths", help="print cache paths and whether they are ready").set_defaults(func=_paths)
     serve = sub.add_parser("serve", help="run llama-server on 127.0.0.1 until Ctrl-C or SIGTERM")
-    serve.add_argument("--port", type=int, default=None, help="port (default: a free one)")
-    serve.add_argument("--parallel", type=int, default=4, help="server slots (concurrent sequences)")
-    serve.add_argument("--threads", type=int, default=1, help="server CPU threads (-t)")
+    serve.add_argument(
+        "--port", type=flag_type(_port, "port"), default=None, help="port (default: a free one)"
+    )
+    serve.add_argument(
+        "--parallel",
+        type=flag_type(integer(), "parallel"),
+        default=4,
+        help="server slots (concurrent sequences)",
+    )
+    serve.add_argument(
+        "--threads", type=flag_type(integer(), "threads"), default=1, help="server CPU threads (-t)"
+    )
     serve.set_defaults(func=_serve)
     args = parser.parse_args(argv)
     try:

@@ -31,10 +31,13 @@ from llmload.output.table import fmt_num
 class Progress:
     """One run's progress line, computed from its files; written only to a terminal."""
 
-    def __init__(self, prefix: str | Path, stream: TextIO | None = None, columns: int | None = None) -> None:
-        """`columns`: the terminal's width (default: asked from the stream); the line is cut to
-        fit in it, as a longer one would wrap and defeat the rewrite in place."""
-        files = RunFiles(Path(prefix))
+    def __init__(
+        self, prefix: str | Path | RunFiles, stream: TextIO | None = None, columns: int | None = None
+    ) -> None:
+        """`prefix`: the run's prefix, or its files; `columns`: the terminal's width (default:
+        asked from the stream); the line is cut to fit in it, as a longer one would wrap and
+        defeat the rewrite in place."""
+        files = prefix if isinstance(prefix, RunFiles) else RunFiles(Path(prefix))
         self.records_path, self.run_path = files.records, files.run
         self.stream = sys.stderr if stream is None else stream
         isatty = getattr(self.stream, "isatty", None)

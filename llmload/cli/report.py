@@ -12,7 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
+from llmload.core.output_paths import check_output_folder
 from llmload.core.records import RecordFileError
 from llmload.output.html_report import write_report
 
@@ -23,8 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="output folder (default: beside the run's files)")
     args = p.parse_args(argv)
     try:
+        if args.out is not None:
+            check_output_folder("--out", args.out)
         page, plots = write_report(args.run, args.out)
-    except RecordFileError as exc:
+    except (RecordFileError, ConfigError) as exc:
         print(f"llmload report: error: {exc}", file=sys.stderr)
         return BAD_INPUT
     for path in (page, *plots):

@@ -24,16 +24,20 @@ import os
 import re
 import signal
 import sys
+from argparse import Namespace
 from collections.abc import Sequence
 from pathlib import Path
 
 from llmload.analysis.determinism import diverged
 from llmload.analysis.postprocess import load_run, render_run
-from llmload.cli.sweep_run import SweepRun, default_run_dir, run_sweep
+from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, default_run_dir, locust_command, run_sweep
 from llmload.core.config import ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, EXIT_CODES, INTERRUPTED, OK
+from llmload.core.output_paths import check_output_folder
 from llmload.core.records import RecordFileError
-from llmload.loadgen.options import check_api_key, check_host, options_help
+from llmload.core.run_files import RunFiles
+from llmload.loadgen.locust_args import parse_locust_args
+from llmload.loadgen.options import check_api_key, check_host, options_help, run_config
 from llmload.sim.__main__ import SimFlagError, config_from_args
 
 PROG = "llmload sweep"
@@ -73,22 +77,24 @@ def sim_args(flags: Sequence[tuple[str, str]]) -> list[str]:
     return args
 
 
-def _check_output(flag: str, path: Path) -> None:
-    """ConfigError when `path` cannot become a folder: it, or a folder above it, is a file."""
-    for p in (path, *path.parents):
-        if p.exists():
-            if not p.is_dir():
-                raise ConfigError(f"{flag} {path}: {p} is a file, not a folder")
-            return
+def locust_options(run_dir: Path, locust_args: Sequence[str], host: str = "") -> Namespace | None:
+    """The options of the Locust command the sweep will run, parsed by Locust's own parser
+    (llmload.loadgen.locust_args): ConfigError with Locust's reason for one it would refuse
+    (an unknown flag, a missing value, an output path it cannot write); None for --help."""
+    placeholder = host or "http://127.0.0.1:1"  # the simulator's address is not known yet
+    command = locust_command(placeholder, run_dir / "run", LOCUSTFILES["completions"], locust_args)
+    return parse_locust_args(command[command.index("-f") :])
 
 
-def _output_paths(run_dir: Path, locust_args: Sequence[str]) -> list[tuple[str, Path]]:
-    """Every folder the run will write in: the run folder, and those of --csv / --html."""
-    paths = [("--run-dir", run_dir)]
-    for i, arg in enumerate(locust_args[:-1]):
-        if arg in ("--csv", "--html", "--json-file"):
-            paths.append((arg, Path(locust_args[i + 1]).parent))
-    return paths
+def records_at(run_dir: Path, locust_args: Sequence[str], host: str = "") -> RunFiles:
+    """Where the run's records land: --records, else the last --csv prefix's records file (the
+    sweep's own --csv, <run_dir>/run, unless the command names another), as the ladder decides."""
+    options = locust_options(run_dir, locust_args, host)
+    records = getattr(options, "records", "") if options is not None else ""
+    if records:
+        return RunFiles.of_records(records)
+    prefix = getattr(options, "csv_prefix", None) if options is not None else None
+    return RunFiles(Path(prefix) if prefix else run_dir / "run")
 
 
 def _api_key(locust_args: Sequence[str]) -> str:
@@ -98,7 +104,8 @@ def _api_key(locust_args: Sequence[str]) -> str:
 
 
 def check_input(args: argparse.Namespace, run_dir: Path, locust_args: Sequence[str]) -> list[str]:
-    """Everything checkable before a process starts; returns the simulator's flags."""
+    """Everything checkable before a process starts, Locust's own parse of its command line
+    included; returns the simulator's flags."""
     if args.host:
         check_host(args.host)
         if args.sim:
@@ -106,12 +113,10 @@ def check_input(args: argparse.Namespace, run_dir: Path, locust_args: Sequence[s
     check_api_key(_api_key(locust_args))
     if args.ladder:
         load_config(args.ladder)
-    for flag, path in _output_paths(run_dir, locust_args):
-        _check_output(flag, path)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"--run-dir {run_dir}: cannot create it: {e.strerror or e}") from None
+    check_output_folder("--run-dir", run_dir)  # created here: Locust's log and files go there
+    options = locust_options(run_dir, locust_args, args.host)  # and every output path Locust writes
+    if options is not None:
+        run_config(options)  # the llmload flags' values, as the Locust process will check them
     return sim_args(args.sim)
 
 
@@ -140,7 +145,7 @@ def report(run: SweepRun, fmt: str, *, fail_on_divergence: bool = False) -> int:
         print("\n".join(tail), file=sys.stderr)
         print(f"{PROG}: locust exited with code {run.returncode}; its output: {run.log}", file=sys.stderr)
     try:
-        result = load_run(run.prefix)
+        result = load_run(run.files)
     except RecordFileError as exc:
         print(f"{PROG}: no measured request to tabulate ({exc})", file=sys.stderr)
         return code
@@ -163,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog=PROG,
         description=__doc__.split("\n\n")[0],
-        epilog=options_help(),
+        epilog=options_help(without=("--endpoint",)),  # the sweep's own --endpoint chooses it
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -176,7 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--sim", type=_sim_flag, action="append", default=[], help="simulator flag KEY=VALUE, repeatable"
     )
-    p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
+    p.add_argument(
+        "--endpoint",
+        choices=["completions", "chat"],
+        default="completions",
+        help="the Locust user class and the endpoint it sends to: /v1/completions or "
+        "/v1/chat/completions (default: completions)",
+    )
     p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table")
     p.add_argument(
         "--fail-on-divergence",
@@ -205,5 +216,6 @@ def main(argv: list[str] | None = None) -> int:
         sim_args=simulator,
         endpoint=args.endpoint,
         progress=True,
+        records=records_at(run_dir, locust_args, args.host),
     )
     return report(run, args.format, fail_on_divergence=args.fail_on_divergence)

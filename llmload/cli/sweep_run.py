@@ -53,10 +53,15 @@ class SweepRun:
     truth_log: Path | None  # the simulator's ground truth, when the simulator was used
     log: Path  # Locust's output
     stopped_by: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if any
+    records_file: Path | None = None  # the records, when not at <prefix>_records.jsonl (--records)
+
+    @property
+    def files(self) -> RunFiles:
+        return RunFiles(self.prefix, self.records_file)
 
     @property
     def records(self) -> Path:
-        return RunFiles(self.prefix).records
+        return self.files.records
 
 
 def default_run_dir() -> Path:
@@ -186,8 +191,8 @@ def stop_locust(proc: subprocess.Popen[bytes], grace: float = LOCUST_GRACE_S) ->
     return proc.wait()
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float, progress_of: Path | None) -> int:
-    """proc's exit code; meanwhile, with `progress_of` (the run's prefix), its progress line."""
+def _wait(proc: subprocess.Popen[bytes], timeout: float, progress_of: RunFiles | None) -> int:
+    """proc's exit code; meanwhile, with `progress_of` (the run's files), its progress line."""
     if progress_of is None:
         return proc.wait(timeout=timeout)
     deadline = time.monotonic() + timeout
@@ -211,14 +216,18 @@ def run_sweep(
     endpoint: str = "completions",
     timeout: float = 1800.0,
     progress: bool = False,
+    records: RunFiles | None = None,
 ) -> SweepRun:
     """Run the ladder headless against host (or a fresh simulator with the `sim` keyword flags,
     e.g. {"accept_len": 1, "faults": {"drop": 0.2}}, and `sim_args` in CLI form) and return where
     it wrote. A run longer than `timeout` is stopped as a SIGTERM would stop it. With `progress`,
-    a progress line follows the run on stderr when stderr is a terminal (llmload.cli.progress)."""
+    a progress line follows the run on stderr when stderr is a terminal (llmload.cli.progress).
+    `records`: where the run's records land when `locust_args` send them elsewhere (--records,
+    --csv; `llmload.cli.sweep.records_at`), else <run_dir>/run_records.jsonl."""
     run_dir = Path(run_dir or default_run_dir())
     run_dir.mkdir(parents=True, exist_ok=True)
     prefix = run_dir / "run"
+    files = records or RunFiles(prefix)
     log = run_dir / "locust.log"
     returncode, truth_log, stopped_by = INTERRUPTED, None, None
     with StopSignals() as signals:
@@ -227,7 +236,7 @@ def run_sweep(
                 truth_log = truth
                 proc = _start_locust(locust_command(url, prefix, LOCUSTFILES[endpoint], locust_args), out)
                 try:
-                    returncode = _wait(proc, timeout, prefix if progress else None)
+                    returncode = _wait(proc, timeout, files if progress else None)
                 except Interrupted as stop:
                     stopped_by, returncode = stop.signum, stop_locust(proc)
                 except subprocess.TimeoutExpired:
@@ -236,4 +245,4 @@ def run_sweep(
                 signals.disarm()  # the simulator's stop is not cut short by a late signal
         except Interrupted as stop:  # while the simulator started: it is stopped already
             stopped_by = stop.signum
-    return SweepRun(prefix, returncode, truth_log, log, stopped_by)
+    return SweepRun(files.prefix, returncode, truth_log, log, stopped_by, files.records_file)

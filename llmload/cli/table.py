@@ -14,24 +14,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from llmload.analysis.determinism import diverged
 from llmload.analysis.metrics import SLO_KEYS
 from llmload.analysis.postprocess import load_run, render_run
+from llmload.core.checks import flag_type, list_text
+from llmload.core.config import SloConfig, SweepConfig
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, OK
 from llmload.core.records import RecordFileError
 from llmload.core.run_files import RunFiles
+from llmload.core.schema import key_check
 from llmload.output.table import FORMATS
 
 
-def _percentiles(text: str) -> list[float]:
-    try:
-        values = [float(p) for p in text.split(",") if p.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from exc
-    if not values or not all(0 <= p <= 100 for p in values):
-        raise argparse.ArgumentTypeError(f"percentiles must be in [0, 100]: {text!r}")
-    return values
+def _key_type(cls: type, key: str, shown: str | None = None, **kwargs: Any) -> Any:
+    """The argparse type of a flag checked by the check of its ladder-file twin `key`."""
+    return flag_type(key_check(cls, key), shown or key, **kwargs)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -39,11 +38,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("prefix", help="the run's --csv prefix (reports/x), its records file, or the run's folder")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--metrics", action="store_true", help="add latency (TTFT/TPOT/ITL/E2EL) and rate tables")
-    p.add_argument("--percentiles", type=_percentiles, default=[50.0, 90.0, 99.0], help="e.g. 50,90,99")
-    p.add_argument("--slo-ttft-ms", type=float, help="goodput SLO on TTFT (ms)")
-    p.add_argument("--slo-tpot-ms", type=float, help="goodput SLO on TPOT (ms)")
-    p.add_argument("--slo-e2el-ms", type=float, help="goodput SLO on E2EL (ms)")
-    p.add_argument("--requests-per-user", type=int, help="flag rungs with fewer requests as partial")
+    # each flag is checked by the check of its ladder-file twin (the key named in its errors)
+    p.add_argument(
+        "--percentiles",
+        type=_key_type(SweepConfig, "percentiles", parse=list_text),
+        default=[50.0, 90.0, 99.0],
+        help="e.g. 50,90,99",
+    )
+    for key, what in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2el_ms", "E2EL")):
+        flag = "--slo-" + key.replace("_", "-")
+        p.add_argument(flag, type=_key_type(SloConfig, key, f"slo.{key}"), help=f"goodput SLO on {what} (ms)")
+    p.add_argument(
+        "--requests-per-user",
+        type=_key_type(SweepConfig, "requests_per_user"),
+        help="flag rungs with fewer requests as partial",
+    )
     p.add_argument("--wide", action="store_true", help="add rung, requests, partial_tokens, failure kinds")
     p.add_argument(
         "--fail-on-divergence",
@@ -58,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     slo = {k: v for k in SLO_KEYS if (v := getattr(args, f"slo_{k}")) is not None}
     try:
         result = load_run(
-            str(RunFiles.find(args.prefix).prefix),
+            RunFiles.find(args.prefix),
             with_metrics=args.metrics or args.format == "json",
             percentiles=args.percentiles,
             slo=slo or None,  # none on the command line: the run's config `slo:`

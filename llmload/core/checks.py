@@ -6,6 +6,7 @@ Used by the `setting(...)` declarations of `llmload.core.config` (`llmload.core.
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from collections.abc import Callable
@@ -154,3 +155,42 @@ def section(cls: type, what: str = "a mapping") -> Check:
 
     setattr(check, "section", cls)  # the docs reference lists its keys  # noqa: B010
     return check
+
+
+# --- command-line flags checked by the same function as their YAML key ---------------------------
+_FLAG = "<flag>"  # the source the checks are called with; argparse names the flag itself
+
+
+def number_text(text: str) -> Any:
+    """A flag's text as YAML would read the number: an int, a float (nan, inf included: the
+    checks refuse them), or the text itself when it is no number (the check then says so)."""
+    stripped = text.strip()
+    for convert in (int, float):
+        try:
+            return convert(stripped)
+        except ValueError:
+            continue
+    return text
+
+
+def list_text(text: str) -> Any:
+    """A comma-separated flag as a list of numbers (see `number_text`); an empty item (`1,,2`,
+    a trailing comma, an empty flag) is refused, never dropped."""
+    items = text.split(",")
+    if any(not item.strip() for item in items):
+        raise argparse.ArgumentTypeError(f"an empty item in {text[:100]!r}; expected e.g. 50,90,99")
+    return [number_text(item) for item in items]
+
+
+def flag_type(check: Check, key: str, parse: Callable[[str], Any] = number_text) -> Callable[[str], Any]:
+    """An argparse `type` that checks a flag's text with `check`, the check of its YAML twin
+    `key`, so the flag and the key accept and refuse the same values with the same words."""
+
+    def convert(text: str) -> Any:
+        try:
+            return check(_FLAG, key, parse(text))
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix(f"{_FLAG}: ")) from None
+
+    convert.__name__ = key  # argparse names the type in some messages
+    return convert

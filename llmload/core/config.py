@@ -66,8 +66,13 @@ USERS_CEILING = (
 
 def _rungs_flag(text: str) -> list[int | float]:
     """--rungs: user counts (1,4,8) or, in rate mode, request rates (0.5,2,5)."""
+    items = text.replace(" ", "").split(",")
+    if "" in items:
+        raise ConfigError(
+            f"--rungs: an empty item in {text[:100]!r}; expected comma-separated numbers like 1,4,8,10"
+        )
     try:
-        return [float(p) if "." in p else int(p) for p in text.replace(" ", "").split(",") if p]
+        return [float(p) if "." in p else int(p) for p in items]
     except ValueError:
         what = "comma-separated numbers like 1,4,8,10"
         raise ConfigError(f"--rungs: expected {what}, got {shown(text)}") from None

@@ -1,8 +1,9 @@
 """Every file of a run, named in one place.
 
 A run is a prefix (Locust's `--csv`, e.g. `reports/sweep-…/run`); its files are the prefix plus a
-suffix. `RunFiles.find(path)` accepts what a user types: the prefix, the records file, or a folder
-holding exactly one run.
+suffix, except a records file named otherwise (Locust's `--records other.jsonl`), which the
+run's files carry. `RunFiles.find(path)` accepts what a user types: the prefix, the records file,
+or a folder holding exactly one run.
 """
 
 from __future__ import annotations
@@ -36,11 +37,21 @@ class RunFiles:
     """The files of the run at `prefix`."""
 
     prefix: Path
+    records_file: Path | None = None  # the records, when not at <prefix>_records.jsonl
 
     @classmethod
     def of_records(cls, records: str | Path) -> RunFiles:
-        """The run whose records file is `records` (`<prefix>_records.jsonl`, or any `.jsonl`)."""
-        return cls(Path(str(records).removesuffix(RECORDS).removesuffix(".jsonl")))
+        """The run whose records file is `records` (`<prefix>_records.jsonl`, or any `.jsonl`:
+        then the prefix is its name without `.jsonl`, and the records stay where they are); a
+        name of neither kind is the prefix itself."""
+        text = str(records)
+        if text.endswith(RECORDS) or not text.endswith(".jsonl"):  # a prefix: the records beside it
+            return cls(Path(text.removesuffix(RECORDS)))
+        return cls(Path(text.removesuffix(".jsonl")), Path(records))
+
+    @property
+    def records(self) -> Path:
+        return self.records_file or Path(f"{self.prefix}{RECORDS}")
 
     @classmethod
     def find(cls, path: str | Path) -> RunFiles:
@@ -54,7 +65,6 @@ class RunFiles:
             return cls.of_records(found[0])
         return cls.of_records(p)
 
-    records = _Suffix(RECORDS)
     run = _Suffix(RUN)
     health = _Suffix(HEALTH)
     environment = _Suffix(ENVIRONMENT)

@@ -20,6 +20,7 @@ field and docs row follow.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import reprlib
 from collections.abc import Callable, Iterator
@@ -101,6 +102,14 @@ def settings(cls: type) -> Iterator[tuple[Field[Any], Setting]]:
             yield f, declared
 
 
+def key_check(cls: type, key: str) -> Check:
+    """The check of `cls`'s key `key` (for a flag outside Locust that takes the same values)."""
+    for f, s in settings(cls):
+        if f.name == key and s.check is not None:
+            return s.check
+    raise KeyError(f"{cls.__name__} declares no checked key {key!r}")
+
+
 def parse_section(
     cls: type, raw: dict[str, Any], source: str, prefix: str = "", error: type[Exception] = ValueError
 ) -> dict[str, Any]:
@@ -118,6 +127,19 @@ def parse_section(
     return values
 
 
+class NonEmpty(argparse.Action):
+    """Stores the flag's text, refusing blank text: on the command line (or in its environment
+    variable) an empty value would silently mean "not given" (the web UI's empty field still does)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        if isinstance(values, str) and not values.strip():
+            parser.error(
+                f"argument {option_string or self.dest}: empty value; leave the flag out to keep the "
+                "ladder file's value"
+            )
+        setattr(namespace, self.dest, values)
+
+
 def add_flags(parser: Any, cls: type) -> None:
     """Register the flag of every key of `cls` that has one on Locust's parser (which takes
     `env_var`, `include_in_web_ui` and `is_secret`)."""
@@ -126,6 +148,7 @@ def add_flags(parser: Any, cls: type) -> None:
             continue
         kwargs: dict[str, Any] = {
             "default": "",
+            "action": NonEmpty,
             "env_var": s.env_var,
             "include_in_web_ui": s.web_ui,
             "help": f"{s.help} (overrides the ladder file's '{f.name}')",

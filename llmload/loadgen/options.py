@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from llmload.core.config import ConfigError, SweepConfig, load_config
+from llmload.core.output_paths import check_output_file
 from llmload.core.schema import add_flags, flag_overrides
 
 
@@ -82,10 +83,13 @@ class _PlainArguments:
     """Takes `add_argument` calls meant for Locust's parser into a plain argparse group, dropping
     the Locust-only keywords (env_var, include_in_web_ui, is_secret)."""
 
-    def __init__(self, group: Any) -> None:
+    def __init__(self, group: Any, without: tuple[str, ...] = ()) -> None:
         self.group = group
+        self.without = without
 
     def add_argument(self, *flags: str, **kwargs: Any) -> None:
+        if any(flag in self.without for flag in flags):
+            return
         env_var = kwargs.pop("env_var", None)
         kwargs.pop("include_in_web_ui", None)
         kwargs.pop("is_secret", None)
@@ -94,14 +98,15 @@ class _PlainArguments:
         self.group.add_argument(*flags, **kwargs)
 
 
-def options_help(width: int = 100) -> str:
+def options_help(width: int = 100, without: tuple[str, ...] = ()) -> str:
     """The llmload options as a help section (Locust prints --help before it loads a locustfile,
-    so `locust -f ... --help` cannot list them; `llmload sweep --help` shows this)."""
+    so `locust -f ... --help` cannot list them; `llmload sweep --help` shows this), leaving out
+    the flags in `without` (a command's own option of the same name)."""
     parser = argparse.ArgumentParser(
         prog="locust", add_help=False, formatter_class=lambda prog: argparse.HelpFormatter(prog, width=width)
     )
     group = parser.add_argument_group("llmload options (locust -f <llmload locustfile>, and the web UI form)")
-    add_arguments(_PlainArguments(group))
+    add_arguments(_PlainArguments(group, without))
     return parser.format_help().split("\n\n", 1)[1]
 
 
@@ -125,18 +130,43 @@ def api_key(options: Namespace) -> str:
     return getattr(options, "api_key", "") or os.environ.get("OPENAI_API_KEY", "")
 
 
+def shown_host(host: str) -> str:
+    """The host as an error may show it: any `user:password@` replaced by `***@`, cut to 100
+    characters (a URL pasted with its credentials must not land in a terminal's scrollback)."""
+    scheme, sep, rest = host.partition("://")
+    if not sep:
+        scheme, rest = "", host
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    netloc = rest[:end]
+    if "@" in netloc:
+        rest = "***@" + netloc.rpartition("@")[2] + rest[end:]
+    shown = f"{scheme}{sep}{rest}"
+    return shown if len(shown) <= 100 else shown[:100] + "..."
+
+
 def check_host(host: str) -> None:
-    """ConfigError unless host is an http(s) URL with a host name and, if any, a port in 1-65535."""
+    """ConfigError unless host is an http(s) URL with a host name and, if any, a port in 1-65535,
+    and nothing the users' requests would drop or send elsewhere: no credentials, query or
+    fragment. The message never shows the credentials."""
     what = "expected http://HOST[:PORT] or https://HOST[:PORT], scheme included"
+    where = f"--host {shown_host(host)!r}"
     try:
         parts = urlsplit(host)
         port = parts.port  # ValueError when not a number or out of range
     except ValueError as e:
-        raise ConfigError(f"--host {host!r}: {e} ({what})") from None
+        raise ConfigError(f"{where}: {e} ({what})") from None  # the port's text: never the userinfo
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"--host {host!r}: {what}")
+        raise ConfigError(f"{where}: {what}")
     if port == 0:
-        raise ConfigError(f"--host {host!r}: port 0 is not a server port ({what})")
+        raise ConfigError(f"{where}: port 0 is not a server port ({what})")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            f"{where}: credentials in the URL are not sent; give the key with --api-key / LOCUST_API_KEY"
+        )
+    if "?" in host:
+        raise ConfigError(f"{where}: a query string is not sent with the requests ({what})")
+    if "#" in host:
+        raise ConfigError(f"{where}: a fragment is not part of a server address ({what})")
 
 
 def check_api_key(key: str) -> None:
@@ -153,25 +183,55 @@ def check_api_key(key: str) -> None:
             )
 
 
-def blocking_file(path: Path) -> Path | None:
-    """The file at `path` or above it that keeps `path` from being (or becoming) a folder."""
-    for p in (path, *path.parents):
-        if p.exists():
-            return None if p.is_dir() else p
-    return None
+# Locust's output options and llmload's (dest -> flag); for --csv the value is a prefix
+OUTPUT_OPTIONS = {
+    "csv_prefix": "--csv",
+    "html_file": "--html",
+    "json_file": "--json-file",
+    "logfile": "--logfile",
+    "records": "--records",
+}
 
 
-def _output_path(text: str) -> str:
-    blocker = blocking_file(Path(text).parent)
-    if blocker is not None:
-        raise argparse.ArgumentTypeError(f"{text}: {blocker} is a file, not a folder")
-    return text
+def output_file(dest: str, value: str) -> Path:
+    """The file an output option names: for --csv (a prefix) its first CSV, else the value."""
+    return Path(f"{value}_stats.csv") if dest == "csv_prefix" else Path(value)
+
+
+def check_output_options(options: Any) -> None:
+    """ConfigError for the first output option (--csv, --html, --json-file, --logfile, --records)
+    whose file cannot be written; options left unset are skipped."""
+    for dest, flag in OUTPUT_OPTIONS.items():
+        value = getattr(options, dest, None)
+        if isinstance(value, str) and value:
+            check_output_file(flag, output_file(dest, value), value)
+
+
+def _output_type(dest: str, flag: str) -> Any:
+    def check(text: str) -> str:
+        if not text:  # the default of --records (argparse converts string defaults too)
+            return text
+        try:
+            check_output_file(flag, output_file(dest, text), text)
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix(f"{flag} ")) from None
+        return text
+
+    return check
 
 
 def guard_output_paths(parser: Any) -> None:
     """Locust creates the folders of --csv, --html and --json-file before any plugin can look, and
-    a file in the way is its traceback: check them while the command line is parsed (one
-    `locust: error: argument --csv: ...` line, exit 2)."""
+    a file in the way or a folder it cannot write is its traceback (and --records fails only once
+    the run began): check them while the command line is parsed (one `locust: error: argument
+    --csv: ...` line, exit 2)."""
     for action in getattr(parser, "_actions", ()):
-        if action.dest in ("csv_prefix", "html_file", "json_file") and action.type is None:
-            action.type = _output_path
+        if action.dest in OUTPUT_OPTIONS and action.type is None:
+            action.type = _output_type(action.dest, OUTPUT_OPTIONS[action.dest])
+
+
+def register_options(parser: Any) -> None:
+    """Everything llmload adds to Locust's parser (`init_command_line_parser`): its options, and
+    the output paths checked while parsing."""
+    add_arguments(parser)
+    guard_output_paths(parser)

@@ -16,7 +16,7 @@ from llmload.core import exit_codes
 from llmload.core.config import ConfigError
 from llmload.loadgen.health_sampler import start_sampling
 from llmload.loadgen.ladder import register_messages
-from llmload.loadgen.options import add_arguments, guard_output_paths, run_config
+from llmload.loadgen.options import register_options, run_config
 from llmload.loadgen.run_monitor import RunMonitor
 from llmload.loadgen.shutdown import install as install_shutdown
 from llmload.loadgen.soak_monitor import SoakMonitor
@@ -25,8 +25,7 @@ from llmload.loadgen.webui import register_web_ui
 
 @events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
 def _add_options(parser: Any, **_: Any) -> None:
-    add_arguments(parser)
-    guard_output_paths(parser)  # --csv/--html/--json-file under a file: one line, not a traceback
+    register_options(parser)  # output paths checked while parsing: one line, not a traceback
 
 
 @events.init.add_listener  # type: ignore[untyped-decorator]

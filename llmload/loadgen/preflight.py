@@ -7,6 +7,7 @@ against a wrong host stops at once instead of producing a thousand identical fai
 
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
 import urllib.error
@@ -69,6 +70,8 @@ def preflight(
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise PreflightError(f"{url}: cannot reach the server: {reason}") from None
+    except http.client.HTTPException as e:  # an answer that is not HTTP, or cut short
+        raise PreflightError(f"{url}: {http_failure(e)}") from None
     try:
         cards = {str(m["id"]): m for m in json.loads(body)["data"]}
     except (ValueError, KeyError, TypeError):
@@ -81,6 +84,17 @@ def preflight(
     if max_tokens is not None:
         check_context(url, chosen, cards[chosen], max_tokens, prompt_tokens)
     return chosen
+
+
+def http_failure(error: http.client.HTTPException) -> str:
+    """What went wrong at the HTTP level, in words (at most ~100 characters of what came back)."""
+    if isinstance(error, http.client.IncompleteRead):
+        expected = f" of {len(error.partial) + error.expected} expected" if error.expected else ""
+        return f"the answer was cut short: {len(error.partial)} bytes{expected} arrived (not an HTTP server?)"
+    if isinstance(error, http.client.BadStatusLine):
+        line = str(error.args[0] if error.args else "")[:100]
+        return f"the answer is not HTTP: status line {line!r} (a server of another protocol?)"
+    return f"the answer is not valid HTTP: {type(error).__name__}: {str(error)[:100]}"
 
 
 def check_context(url: str, model: str, card: object, max_tokens: int, prompt_tokens: int | None) -> None:

@@ -31,6 +31,7 @@ Request i of a process gets prompt `pool[i % len(pool)]`: the pool is the shuffl
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import random
 import ssl
@@ -117,7 +118,7 @@ def _count_tokenize(host: str, model: str, chat: bool, text: str, headers: dict[
     }
     try:
         return int(_post_json(host + "/tokenize", vllm, headers, ctx)["count"])
-    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError, KeyError, TypeError):
         return len(_post_json(host + "/tokenize", {"content": text}, headers, ctx)["tokens"])
 
 
@@ -132,7 +133,8 @@ def _count_usage(host: str, model: str, chat: bool, text: str, headers: dict[str
     )
 
 
-_COUNT_ERRORS = (urllib.error.URLError, OSError, ValueError, KeyError, TypeError)
+# an HTTP-level failure (not HTTP, cut short) is one more way a counting method is not there
+_COUNT_ERRORS = (urllib.error.URLError, OSError, http.client.HTTPException, ValueError, KeyError, TypeError)
 
 
 def calibrate(

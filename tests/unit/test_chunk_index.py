@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from fixtures.fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_records_pass import BASE, FUZZ, records, rung_figures
@@ -102,7 +103,7 @@ def test_an_indexed_file_gives_what_its_lines_give(tmp_path_factory, lines):
     assert indexed_lines(path) == usable  # and the index did the work where it could
 
 
-@settings(FUZZ, max_examples=100)
+@settings(FUZZ, max_examples=examples(100))
 @given(LINES)
 def test_an_indexed_file_cut_in_two_gives_one_pass(tmp_path_factory, lines):
     path = Path(tmp_path_factory.mktemp("cut")) / "r_records.jsonl"

@@ -7,25 +7,33 @@ raw text, anchors and aliases up to "billion laughs" bombs, huge integers), the 
 command-line options (`run_config`, as the CLI and the web UI's form give them), the sweep
 command's `--sim` flags and the simulator's own flags, the records reader and the post-processor
 behind it (random JSON lines, almost-records with wrong field types), Locust's CSV reader (random
-headers and cells) and the SSE parser (random `data:` lines, almost-chunks).
+headers and cells), the SSE parser (random `data:` lines, almost-chunks), and the command line of
+every `llmload` subcommand (random flags with random values; the command's checks run in-process
+with what it would start replaced: the property is acceptance, or BAD_INPUT and one line naming
+what was refused).
 
-1,000 examples per surface (`FUZZ`), derandomized so a CI run is repeatable, ~20 s in all. The
-last test plants a bare KeyError in the config parser and checks that the ladder property finds it.
+1,000 examples per surface (`FUZZ`) under the `ci` hypothesis profile, far fewer under `dev` (the
+local default; tests/conftest.py), derandomized so a CI run is repeatable. The planted-bug test
+plants a bare KeyError in the config parser and checks that the ladder property finds it.
 """
 
 from __future__ import annotations
 
+import importlib
+import io
 import json
 import math
 import string
 from argparse import Namespace
 from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from fixtures.fuzzing import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -42,6 +50,7 @@ from llmload.analysis.rung_tally import tally_rungs
 from llmload.cli.sweep import sim_args
 from llmload.core import checks, config
 from llmload.core.config import ConfigError, load_config
+from llmload.core.exit_codes import BAD_INPUT
 from llmload.core.records import RecordFileError, RequestRecord
 from llmload.core.schema import settings as config_settings
 from llmload.loadgen.options import run_config
@@ -50,7 +59,7 @@ from llmload.output.table import FORMATS
 from llmload.sim.__main__ import SimFlagError, build_parser, config_from_args
 
 FUZZ = settings(
-    max_examples=1000,
+    max_examples=examples(1000),
     deadline=None,
     derandomize=True,
     database=None,
@@ -619,3 +628,132 @@ def test_the_template_fast_path_is_taken():
             acc.feed_lines([bytearray(line), bytearray()], 0.1 * i)
     assert acc.texts == tokens and acc.chunk_times == [0.1, 0.2, 0.30000000000000004, 0.4]
     assert acc.t_last == 0.4 and acc.t_first == acc.t_first_content == 0.1
+
+
+# --- the command line of every subcommand ---------------------------------------------------------
+class Started(Exception):
+    """Raised by the stand-in for what a command starts (a run, a server, a report): the checks
+    accepted the command line."""
+
+
+def _start(*_: Any, **__: Any) -> Any:
+    raise Started
+
+
+def _safe(text: str) -> str:
+    """A fuzzed value that, taken as a path, stays inside the test's folder."""
+    return text.lstrip("/~").replace("..", "_")
+
+
+PATHS = st.sampled_from(["out/a", "afile/x", "adir", "x.jsonl", "out/y_records.jsonl", "/proc/llmload-x/y"])
+cli_values = st.one_of(
+    option_text.map(_safe), PATHS, hosts.map(_safe), st.sampled_from(["nan", "-5", "0", "1,,2"])
+)
+
+
+@st.composite
+def command_lines(draw: st.DrawFn, flags: list[str], head: list[str]) -> list[str]:
+    """`head` (the command's positional arguments) and random flags of the command, each as
+    `--flag value`, `--flag=value` or bare, sometimes an unknown flag or a stray value."""
+    argv = list(head)
+    for _ in range(draw(st.integers(0, 5))):
+        flag = draw(st.sampled_from([*flags, "--no-such-flag"]))
+        value = draw(cli_values)
+        form = draw(st.sampled_from(["pair", "pair", "equals", "bare", "value"]))
+        argv += {"pair": [flag, value], "equals": [f"{flag}={value}"], "bare": [flag], "value": [value]}[form]
+    return argv
+
+
+def check_command_line(
+    main: Callable[[list[str]], int], argv: list[str], flags: list[str], codes: tuple[int, ...]
+) -> None:
+    """The property: the command accepts (its code in `codes`, or it got as far as starting), or
+    refuses with BAD_INPUT and one `error:` line naming what it refuses; nothing else escapes."""
+    err = io.StringIO()
+    try:
+        with redirect_stdout(io.StringIO()), redirect_stderr(err):
+            code = main(list(argv))
+    except Started:
+        return
+    except SystemExit as stop:  # argparse: 2 for a refusal, 0 for --help
+        code = stop.code if isinstance(stop.code, int) else BAD_INPUT
+    if code == BAD_INPUT:
+        lines = [line for line in err.getvalue().split("\n") if ": error: " in line]  # a \r is the value's
+        assert len(lines) == 1, err.getvalue()
+        message = lines[0].split(": error: ", 1)[1]
+        given = [part for a in argv for part in a.split("=", 1) if part.strip()]
+        named = given + [str(Path(g)) for g in given] + [f for f in flags if f.startswith("--")]  # a file
+        assert "argument" in message or any(n in message for n in named), message
+    else:
+        assert code in codes, (code, err.getvalue())
+
+
+@pytest.fixture
+def cli_dir(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fuzzed commands' working folder: a finished run, a file and a folder to trip on."""
+    monkeypatch.chdir(workdir)
+    (workdir / "afile").write_text("a file\n")
+    (workdir / "adir").mkdir(exist_ok=True)
+    Path(workdir / "done_records.jsonl").write_text(json.dumps(GOOD) + "\n")
+    Path(workdir / "done_run.json").write_text(json.dumps({"config": {"rungs": [2]}, "stages": []}))
+    return workdir
+
+
+SLO_FLAGS = ["--slo-ttft-ms", "--slo-tpot-ms", "--slo-e2el-ms"]
+SWEEP_FLAGS = ["--host", "--ladder", "--run-dir", "--sim", "--endpoint", "--format", "--fail-on-divergence",
+               "--rungs", "--max-tokens", "--requests-per-user", "--records", "--csv", "--html",
+               "--api-key", "--slo-ttft-ms", "--users", "--"]  # fmt: skip
+# name -> (positional arguments, flags, the exit codes of an accepted command line)
+COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {
+    "sweep": ([], SWEEP_FLAGS, (0,)),
+    "table": (["done"], ["--format", "--metrics", "--percentiles", *SLO_FLAGS, "--requests-per-user",
+                         "--wide", "--fail-on-divergence"], (0, 5)),
+    "compare": (["done", "done"], ["--threshold", "--confidence", "--resamples", "--seed", "--format",
+                                   "--fail-on-regression"], (0, 1)),
+    "capacity": ([], ["--ladder", "--prefix", "--host", "--run-dir", "--sim", "--endpoint", "--format",
+                      "--plot", "--rungs", "--records"], (0,)),
+    "report": (["done"], ["--out"], (0,)),
+    "budget": (["done"], ["--config", "--component", "--component-ms", "--accept-len", "--speedup",
+                          "--format"], (0,)),
+    "soak-report": (["done"], ["--config", "--format", "--no-files", "--no-png"], (0, 1)),
+    "trace-stats": (["TRACE"], ["--speed", "--start-s", "--duration-s", "--bin-s", "--block-size",
+                                "--cache-blocks", "--format"], (0,)),
+    "llama-server": (["serve"], ["--port", "--parallel", "--threads"], (0,)),
+    "locustfile": ([], ["completions", "chat", "--help"], (0,)),
+}  # fmt: skip
+
+
+def _main(name: str, monkeypatch: pytest.MonkeyPatch) -> Callable[[list[str]], int]:
+    """The subcommand's `main`, with what it would start (a run, a server, a report's plots)
+    replaced by `_start`."""
+    from llmload.cli import COMMANDS, capacity, llama_server, report, soak_report, sweep
+
+    started = [(sweep, "run_sweep"), (capacity, "run_sweep"), (capacity, "capacity_plot"),
+               (report, "write_report"), (llama_server, "_serve"),
+               (soak_report, "write_outputs")]  # fmt: skip
+    for module, attribute in started:
+        monkeypatch.setattr(module, attribute, _start)
+    return importlib.import_module(COMMANDS[name][0]).main  # type: ignore[no-any-return]
+
+
+REPO_TRACE = Path(__file__).resolve().parents[2] / "config" / "sample-trace.jsonl"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["sweep", "table", "compare", "capacity", "report", "budget", "soak-report", "trace-stats",
+     "llama-server", "locustfile"],
+)  # fmt: skip
+def test_command_line_flags(cli_dir, monkeypatch, name):
+    """Random command lines of known flags with random values, for each subcommand of `llmload`
+    (its checks in-process; nothing is started: no run, server or report)."""
+    head, flags, codes = COMMAND_LINES[name]
+    head = [str(REPO_TRACE) if h == "TRACE" else h for h in head]
+    main = _main(name, monkeypatch)
+
+    @FUZZ
+    @given(command_lines(flags, head))
+    def prop(argv: list[str]) -> None:
+        check_command_line(main, argv, flags, codes)
+
+    prop()

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fixtures.fuzzing import examples
 from fixtures.runs import make_record, run_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -186,7 +187,7 @@ FLOATS = st.floats(-1e9, 1e9, allow_nan=False) | st.sampled_from(
 INTS = st.integers(-(2**63), 2**63 - 1) | st.integers(0, 300)
 
 
-@settings(max_examples=500, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(500), deadline=None, derandomize=True, database=None)
 @given(
     st.lists(FLOATS, max_size=80) | st.lists(INTS, max_size=80),
     st.lists(st.floats(0, 100) | st.sampled_from([0.0, 50.0, 99.9, 100.0]), max_size=6),

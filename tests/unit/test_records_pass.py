@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures.fuzzing import examples
 from fixtures.runs import make_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,7 +29,7 @@ from llmload.core.jsonl import iter_lines, line_start, loads
 from llmload.core.records import RequestRecord, parse_record, times_are_numbers
 
 FUZZ = settings(
-    max_examples=600,
+    max_examples=examples(600),
     deadline=None,
     derandomize=True,
     database=None,
@@ -195,7 +196,7 @@ def rung_figures(tally):
     return {i: (t.row(), t.metrics(), t.users) for i, t in tally.rungs.items()}
 
 
-@settings(FUZZ, max_examples=150)  # every cut of each file: ~7 s
+@settings(FUZZ, max_examples=examples(150))  # every cut of each file: ~7 s
 @given(st.lists(records() | st.sampled_from(["", "not json", '{"rung": 0}']), min_size=1, max_size=10))
 def test_two_ranges_merged_give_one_pass(tmp_path_factory, lines):
     path = Path(tmp_path_factory.mktemp("pass")) / "r_records.jsonl"
