@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +79,7 @@ def of_the_run(run_dir: Path) -> list[psutil.Process]:
     return found
 
 
-def wait_until(condition, proc: subprocess.Popen[str], limit_s: float = 60.0) -> bool:
+def wait_until(condition: Callable[[], bool], proc: subprocess.Popen[str], limit_s: float = 60.0) -> bool:
     """Poll condition until True; False if the sweep ended first."""
     deadline = time.monotonic() + limit_s
     while not condition():
@@ -132,7 +133,7 @@ def stop_at(moment: Moment, tmp_path: Path) -> str | None:
             leftover.kill()
 
 
-def test_a_stop_at_any_moment_of_the_start_is_never_lost(tmp_path):
+def test_a_stop_at_any_moment_of_the_start_is_never_lost(tmp_path: Path) -> None:
     cases = moments()
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda m: (m, stop_at(m, tmp_path)), cases))
