@@ -6,6 +6,7 @@ package only dispatches, so `scripts/*.py` and `python -m llmload` run exactly t
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -13,8 +14,11 @@ from collections.abc import Sequence
 
 from llmload import __version__
 from llmload.core.exit_codes import BAD_INPUT, OK
-from llmload.core.stop_signals import accept_stop_signals
+from llmload.core.stop_signals import STOPS, accept_stop_signals
 
+# commands that start processes: their stop signals are recorded from before their module is
+# imported (a signal while it imports is not lost; llmload.core.stop_signals)
+OWNS_PROCESSES = ("sweep", "capacity")
 SIGPIPE_EXIT = 141  # what a shell reports for a command ended by a closed pipe (128 + SIGPIPE)
 
 # subcommand -> (module, one-line summary); the module's `main(argv)` runs it
@@ -68,10 +72,11 @@ def run_command(name: str, argv: Sequence[str] | None = None) -> int:
     """Run subcommand `name` with argv (default: the process's arguments). Output piped into a
     reader that stops early (`| head`) ends the command quietly, as a closed pipe ends `cat`."""
     accept_stop_signals()  # Ctrl+C and SIGTERM stop every command, whatever its parent left behind
-    module = importlib.import_module(COMMANDS[name][0])
     try:
-        code = int(module.main(list(sys.argv[1:] if argv is None else argv)) or 0)
-        sys.stdout.flush()
+        with STOPS if name in OWNS_PROCESSES else contextlib.nullcontext():
+            module = importlib.import_module(COMMANDS[name][0])
+            code = int(module.main(list(sys.argv[1:] if argv is None else argv)) or 0)
+            sys.stdout.flush()
     except BrokenPipeError:
         # Python would report the unflushed output at exit: point stdout at /dev/null first
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

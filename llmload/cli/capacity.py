@@ -16,12 +16,14 @@ replayed from the records (llmload.analysis.capacity.replay), printed with the p
 and plotted to `<prefix>_capacity.png`. In a rate search TTFT and E2EL count the wait for a
 client slot; a probe marked `!` waited for one (raise max_concurrency).
 
-exit status: locust's (0 when the run finished cleanly), 2 on bad input.
+exit status: locust's (0 when the run finished cleanly), 2 on bad input, 4 when stopped
+(SIGINT, SIGTERM or SIGHUP at any moment; the search has no time limit of its own).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -31,10 +33,11 @@ from llmload.analysis.sweep_rows import group_rungs
 from llmload.cli.sweep import _sim_flag, check_input, records_at
 from llmload.cli.sweep_run import default_run_dir, run_sweep
 from llmload.core.config import ConfigError, load_config, parse_config
-from llmload.core.exit_codes import BAD_INPUT
+from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED
 from llmload.core.output_paths import check_output_file
 from llmload.core.records import RecordFileError, read_records
 from llmload.core.run_files import RunFiles
+from llmload.core.stop_signals import STOPS
 from llmload.output.capacity import FORMATS, capacity_plot, render_capacity
 
 
@@ -116,16 +119,21 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"llmload capacity: searching {args.host or 'the simulator'}; files in {run_dir}", file=sys.stderr
         )
-        run = run_sweep(
-            host=args.host or None,
-            run_dir=run_dir,
-            locust_args=run_args,
-            sim_args=simulator,
-            endpoint=args.endpoint,
-            records=records,
-        )
+        with STOPS:  # a stop signal is recorded and acted on by run_sweep, never raised
+            run = run_sweep(
+                host=args.host or None,
+                run_dir=run_dir,
+                locust_args=run_args,
+                sim_args=simulator,
+                endpoint=args.endpoint,
+                records=records,
+            )
         prefix, returncode = run.files, run.returncode
-        if returncode != 0:
+        if run.stopped_by is not None:
+            returncode = INTERRUPTED
+            name = signal.Signals(run.stopped_by).name
+            print(f"llmload capacity: stopped by {name}: Locust and the simulator stopped", file=sys.stderr)
+        elif returncode != 0:
             print(f"llmload capacity: locust exited with code {returncode}; see {run.log}", file=sys.stderr)
     try:
         result = capacity_of_run(prefix)

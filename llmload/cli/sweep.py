@@ -12,8 +12,9 @@ reports/sweep-<time>/ under the current directory (run_records.jsonl, run_stats.
 run_failures.csv, run_run.json, locust.log).
 
 Bad input (host, ladder file, simulator flag, output folder) is one line before anything starts.
-Ctrl+C or SIGTERM stops Locust and the simulator (`llmload.cli.sweep_run`), prints the table of
-the rungs that finished with the rest marked, and exits with the interrupted code. Exit codes:
+Ctrl+C, SIGTERM or SIGHUP at any moment (any number of them) stops Locust and the simulator
+(`llmload.cli.sweep_run`), prints the table of the rungs that finished with the rest marked, and
+exits with the interrupted code; the run has no time limit of its own. Exit codes:
 `llmload.core.exit_codes` (docs/errors-and-exit-codes.md).
 """
 
@@ -36,6 +37,7 @@ from llmload.core.exit_codes import BAD_INPUT, DIVERGED, EXIT_CODES, INTERRUPTED
 from llmload.core.output_paths import check_output_folder
 from llmload.core.records import RecordFileError
 from llmload.core.run_files import RunFiles
+from llmload.core.stop_signals import STOPS
 from llmload.loadgen.locust_args import parse_locust_args
 from llmload.loadgen.options import check_api_key, check_host, options_help, run_config
 from llmload.sim.__main__ import SimFlagError, config_from_args
@@ -132,10 +134,14 @@ def report(run: SweepRun, fmt: str, *, fail_on_divergence: bool = False) -> int:
     differ across rungs)."""
     code = run.returncode if run.returncode in EXIT_CODES else INTERRUPTED  # killed, crashed
     errors = locust_errors(run.log)
-    if run.stopped_by is not None:
+    if run.stopped_by is not None or run.time_limit is not None:
         code = INTERRUPTED
-        name = signal.Signals(run.stopped_by).name
-        print(f"{PROG}: stopped by {name}: Locust and the simulator were stopped", file=sys.stderr)
+        cause = (
+            signal.Signals(run.stopped_by).name
+            if run.stopped_by is not None
+            else f"its time limit ({run.time_limit:g} s)"
+        )
+        print(f"{PROG}: stopped by {cause}: Locust and the simulator were stopped", file=sys.stderr)
     elif code == BAD_INPUT:
         cause = errors[-1] if errors else f"locust exited with code {run.returncode}; see {run.log}"
         print(f"{PROG}: error: {cause}", file=sys.stderr)
@@ -199,23 +205,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.ladder:
         locust_args = ["--ladder", args.ladder, *locust_args]
     run_dir = args.run_dir or default_run_dir()
-    try:
-        simulator = check_input(args, run_dir, locust_args)
-    except ConfigError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return BAD_INPUT
-    except KeyboardInterrupt:  # Ctrl+C while checking: nothing started yet
-        print(f"{PROG}: stopped by SIGINT before anything started", file=sys.stderr)
-        return INTERRUPTED
-    target = args.host or "the simulator"
-    print(f"{PROG}: sweeping {target}; files in {run_dir}", file=sys.stderr)
-    run = run_sweep(
-        host=args.host or None,
-        run_dir=run_dir,
-        locust_args=locust_args,
-        sim_args=simulator,
-        endpoint=args.endpoint,
-        progress=True,
-        records=records_at(run_dir, locust_args, args.host),
-    )
-    return report(run, args.format, fail_on_divergence=args.fail_on_divergence)
+    with STOPS:  # from here a stop signal is recorded, never raised (llmload.core.stop_signals)
+        try:
+            simulator = check_input(args, run_dir, locust_args)
+            records = records_at(run_dir, locust_args, args.host)
+        except ConfigError as e:
+            print(f"{PROG}: error: {e}", file=sys.stderr)
+            return BAD_INPUT
+        if STOPS.first is not None:  # while checking: nothing started yet
+            name = signal.Signals(STOPS.first).name
+            print(f"{PROG}: stopped by {name} before anything started", file=sys.stderr)
+            return INTERRUPTED
+        target = args.host or "the simulator"
+        print(f"{PROG}: sweeping {target}; files in {run_dir}", file=sys.stderr)
+        run = run_sweep(
+            host=args.host or None,
+            run_dir=run_dir,
+            locust_args=locust_args,
+            sim_args=simulator,
+            endpoint=args.endpoint,
+            progress=True,
+            records=records,
+        )
+        return report(run, args.format, fail_on_divergence=args.fail_on_divergence)

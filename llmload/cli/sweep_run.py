@@ -4,14 +4,22 @@ headless over the ladder, stop the simulator by PID, and leave the run's files i
 Used by `llmload sweep` (`make sweep`) and by the end-to-end tests, so what the tests
 check is exactly what a user runs: a real `locust` process talking to a real server over loopback.
 
-The command owns the processes it starts. On SIGINT or SIGTERM (in the main thread) it stops
-Locust the way Ctrl+C in its terminal would (SIGINT to its process group: the users stop, the
-final CSVs are written), waits `LOCUST_GRACE_S`, then kills the group; then it stops the simulator
-(SIGTERM, `SIM_GRACE_S`, SIGKILL). Every process is gone within LOCUST_GRACE_S + SIM_GRACE_S (plus
-the simulator's start timeout's last health poll, when the signal comes while it starts) of the
-signal, whatever it was doing: starting the simulator, Locust's preflight, a rung, between rungs.
-Both also get SIGTERM from the kernel if this process dies without cleaning up (SIGKILL):
-`servers.process.die_with_parent`.
+The command owns the processes it starts. Its stop signals (SIGINT, SIGTERM, SIGHUP) are only
+recorded (`llmload.core.stop_signals.STOPS`) and acted on here, at points where acting is safe:
+while the simulator starts (between its health polls), before Locust starts, and every
+`STOP_POLL_S` while Locust runs. Then it stops Locust the way Ctrl+C in its terminal would (SIGINT
+to its process group: the users stop, the final CSVs are written), waits `LOCUST_GRACE_S`, then
+kills the group; then it stops the simulator (SIGTERM, `SIM_GRACE_S`, SIGKILL). A further signal
+during the stop hurries it: whatever is still being waited for is killed at once. Every process
+is gone within LOCUST_GRACE_S + SIM_GRACE_S (plus the last health poll's timeout, when the signal
+comes while the simulator starts) of the signal, whatever it was doing: starting the simulator,
+Locust's preflight, a rung, between rungs. Both also get SIGTERM from the kernel if this process
+dies without cleaning up (SIGKILL): `servers.process.die_with_parent`; Locust then knows (its
+parent is no longer `LAUNCHER_PID_ENV`) that requests failing from then on were cut by the
+generator's own end, not by the server (`llmload.loadgen.shutdown`).
+
+A run has no time limit of its own: it lasts as long as its ladder says. `run_sweep(timeout=...)`
+is a cap for callers that want one (tests); a run it stops is reported as stopped by that cap.
 """
 
 from __future__ import annotations
@@ -21,27 +29,25 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType, TracebackType
 from typing import Any
 
 from llmload.cli.progress import Progress
 from llmload.core.exit_codes import INTERRUPTED
 from llmload.core.run_files import RunFiles
-from llmload.core.stop_signals import accept_stop_signals
+from llmload.core.stop_signals import LAUNCHER_PID_ENV, STOPS, StopSignals, accept_stop_signals
 from llmload.locustfiles import ENDPOINT_LOCUSTFILES, locustfile_path
-from llmload.servers.process import die_with_parent, free_port
+from llmload.servers.process import STOP_POLL_S, StartCancelled, die_with_parent, free_port, wait_or_hurry
 from llmload.servers.simulator import SimulatorProcess
 
 LOCUSTFILES = {endpoint: locustfile_path(endpoint) for endpoint in ENDPOINT_LOCUSTFILES}
 LOCUST_GRACE_S = 5.0  # Locust's own shutdown: stop users, one CSV interval (~1.3 s), summary
 SIM_GRACE_S = 3.0
 PROGRESS_POLL_S = 1.0  # how often the progress line is refreshed
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # held while Locust is started
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +58,9 @@ class SweepRun:
     returncode: int  # Locust's exit code (INTERRUPTED when Locust never started)
     truth_log: Path | None  # the simulator's ground truth, when the simulator was used
     log: Path  # Locust's output
-    stopped_by: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if any
+    stopped_by: int | None = None  # the signal (SIGINT, SIGTERM, SIGHUP) that stopped the run, if any
     records_file: Path | None = None  # the records, when not at <prefix>_records.jsonl (--records)
+    time_limit: float | None = None  # run_sweep's `timeout` (s), when that cap stopped the run
 
     @property
     def files(self) -> RunFiles:
@@ -69,63 +76,38 @@ def default_run_dir() -> Path:
     return Path("reports") / time.strftime("sweep-%Y%m%d-%H%M%S")
 
 
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM reached the sweep (a BaseException, as KeyboardInterrupt: no
-    `except Exception` swallows it)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class StopSignals:
-    """While entered (main thread only), the first SIGINT/SIGTERM raises `Interrupted`; once
-    disarmed (the cleanup has begun) signals are only recorded, so none cuts a cleanup short."""
-
-    def __init__(self) -> None:
-        self.received: list[int] = []
-        self.armed = False
-        self._previous: dict[int, Any] = {}
-
-    def _handler(self, signum: int, frame: FrameType | None) -> None:
-        self.received.append(signum)
-        if self.armed:
-            self.armed = False
-            raise Interrupted(signum)
-
-    def disarm(self) -> None:
-        self.armed = False
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
-            self.armed = True
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.armed = False
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
+def more_signals_than(signals: StopSignals, count: int) -> Callable[[], bool]:
+    """True once `signals` has recorded more than `count` stop signals: a stop is hurried."""
+    return lambda: len(signals.received) > count
 
 
 @contextlib.contextmanager
 def target(
-    host: str | None, run_dir: Path, sim: Mapping[str, Any], sim_args: Sequence[str] = ()
+    host: str | None,
+    run_dir: Path,
+    sim: Mapping[str, Any],
+    sim_args: Sequence[str] = (),
+    signals: StopSignals | None = None,
 ) -> Iterator[tuple[str, Path | None]]:
-    """Yield (host, truth log): the given host, or a simulator started for the run."""
+    """Yield (host, truth log): the given host, or a simulator started for the run. With
+    `signals`, a stop signal while the simulator starts raises StartCancelled (the simulator is
+    stopped already), and one more signal than those that stopped the run hurries its stop."""
     if host:
         yield host, None
         return
     truth = run_dir / "sim_truth.jsonl"
     server = SimulatorProcess(truth_log=truth, log_path=run_dir / "sim.log", extra_args=sim_args, **sim)
     server.process.dies_with_parent = True
+    if signals is not None:
+        server.process.cancel = more_signals_than(signals, 0)
     try:
-        server.start()  # stops what it started if it fails or is interrupted
+        if signals is not None and signals.received:
+            raise StartCancelled("stopped before the simulator started")
+        server.start()  # stops what it started if it fails or is cancelled
         yield server.url, truth
     finally:
-        server.stop(SIM_GRACE_S)
+        hurry = None if signals is None else more_signals_than(signals, min(len(signals.received), 1))
+        server.stop(SIM_GRACE_S, hurry)
 
 
 def local_master_port(extra: Sequence[str]) -> list[str]:
@@ -169,6 +151,7 @@ def _start_locust(cmd: Sequence[str], out: Any) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
             cmd,
+            env={**os.environ, LAUNCHER_PID_ENV: str(os.getpid())},
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -179,31 +162,42 @@ def _start_locust(cmd: Sequence[str], out: Any) -> subprocess.Popen[bytes]:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
-def stop_locust(proc: subprocess.Popen[bytes], grace: float = LOCUST_GRACE_S) -> int:
-    """Ctrl+C to Locust's process group, then SIGKILL to it after `grace` seconds; its exit code."""
-    for sig, wait in ((signal.SIGINT, grace), (signal.SIGKILL, grace)):
+def stop_locust(
+    proc: subprocess.Popen[bytes], grace: float = LOCUST_GRACE_S, hurry: Callable[[], bool] | None = None
+) -> int:
+    """Ctrl+C to Locust's process group, then SIGKILL to it after `grace` seconds (at once when
+    `hurry()` turns True); its exit code."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
         if proc.poll() is not None:
             break
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=wait)
+        if wait_or_hurry(proc, grace, hurry):
+            break
     return proc.wait()
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float, progress_of: RunFiles | None) -> int:
-    """proc's exit code; meanwhile, with `progress_of` (the run's files), its progress line."""
-    if progress_of is None:
-        return proc.wait(timeout=timeout)
-    deadline = time.monotonic() + timeout
-    with Progress(progress_of) as progress:
+def _wait(
+    proc: subprocess.Popen[bytes], signals: StopSignals, timeout: float | None, progress_of: RunFiles | None
+) -> str | None:
+    """Wait until proc exits (None), a stop signal is recorded ("signal") or `timeout` seconds
+    pass ("time"); meanwhile, with `progress_of` (the run's files), its progress line."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    progress = Progress(progress_of) if progress_of is not None else None
+    next_poll = time.monotonic() + PROGRESS_POLL_S
+    with progress if progress is not None else contextlib.nullcontext():
         while True:
-            try:
-                return proc.wait(timeout=max(0.0, min(PROGRESS_POLL_S, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                if time.monotonic() >= deadline:
-                    raise
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=STOP_POLL_S)
+                return None
+            if signals.received:
+                return "signal"
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return "time"
+            if progress is not None and now >= next_poll:
                 progress.poll()
+                next_poll = now + PROGRESS_POLL_S
 
 
 def run_sweep(
@@ -214,14 +208,15 @@ def run_sweep(
     sim: Mapping[str, Any] | None = None,
     sim_args: Sequence[str] = (),
     endpoint: str = "completions",
-    timeout: float = 1800.0,
+    timeout: float | None = None,
     progress: bool = False,
     records: RunFiles | None = None,
 ) -> SweepRun:
     """Run the ladder headless against host (or a fresh simulator with the `sim` keyword flags,
     e.g. {"accept_len": 1, "faults": {"drop": 0.2}}, and `sim_args` in CLI form) and return where
-    it wrote. A run longer than `timeout` is stopped as a SIGTERM would stop it. With `progress`,
-    a progress line follows the run on stderr when stderr is a terminal (llmload.cli.progress).
+    it wrote. No time limit unless `timeout` (seconds) is given; a run longer than that is stopped
+    as a SIGTERM would stop it and says so (`SweepRun.time_limit`). With `progress`, a progress
+    line follows the run on stderr when stderr is a terminal (llmload.cli.progress).
     `records`: where the run's records land when `locust_args` send them elsewhere (--records,
     --csv; `llmload.cli.sweep.records_at`), else <run_dir>/run_records.jsonl."""
     run_dir = Path(run_dir or default_run_dir())
@@ -229,20 +224,33 @@ def run_sweep(
     prefix = run_dir / "run"
     files = records or RunFiles(prefix)
     log = run_dir / "locust.log"
-    returncode, truth_log, stopped_by = INTERRUPTED, None, None
-    with StopSignals() as signals:
+    returncode, truth_log, stopped_by, time_limit = INTERRUPTED, None, None, None
+    with STOPS as signals:
         try:
-            with target(host, run_dir, sim or {}, sim_args) as (url, truth), log.open("wb") as out:
+            with target(host, run_dir, sim or {}, sim_args, signals) as (url, truth), log.open("wb") as out:
                 truth_log = truth
-                proc = _start_locust(locust_command(url, prefix, LOCUSTFILES[endpoint], locust_args), out)
-                try:
-                    returncode = _wait(proc, timeout, files if progress else None)
-                except Interrupted as stop:
-                    stopped_by, returncode = stop.signum, stop_locust(proc)
-                except subprocess.TimeoutExpired:
-                    signals.disarm()
-                    stopped_by, returncode = signal.SIGTERM, stop_locust(proc)
-                signals.disarm()  # the simulator's stop is not cut short by a late signal
-        except Interrupted as stop:  # while the simulator started: it is stopped already
-            stopped_by = stop.signum
-    return SweepRun(files.prefix, returncode, truth_log, log, stopped_by, files.records_file)
+                if signals.received:  # while the simulator started: Locust is not started
+                    stopped_by = signals.first
+                else:
+                    cmd = locust_command(url, prefix, LOCUSTFILES[endpoint], locust_args)
+                    proc = _start_locust(cmd, out)
+                    why = _wait(proc, signals, timeout, files if progress else None)
+                    # a signal after Locust ended on its own only hurries the simulator's stop
+                    if why is None:
+                        returncode = proc.returncode
+                    else:
+                        stopped_by = signals.first if why == "signal" else None
+                        time_limit = timeout if why == "time" else None
+                        hurry = more_signals_than(signals, len(signals.received))
+                        returncode = stop_locust(proc, hurry=hurry)
+        except StartCancelled:  # while the simulator started: it is stopped already
+            stopped_by = signals.first
+    return SweepRun(
+        files.prefix,
+        returncode,
+        truth_log,
+        log,
+        stopped_by=stopped_by,
+        records_file=files.records_file,
+        time_limit=time_limit,
+    )

@@ -24,7 +24,7 @@ EXIT_CODES: dict[int, str] = {
     BAD_INPUT: "bad input (config file, option, records file) or the preflight stopped the run; "
     "nothing was measured",
     RECONCILIATION: "finished, but a rung's token accounts do not add up (token reconciliation)",
-    INTERRUPTED: "stopped before every rung finished: SIGINT/SIGTERM, the web UI's STOP, a stalled "
+    INTERRUPTED: "stopped before every rung finished: SIGINT/SIGTERM/SIGHUP, the web UI's STOP, a stalled "
     "rung, a killed Locust; the finished rungs' files are intact and the table marks the rest",
     DIVERGED: "finished, but with --fail-on-divergence a rung's greedy texts differ from the same "
     "prompts' reference texts (the greedy-determinism check)",

@@ -227,6 +227,7 @@ class RunState:
                     "records": p.records,
                 }
                 for p in self.progress
+                if p.stage.start_at is not None  # announced only: no request was sent
             ],
         }
         tmp = self.files.run.with_suffix(".tmp")
@@ -397,8 +398,11 @@ class LadderShape(LoadTestShape):
 
     # --- the shape ----------------------------------------------------------------------
     def close(self) -> None:
-        """End the run (test stopped or finished); the next start begins a new one."""
+        """End the run (test stopped or finished); the next start begins a new one. A rung whose
+        users were all done with every record in when the run stopped is written finished."""
         if self.run is not None:
+            if self.run.protocol.settle() is not None:
+                self.run.write_run_file()
             self.run.writer.close()
             if self.run.health is not None:
                 self.run.health.close()

@@ -131,6 +131,18 @@ class StageProtocol:
                 p.records += 1
                 p.last_progress = now
 
+    def settle(self) -> StageProgress | None:
+        """At a stop: the current stage, when it started and is complete (every user done, every
+        record in) but no step has marked it yet, is finished as of its last message; returns it.
+        A stop at a rung's boundary so keeps the rung complete instead of partial."""
+        current = self.current
+        if current is None or current.finished is not None or current.stage.start_at is None:
+            return None
+        if not current.complete():
+            return None
+        current.finished = current.last_progress
+        return current
+
     # --- what happens next --------------------------------------------------------------------
     def step(self, now: float) -> Event | None:
         """The next event, or None while the current stage runs. Call again after an event: a

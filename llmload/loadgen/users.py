@@ -43,6 +43,7 @@ from llmload.loadgen.payload import build_payload, endpoint_path
 from llmload.loadgen.preflight import auth_headers, tls_context
 from llmload.loadgen.receive_stamps import stamp_receive_times
 from llmload.loadgen.sessions import Turn, play_sessions
+from llmload.loadgen.shutdown import cut_by_stop
 from llmload.loadgen.workload import workload_for
 
 STAGE_POLL_S = 1.0
@@ -230,6 +231,8 @@ class LLMUser(FastHttpUser):
     def _report(
         self, rec: RequestRecord, name: str, t_scheduled: float | None = None, rate: float | None = None
     ) -> None:
+        if not rec.ok and cut_by_stop():  # the generator's own stop, not the server (loadgen.shutdown)
+            return
         rec.t_scheduled, rec.rate = t_scheduled, rate
 
         def fire(request_type: str, ms: float, length: int = 0, exception: Exception | None = None) -> None:

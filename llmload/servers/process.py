@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -76,6 +76,13 @@ class ServerStartError(RuntimeError):
     """The server process exited or did not become healthy in time."""
 
 
+class StartCancelled(Exception):
+    """The process's `cancel()` said to give up while it started (a stop was asked for)."""
+
+
+STOP_POLL_S = 0.05  # how often a wait looks at `cancel` / `hurry`
+
+
 class ManagedProcess(StartStop):
     """A server subprocess in its own process group, logged to a file, stopped by PID.
 
@@ -98,6 +105,9 @@ class ManagedProcess(StartStop):
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
         self.dies_with_parent = False  # set before start(): SIGTERM when this process dies (Linux)
+        # set before start(): asked while waiting for health; True stops the process and raises
+        # StartCancelled (the launcher's stop signals are read here, never raised from a handler)
+        self.cancel: Callable[[], bool] | None = None
 
     @property
     def pid(self) -> int:
@@ -122,14 +132,16 @@ class ManagedProcess(StartStop):
             log.close()
         try:
             return self._wait_healthy()
-        except BaseException:  # not healthy, or interrupted (Ctrl+C, SIGTERM) while waiting: no orphan
-            self.stop()
+        except BaseException:  # not healthy, cancelled or interrupted while waiting: no orphan
+            self.stop(hurry=self.cancel)  # cancelled: SIGKILL if SIGTERM is not enough at once
             raise
 
     def _wait_healthy(self) -> ManagedProcess:
         assert self.proc is not None
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
+            if self.cancel is not None and self.cancel():
+                raise StartCancelled(f"{self.cmd[0]}: stopped while it started")
             if self.proc.poll() is not None:
                 raise ServerStartError(
                     f"{self.cmd[0]} exited with code {self.proc.returncode} before it was healthy; "
@@ -137,7 +149,7 @@ class ManagedProcess(StartStop):
                 )
             if http_ok(self.health_url, timeout=1.0):
                 return self
-            time.sleep(0.05)
+            time.sleep(STOP_POLL_S)
         raise ServerStartError(
             f"{self.cmd[0]} not healthy at {self.health_url} after {self.start_timeout:.0f} s; "
             f"see {self.log_path}:\n{self.log_tail()}"
@@ -149,15 +161,27 @@ class ManagedProcess(StartStop):
         except OSError:
             return ""
 
-    def stop(self, grace: float = 10.0) -> int | None:
-        """SIGTERM the process (by PID), SIGKILL after `grace` seconds; returns its exit code."""
+    def stop(self, grace: float = 10.0, hurry: Callable[[], bool] | None = None) -> int | None:
+        """SIGTERM the process (by PID), SIGKILL after `grace` seconds, or as soon as `hurry()`
+        says so (checked every STOP_POLL_S); returns its exit code."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
+            if not wait_or_hurry(self.proc, grace, hurry):
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=grace)
         return self.proc.returncode
+
+
+def wait_or_hurry(proc: subprocess.Popen[bytes], timeout: float, hurry: Callable[[], bool] | None) -> bool:
+    """Wait up to `timeout` s for proc to exit; False if it did not, or `hurry()` turned True first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            proc.wait(timeout=max(0.0, min(STOP_POLL_S, left)))
+            return True
+        except subprocess.TimeoutExpired:
+            if left <= 0 or (hurry is not None and hurry()):
+                return False

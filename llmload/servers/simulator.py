@@ -12,7 +12,7 @@ Port choice, health wait and stop-by-PID come from `llmload.servers.process`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ class SimulatorProcess(StartStop):
         self.process.start()
         return self
 
-    def stop(self, grace: float = 10.0) -> int | None:
-        """SIGTERM (then SIGKILL after grace seconds) by PID; returns the exit code."""
-        return self.process.stop(grace)
+    def stop(self, grace: float = 10.0, hurry: Callable[[], bool] | None = None) -> int | None:
+        """SIGTERM (then SIGKILL after grace seconds, or once `hurry()` is True) by PID; returns
+        the exit code."""
+        return self.process.stop(grace, hurry)

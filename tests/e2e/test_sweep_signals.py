@@ -6,6 +6,7 @@ and exits with the interrupted code (4) without a traceback. Through the real co
 
 from __future__ import annotations
 
+import inspect
 import json
 import signal
 import socket
@@ -14,11 +15,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
-from llmload.cli.sweep_run import LOCUSTFILES, locust_command
+from llmload.cli.sweep import report
+from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep
 from llmload.core import exit_codes
 from llmload.core.records import read_records
 from llmload.servers.process import LOOPBACK
@@ -28,6 +31,7 @@ RUNGS = (2, 2, 3)
 PER_USER = 3
 # one token per 20 ms step: a request ~0.5 s, a rung ~1.5 s
 SLOW = ["--sim", "accept_len=1", "--sim", "base_ms=20", "--sim", "per_seq_ms=0"]
+SLOW_SIM = {"accept_len": 1, "base_ms": 20, "per_seq_ms": 0}
 LADDER = ["--rungs", ",".join(map(str, RUNGS)), "--requests-per-user", str(PER_USER), "--max-tokens", "24"]
 
 
@@ -102,8 +106,11 @@ def test_sigterm_during_locusts_preflight(tmp_path):
     assert out == ""
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"]
+)
 def test_stopped_mid_rung_prints_the_finished_rungs(tmp_path, sig):
+    """SIGHUP (the terminal closed) stops the run as SIGTERM does."""
     proc = start_sweep(tmp_path, *SLOW, *LADDER, "--warmup-requests", "0")
     wait_for(proc, lambda: any(r.rung == 1 for r in records_of(tmp_path)), "a record of the second rung")
     out, err = stop_and_check(proc, sig)
@@ -147,6 +154,55 @@ def test_sigkill_of_the_sweep_leaves_no_orphan(tmp_path):
     finished = [r for r in records_of(tmp_path) if r.rung == 0]
     assert len(finished) == RUNGS[0] * PER_USER and all(r.ok for r in finished)
     assert "the run stopped before its last rung finished" in (tmp_path / "run" / "locust.log").read_text()
+    # the kernel stopped the simulator too: the streams it cut are the generator's end, not the
+    # server's failures (they used to be recorded as `drop`s of the cut rung)
+    assert [r.outcome for r in records_of(tmp_path) if not r.ok] == []
+    table = subprocess.run(
+        [sys.executable, "-m", "llmload", "table", str(tmp_path / "run"), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    measured = [row for row in json.loads(table.stdout) if not row.get("not_run")]
+    assert [(row["rung"], row["failures"]) for row in measured] == [(0, 0), (1, 0)], table.stderr
+
+
+def test_a_second_signal_hurries_the_stop(tmp_path):
+    """The first SIGTERM asks Locust to stop (SIGINT: final CSVs, summary, a second or more); a
+    second one right after kills it at once instead of being ignored."""
+    proc = start_sweep(tmp_path, *SLOW, *LADDER, "--warmup-requests", "0")
+    wait_for(proc, lambda: any(r.rung == 0 for r in records_of(tmp_path)), "a record of the first rung")
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)  # less than Locust's own shutdown (one CSV interval at least): it is still stopping
+    out, err = stop_and_check(proc, signal.SIGTERM)
+    log = (tmp_path / "run" / "locust.log").read_text()
+    assert "Shutting down (exit code" not in log, log[-2000:]  # killed before its summary
+    assert err.strip().splitlines()[-1] == "llmload sweep: the run did not finish every rung (exit code 4)"
+
+
+def test_a_stop_at_a_rung_boundary_keeps_the_finished_rung_complete(tmp_path):
+    """Every request of the first rung recorded, the ladder's next tick (up to 1 s later) not yet
+    run, then SIGTERM: the rung is complete, not partial. The signal lands in that window unless
+    the tick came first; up to three sweeps are run until one caught it."""
+    caught = 0
+    for attempt in range(3):
+        run = tmp_path / f"try{attempt}"
+        run.mkdir()
+        proc = start_sweep(run, *SLOW, *LADDER, "--warmup-requests", "0")
+        wait_for(
+            proc,
+            lambda run=run: len([r for r in records_of(run) if r.rung == 0]) == RUNGS[0] * PER_USER,
+            "every record of the first rung",
+        )
+        marked_already = bool(stages(run)) and stages(run)[0]["finished"] is not None
+        out, err = stop_and_check(proc, signal.SIGTERM)
+        assert out.splitlines()[1].split()[0] == str(RUNGS[0]), out  # no `!`: complete
+        assert not any(f"rung01 c{RUNGS[0]}" in line for line in out.splitlines() if line.startswith("!"))
+        assert stages(run)[0]["finished"] is not None
+        caught += not marked_already
+        if caught:
+            break
+    assert caught, "the ladder's tick came before the signal in every try"
 
 
 BREACH = "min_agg_tok_s: 1000000000"
@@ -169,3 +225,42 @@ def test_a_soak_stopped_early_keeps_its_verdict(tmp_path, sim_start, threshold, 
         wait_for(proc, lambda: records.exists() and len(read_records(records)[0]) > 60, "3 s of records")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=GONE_WITHIN_S) == code, (tmp_path / "locust.log").read_text()[-2000:]
+
+
+def _effective_timeout(module: Any, argv: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """The `timeout` a command's main hands to run_sweep (its default when not passed)."""
+    calls: list[dict[str, Any]] = []
+
+    def fake_run_sweep(**kwargs: Any) -> SweepRun:
+        calls.append(inspect.signature(run_sweep).bind(**kwargs).arguments | kwargs)
+        prefix = tmp_path / "run" / "run"
+        return SweepRun(prefix, exit_codes.OK, None, tmp_path / "locust.log")
+
+    monkeypatch.setattr(module, "run_sweep", fake_run_sweep)
+    module.main(argv)
+    (call,) = calls
+    return call.get("timeout", inspect.signature(run_sweep).parameters["timeout"].default)
+
+
+def test_sweep_and_capacity_have_no_hidden_time_limit(tmp_path, monkeypatch):
+    """They ran with run_sweep's default of 1800 s: a longer sweep or search was stopped and
+    reported `stopped by SIGTERM` though nobody sent a signal."""
+    from llmload.cli import capacity, sweep
+
+    run_dir = ["--run-dir", str(tmp_path / "run")]
+    assert _effective_timeout(sweep, run_dir, monkeypatch, tmp_path) is None
+    ladder = tmp_path / "capacity.yaml"
+    ladder.write_text("mode: capacity\nmax_tokens: 8\nslo: {tpot_ms: 50}\n")
+    argv = ["--ladder", str(ladder), *run_dir]
+    assert _effective_timeout(capacity, argv, monkeypatch, tmp_path) is None
+
+
+def test_a_run_stopped_by_its_time_limit_says_so(tmp_path, capsys):
+    """run_sweep's `timeout` is a cap a caller asks for; its stop is reported as that cap, not as
+    a signal nobody sent."""
+    run = run_sweep(run_dir=tmp_path / "run", sim=SLOW_SIM, locust_args=LADDER, timeout=3.0)
+    assert (run.stopped_by, run.time_limit) == (None, 3.0)
+    assert report(run, "table") == exit_codes.INTERRUPTED
+    err = capsys.readouterr().err
+    assert "llmload sweep: stopped by its time limit (3 s)" in err, err
+    assert "SIGTERM" not in err

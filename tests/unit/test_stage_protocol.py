@@ -103,3 +103,21 @@ def test_the_ladder_ends_after_its_last_stage_and_stages_added_late_are_run() ->
     stages.append(FakeStage(1, 1, 1))  # a capacity probe planned when the first one finished
     run_stage(1.0)
     assert isinstance(proto.step(2.0), LadderDone) and isinstance(proto.step(3.0), LadderDone)
+
+
+def test_settle_at_a_stop_finishes_a_complete_stage_only() -> None:
+    """A stop between a stage's last record and the next step: the stage is finished as of its
+    last message. Not before its start, not with a record missing, not twice."""
+    proto = StageProtocol(ladder(1), duration=None, stall_limit=100.0)
+    assert isinstance(proto.step(0.0), Announced)
+    assert proto.settle() is None  # announced only
+    proto.ready(0, "a", "local", 1.0)
+    assert isinstance(proto.step(1.0), Started)
+    proto.done(0, 2, 2.0)
+    proto.recorded(WARMUP_RUNG, 2.0)
+    assert proto.settle() is None  # one record of two
+    proto.recorded(WARMUP_RUNG, 2.5)
+    settled = proto.settle()
+    assert settled is not None and settled.finished == 2.5
+    assert proto.settle() is None
+    assert isinstance(proto.step(3.0), Announced)  # the ladder would go on from there

@@ -34,3 +34,38 @@ def test_a_child_of_a_parent_that_blocked_and_ignored_them_accepts_them_again() 
         check=True,
     ).stdout.split()
     assert out == ["True", "True", "False", "False"]  # inherited blocked and ignored; then neither
+
+
+RECORDER = """
+import os, signal, sys
+from llmload.core.stop_signals import STOPS
+with STOPS:
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        os.kill(os.getpid(), sig)  # the handler runs before kill returns: recorded, nothing raised
+    print(*(signal.Signals(s).name for s in STOPS.received))
+print(signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, signal.getsignal(signal.SIGHUP) == signal.SIG_IGN)
+"""
+
+
+def _ignore_sighup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def test_the_recorder_records_every_stop_signal_and_raises_none() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", RECORDER], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split()
+    assert out == ["SIGTERM", "SIGINT", "SIGHUP", "SIGTERM", "True", "False"]  # and the handlers restored
+
+
+def test_under_nohup_sighup_is_left_ignored() -> None:
+    """`nohup llmload sweep`: the user asked the run to outlive the terminal (the SIGHUP is
+    neither recorded nor fatal)."""
+    out = subprocess.run(
+        [sys.executable, "-c", RECORDER],
+        preexec_fn=_ignore_sighup,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.split()
+    assert out == ["SIGTERM", "SIGINT", "SIGTERM", "True", "True"]
