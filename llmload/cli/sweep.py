@@ -37,6 +37,7 @@ from llmload.core.exit_codes import BAD_INPUT, DIVERGED, EXIT_CODES, INTERRUPTED
 from llmload.core.output_paths import check_output_folder
 from llmload.core.records import RecordFileError
 from llmload.core.run_files import RunFiles
+from llmload.core.schema import shown
 from llmload.core.stop_signals import STOPS
 from llmload.loadgen.locust_args import parse_locust_args
 from llmload.loadgen.options import check_api_key, check_host, options_help, run_config
@@ -52,7 +53,7 @@ CAUSE = re.compile(r"(?:ERROR/llmload: llmload: |^llmload: error: )(.*)$", re.MU
 def _sim_flag(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. accept_len=1), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. accept_len=1), got {shown(text)}")
     return key.replace("-", "_"), value
 
 
@@ -63,11 +64,12 @@ def sim_args(flags: Sequence[tuple[str, str]]) -> list[str]:
     args: list[str] = []
     seen: dict[str, str] = {}
     for key, value in flags:
-        where = f"--sim {f'{key}={value}'!r}"
+        where = f"--sim {shown(f'{key}={value}')}"
         if key in SIM_CHOSEN:
             raise ConfigError(f"{where}: the sweep chooses the simulator's {key} itself")
         if key in seen and key not in SIM_REPEATABLE:
-            raise ConfigError(f"{where}: {key} given twice (also {f'{key}={seen[key]}'!r}); give it once")
+            earlier = shown(f"{key}={seen[key]}")
+            raise ConfigError(f"{where}: {shown(key)} given twice (also {earlier}); give it once")
         seen[key] = value
         option = "--" + key.replace("_", "-")
         switch = value.strip().lower()
@@ -75,7 +77,8 @@ def sim_args(flags: Sequence[tuple[str, str]]) -> list[str]:
     try:
         config_from_args(args, exit_on_error=False)
     except SimFlagError as e:
-        raise ConfigError(f"--sim: {e}") from None
+        text = str(e)  # the simulator's parser quotes the whole value: cut, as every message is
+        raise ConfigError(f"--sim: {text if len(text) <= 200 else text[:200] + '...'}") from None
     return args
 
 

@@ -167,3 +167,17 @@ def test_streaming_load_run_gives_the_rows_and_metrics_of_the_held_records(run_p
     assert result.metrics is not None
     assert [m.as_dict() for m in result.metrics] == [rung_metrics(r).as_dict() for r in rungs]
     assert [r.request_id for r in result.iter_records()] == [r.request_id for r in run_records()]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [[("accept_len", "x" * 5000)], [("k" * 3000, "1")], [("seed", "1"), ("seed", "2" * 900)]],
+    ids=["long value", "long key", "repeated long"],
+)
+def test_a_long_sim_flag_is_quoted_short(flags):
+    from llmload.cli.sweep import sim_args
+    from llmload.core.config import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        sim_args(flags)
+    assert len(str(refused.value)) <= 300 and "\n" not in str(refused.value)
