@@ -35,9 +35,22 @@ SLOW_SIM = {"accept_len": 1, "base_ms": 20, "per_seq_ms": 0}
 LADDER = ["--rungs", ",".join(map(str, RUNGS)), "--requests-per-user", str(PER_USER), "--max-tokens", "24"]
 
 
+def _as_from_a_terminal() -> None:
+    """SIGHUP as a terminal's shell leaves it, whatever the test runner inherited (a runner
+    started under `nohup` ignores it, and `llmload sweep` then rightly keeps ignoring it)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def start_sweep(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "llmload", "sweep", "--run-dir", str(tmp_path / "run"), *args]
-    return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_as_from_a_terminal,
+    )
 
 
 def wait_for(proc: subprocess.Popen[str], condition: Callable[[], bool], what: str) -> None:

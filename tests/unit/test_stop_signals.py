@@ -38,7 +38,8 @@ def test_a_child_of_a_parent_that_blocked_and_ignored_them_accepts_them_again() 
 
 RECORDER = """
 import os, signal, sys
-from llmload.core.stop_signals import STOPS
+from llmload.core.stop_signals import STOPS, accept_stop_signals
+accept_stop_signals()  # as every llmload command does first: a test runner may have them blocked
 with STOPS:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         os.kill(os.getpid(), sig)  # the handler runs before kill returns: recorded, nothing raised
@@ -51,9 +52,18 @@ def _ignore_sighup() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
+def _default_sighup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as a terminal leaves it (not the runner's nohup)
+
+
 def test_the_recorder_records_every_stop_signal_and_raises_none() -> None:
     out = subprocess.run(
-        [sys.executable, "-c", RECORDER], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", RECORDER],
+        preexec_fn=_default_sighup,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout.split()
     assert out == ["SIGTERM", "SIGINT", "SIGHUP", "SIGTERM", "True", "False"]  # and the handlers restored
 
