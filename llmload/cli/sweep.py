@@ -69,7 +69,8 @@ def sim_args(flags: Sequence[tuple[str, str]]) -> list[str]:
             raise ConfigError(f"{where}: the sweep chooses the simulator's {key} itself")
         if key in seen and key not in SIM_REPEATABLE:
             earlier = shown(f"{key}={seen[key]}")
-            raise ConfigError(f"{where}: {shown(key)} given twice (also {earlier}); give it once")
+            named = key if len(key) <= 100 else shown(key)
+            raise ConfigError(f"{where}: {named} given twice (also {earlier}); give it once")
         seen[key] = value
         option = "--" + key.replace("_", "-")
         switch = value.strip().lower()

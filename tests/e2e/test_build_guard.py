@@ -46,6 +46,14 @@ def wait_for(condition, timeout: float, what: str) -> None:  # type: ignore[no-u
         time.sleep(0.05)
 
 
+def _default_signals() -> None:
+    """SIGINT and SIGTERM as a terminal leaves them: a test runner started in the background of a
+    shell without job control inherits SIGINT ignored, and then no Python caller would see it."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_the_build_dies_with_its_caller(tmp_path: Path, sig: signal.Signals) -> None:
     pids_file = tmp_path / "pids"
@@ -54,6 +62,7 @@ def test_the_build_dies_with_its_caller(tmp_path: Path, sig: signal.Signals) -> 
         cwd=REPO,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=_default_signals,
     )
     try:
         wait_for(
