@@ -21,6 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from llmload.servers.build_guard import tail
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -156,10 +158,7 @@ class ManagedProcess(StartStop):
         )
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return tail(self.log_path, lines)
 
     def stop(self, grace: float = 10.0, hurry: Callable[[], bool] | None = None) -> int | None:
         """SIGTERM the process (by PID), SIGKILL after `grace` seconds, or as soon as `hurry()`
