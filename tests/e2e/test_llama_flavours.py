@@ -177,3 +177,21 @@ def test_a_server_that_cannot_be_had_is_an_error_line_not_a_traceback(
     assert "Traceback" not in "\n".join(err)
     assert err[-1].startswith("llmload llama-server: error: no flavour of llama-server generates tokens")
     assert all(line.startswith("llmload: llama-server ") for line in err[:-1]), "the rest: progress lines"
+
+
+@pytest.mark.parametrize(
+    "text", ["{not json", '{"flavour": "turbo", "chosen_at": "x", "tried": []}', '["native"]', ""]
+)
+def test_a_garbled_or_foreign_choice_file_is_chosen_again(cache: Path, gguf: Path, text: str) -> None:
+    from llmload.servers.llama_build import machine_dir
+
+    machine_dir().mkdir(parents=True, exist_ok=True)
+    (machine_dir() / llama_cpp.CHOICE_FILE).write_text(text)
+    probes: list[str] = []
+    build = ensure_llama_server(
+        gguf=gguf, builder=fake_builder({"native": "repack"}, []), check=counting_probe(probes)
+    )
+    assert probes == ["", "--no-repack"], "from the first flavour, as if no choice were kept"
+    assert build.flavour.name == "native-no-repack"
+    choice = chosen_flavour()
+    assert choice is not None and choice.flavour == "native-no-repack", "the file is written anew"
