@@ -38,7 +38,13 @@ from typing import Any
 from llmload.cli.progress import Progress
 from llmload.core.exit_codes import INTERRUPTED
 from llmload.core.run_files import RunFiles
-from llmload.core.stop_signals import LAUNCHER_PID_ENV, STOPS, StopSignals, accept_stop_signals
+from llmload.core.stop_signals import (
+    LAUNCHER_PID_ENV,
+    RUN_STOP_SIGNALS,
+    STOPS,
+    StopSignals,
+    accept_stop_signals,
+)
 from llmload.locustfiles import ENDPOINT_LOCUSTFILES, locustfile_path
 from llmload.servers.process import STOP_POLL_S, StartCancelled, die_with_parent, free_port, wait_or_hurry
 from llmload.servers.simulator import SimulatorProcess
@@ -47,7 +53,6 @@ LOCUSTFILES = {endpoint: locustfile_path(endpoint) for endpoint in ENDPOINT_LOCU
 LOCUST_GRACE_S = 5.0  # Locust's own shutdown: stop users, one CSV interval (~1.3 s), summary
 SIM_GRACE_S = 3.0
 PROGRESS_POLL_S = 1.0  # how often the progress line is refreshed
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # held while Locust is started
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +152,7 @@ def _child_setup(held: set[int | signal.Signals]) -> None:
 def _start_locust(cmd: Sequence[str], out: Any) -> subprocess.Popen[bytes]:
     """Locust in its own process group (a terminal's Ctrl+C reaches only this process, which
     forwards it); signals are held back until its PID is known, so no stop can miss it."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, RUN_STOP_SIGNALS)
     try:
         return subprocess.Popen(
             cmd,

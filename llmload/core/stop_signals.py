@@ -23,7 +23,6 @@ import threading
 from types import FrameType, TracebackType
 from typing import Any
 
-STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 RUN_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # set by `llmload sweep` in Locust's environment: its own PID, the parent whose death (the kernel's
 # SIGTERM, `die_with_parent`) means the generator is being stopped, not that the server failed
@@ -31,8 +30,10 @@ LAUNCHER_PID_ENV = "LLMLOAD_LAUNCHER_PID"
 
 
 def accept_stop_signals() -> None:
-    """Unblock SIGINT and SIGTERM and undo an inherited SIG_IGN (Python's own defaults again)."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    """Unblock SIGINT, SIGTERM and SIGHUP and undo an inherited SIG_IGN of SIGINT and SIGTERM
+    (Python's own defaults again). SIGHUP's disposition is kept: SIG_IGN there is `nohup`'s
+    request to outlive the terminal, while a blocked SIGHUP is only a runner's leftover mask."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, RUN_STOP_SIGNALS)
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:

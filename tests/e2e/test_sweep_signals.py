@@ -36,9 +36,11 @@ LADDER = ["--rungs", ",".join(map(str, RUNGS)), "--requests-per-user", str(PER_U
 
 
 def _as_from_a_terminal() -> None:
-    """SIGHUP as a terminal's shell leaves it, whatever the test runner inherited (a runner
-    started under `nohup` ignores it, and `llmload sweep` then rightly keeps ignoring it)."""
+    """SIGHUP's disposition as a terminal's shell leaves it, whatever the test runner inherited
+    (a runner started under `nohup` ignores it, and `llmload sweep` then rightly keeps ignoring
+    it); the mask as the CI runner left it, the stop signals blocked, which the sweep undoes."""
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
 def start_sweep(tmp_path: Path, *args: str) -> subprocess.Popen[str]:

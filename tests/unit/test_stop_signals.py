@@ -7,6 +7,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
+
+import pytest
 
 CHILD = """
 import signal
@@ -56,10 +59,16 @@ def _default_sighup() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as a terminal leaves it (not the runner's nohup)
 
 
-def test_the_recorder_records_every_stop_signal_and_raises_none() -> None:
+def _default_but_blocked_sighup() -> None:
+    _default_sighup()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # as a CI runner left it: found there
+
+
+@pytest.mark.parametrize("setup", [_default_sighup, _default_but_blocked_sighup], ids=["default", "blocked"])
+def test_the_recorder_records_every_stop_signal_and_raises_none(setup: Callable[[], None]) -> None:
     out = subprocess.run(
         [sys.executable, "-c", RECORDER],
-        preexec_fn=_default_sighup,
+        preexec_fn=setup,
         capture_output=True,
         text=True,
         timeout=60,
