@@ -2,7 +2,7 @@
 """The load generator's own cost and timing error, against the simulator's ground truth.
 
     .venv/bin/python benchmarks/overhead.py [--streams 16,64,256] [--tokens-per-chunk 1,4]
-        [--duration 3] [--repeats 3] [--floor]
+        [--duration 3] [--step-ms 1] [--repeats 3] [--floor] [--no-aiohttp]
 
 One locust process (llmload's CompletionsUser, time-based rungs, one rung per stream count) and
 then, for comparison, the minimal asyncio + aiohttp client (benchmarks/aiohttp_client.py) run the
@@ -16,9 +16,15 @@ tokens-per-chunk and stream count it prints:
 - cpu_%: the client process's CPU time over the rung's window (polled every 50 ms) / wall;
 - cpu_s/1k_tok: client CPU seconds per 1,000 streamed tokens;
 - sim_cpu_%: the simulator's CPU over the same window (near 100 %: the server is the limit);
-- delay p50/p99 ms: per chunk, when the client read it minus when the simulator wrote it (truth
-  log); the first chunk's delay is the TTFT error;
-- itl_err p50/p99 ms: per gap between chunks, the client's gap minus the server's.
+- chunk err p50/p99/max ms: per chunk of every request of the rung, from its start on (the first
+  wave of sends included), the time the client gave it minus when the simulator wrote it (truth
+  log);
+- first err p50/p99/max ms: the same for each request's first chunk only: the TTFT error;
+- itl_err p50/p99 ms: per gap between chunks, the client's gap minus the server's;
+- marked: llmload only, the share of chunks whose time the client marked uncertain (several
+  chunks taken by one read: `uncertain_chunks`), and the largest unmarked chunk error (ms);
+- start ms: llmload only, the users' first sends of the rung, the last one's lag after the
+  rung's go (the ladder's start promise).
 
 With `--floor`, a third client runs in each repeat: llmload with the per-read Python cut to the
 `recvmsg` and the HTTP framing (benchmarks/read_floor_locustfile.py), so the table shows how much of
@@ -105,36 +111,83 @@ class Figures:
     sim_cpu_pct: float
     delay_p50: float
     delay_p99: float
+    delay_max: float
+    first_p50: float
+    first_p99: float
+    first_max: float
     itl_p50: float
     itl_p99: float
+    marked_pct: float  # of the chunks, marked uncertain by the client (nan: a client that cannot)
+    unmarked_max: float  # the largest error of a chunk not marked
+    start_ms: float  # the last user's first send after the rung's go (nan: not known)
+
+
+@dataclass(frozen=True, slots=True)
+class Timed:
+    """One request as a client saw it: what the figures need."""
+
+    request_id: str
+    t_start: float
+    t_end: float
+    chunk_times: Sequence[float]  # s after t_start
+    output_tokens: int
+    uncertain: frozenset[int] | None = None  # chunk indices the client marked (None: it cannot)
+
+
+def _ms_percentiles(values: Sequence[float]) -> tuple[float, float, float]:
+    ms = [v * 1000.0 for v in values] or [math.nan]
+    return percentile(ms, 50.0), percentile(ms, 99.0), max(ms)
 
 
 def figures(
-    requests: Sequence[tuple[str, float, float, Sequence[float], int]],
+    requests: Sequence[Timed],
     truth: dict[str, dict[str, Any]],
     client: CpuTrack,
     sim: CpuTrack,
     timed: bool = True,
+    start_ms: float = math.nan,
 ) -> Figures:
-    """requests: (id, t_start, t_end, chunk times after t_start, output tokens). `timed`: False
-    for the floor, whose records count neither tokens nor chunk times right: its tokens are the
-    truth log's and its timing errors nan."""
-    start, end = min(r[1] for r in requests), max(r[2] for r in requests)
+    """`timed`: False for the floor, whose records count neither tokens nor chunk times right:
+    its tokens are the truth log's and its timing errors nan."""
+    start, end = min(r.t_start for r in requests), max(r.t_end for r in requests)
     wall = end - start
-    tokens = sum(r[4] if timed else truth[r[0]]["completion_tokens"] for r in requests)
+    tokens = sum(r.output_tokens if timed else truth[r.request_id]["completion_tokens"] for r in requests)
     cpu = client.between(start, end)
-    delays, itl = timing_errors(((r[0], r[1], r[3]) for r in requests), truth) if timed else ([], [])
-    ms = [d * 1000.0 for d in delays] or [math.nan]
+    delays: list[float] = []
+    first: list[float] = []
+    itl: list[float] = []
+    marked, unmarked_max, can_mark = 0, 0.0, False
+    for r in requests if timed else ():
+        own, gaps = timing_errors([(r.request_id, r.t_start, r.chunk_times)], truth)
+        if not own:
+            continue
+        delays += own
+        first.append(own[0])
+        itl += gaps
+        if r.uncertain is not None:
+            can_mark = True
+            marked += len(r.uncertain)
+            unmarked = [abs(d) for i, d in enumerate(own) if i not in r.uncertain]
+            unmarked_max = max([unmarked_max, *unmarked])
+    d50, d99, dmax = _ms_percentiles(delays)
+    f50, f99, fmax = _ms_percentiles(first)
     itl_ms = [d * 1000.0 for d in itl] or [0.0 if timed else math.nan]
     return Figures(
         tok_s=tokens / wall,
         cpu_pct=100.0 * cpu / wall,
         cpu_s_per_1k=1000.0 * cpu / tokens,
         sim_cpu_pct=100.0 * sim.between(start, end) / wall,
-        delay_p50=percentile(ms, 50.0),
-        delay_p99=percentile(ms, 99.0),
+        delay_p50=d50,
+        delay_p99=d99,
+        delay_max=dmax,
+        first_p50=f50,
+        first_p99=f99,
+        first_max=fmax,
         itl_p50=percentile(itl_ms, 50.0),
         itl_p99=percentile(itl_ms, 99.0),
+        marked_pct=100.0 * marked / len(delays) if can_mark and delays else math.nan,
+        unmarked_max=1000.0 * unmarked_max if can_mark else math.nan,
+        start_ms=start_ms,
     )
 
 
@@ -167,13 +220,23 @@ def run_locust(
         locust_command(url, prefix, locustfile, extra), work / f"{name}.log", timeout, ok_codes
     )
     records, _ = read_records(Path(f"{prefix}_records.jsonl"))
-    by_streams: dict[int, list] = {}
+    by_streams: dict[int, list[Timed]] = {}
     for r in records:
         if r.ok and r.phase == "measure":
+            marked = frozenset(r.uncertain_chunks or ())
             by_streams.setdefault(r.users, []).append(
-                (r.request_id, r.t_start, r.t_end, r.chunk_times, r.output_tokens)
+                Timed(r.request_id, r.t_start, r.t_end, r.chunk_times, r.output_tokens, marked)
             )
-    return by_streams, track
+    return by_streams, track, start_lags(Path(f"{prefix}_run.json"))
+
+
+def start_lags(run_file: Path) -> dict[int, float]:
+    """users -> the last user's first send after the rung's go, ms (the run file's `start`)."""
+    try:
+        stages = json.loads(run_file.read_text())["stages"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {s["users"]: s["start"]["last_ms"] for s in stages if s.get("start") and s["rung"] >= 0}
 
 
 def run_aiohttp(url: str, n: int, args: argparse.Namespace, work: Path):
@@ -183,7 +246,7 @@ def run_aiohttp(url: str, n: int, args: argparse.Namespace, work: Path):
     track = run_tracked(cmd, work / f"aiohttp_{n}.log", timeout=args.duration + 120)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     return [
-        (r["request_id"], r["t_start"], r["t_end"], r["chunk_times"], r["output_tokens"]) for r in rows
+        Timed(r["request_id"], r["t_start"], r["t_end"], r["chunk_times"], r["output_tokens"]) for r in rows
     ], track
 
 
@@ -191,26 +254,26 @@ def one_repeat(args: argparse.Namespace, work: Path, per_chunk: int) -> dict[tup
     out: dict[tuple[str, int], Figures] = {}
     truth_log = work / "sim_truth.jsonl"
     sim_log = work / "sim.log"
-    engine = {**SIM, "base_ms": args.step_ms, "accept_len": per_chunk}
+    engine = {**SIM, "max_num_seqs": args.max_num_seqs, "base_ms": args.step_ms, "accept_len": per_chunk}
     with SimulatorProcess(truth_log=truth_log, log_path=sim_log, **engine) as server:
         sim = CpuTrack(server.pid)
-        by_streams, track = run_locust(
+        by_streams, track, lags = run_locust(
             server.url, args.streams, args, work, LOCUSTFILES["completions"], "locust"
         )
-        runs: list[tuple[str, int, list, CpuTrack]] = [
-            ("locust", n, by_streams[n], track) for n in args.streams
+        runs: list[tuple[str, int, list[Timed], CpuTrack, float]] = [
+            ("locust", n, by_streams[n], track, lags.get(n, math.nan)) for n in args.streams
         ]
         if args.floor:
-            by_streams, track = run_locust(server.url, args.streams, args, work, FLOOR_LOCUSTFILE, "floor")
-            runs += [("floor", n, by_streams[n], track) for n in args.streams]
-        for n in args.streams:
+            by_streams, track, _ = run_locust(server.url, args.streams, args, work, FLOOR_LOCUSTFILE, "floor")
+            runs += [("floor", n, by_streams[n], track, math.nan) for n in args.streams]
+        for n in args.streams if args.aiohttp else ():
             requests, atrack = run_aiohttp(server.url, n, args, work)
-            runs.append(("aiohttp", n, requests, atrack))
+            runs.append(("aiohttp", n, requests, atrack, math.nan))
         time.sleep(0.2)  # the truth log's last lines
         sim.stop()
     truth, _ = load_truth(truth_log)
-    for client, n, requests, ctrack in runs:
-        out[(client, n)] = figures(requests, truth, ctrack, sim, timed=client != "floor")
+    for client, n, requests, ctrack, lag in runs:
+        out[(client, n)] = figures(requests, truth, ctrack, sim, timed=client != "floor", start_ms=lag)
     return out
 
 
@@ -244,7 +307,8 @@ def report(
     med = {key: _median_figures(r[key] for r in per_repeat) for key in per_repeat[0]}
     out(
         "client    tok/chunk  streams     tok/s  cpu_%  cpu_s/1k_tok  ratio  sim_cpu_%  "
-        "delay_p50/p99_ms  itl_err_p50/p99_ms"
+        "chunk_err_p50/p99/max_ms  first_err_p50/p99/max_ms  itl_err_p50/p99_ms  marked_%  "
+        "unmarked_max_ms  start_ms"
     )
     for client in ("locust", "floor", "aiohttp"):
         if not any(key[0] == client for key in med):
@@ -252,14 +316,19 @@ def report(
         for k in chunkings:
             for n in streams:
                 f = med[(client, k, n)]
-                ratio = f.cpu_s_per_1k / med[("aiohttp", k, n)].cpu_s_per_1k
+                base = med.get(("aiohttp", k, n))
+                ratio = f.cpu_s_per_1k / base.cpu_s_per_1k if base is not None else math.nan
                 out(
                     f"{client:<8}  {k:>9}  {n:>7}  {f.tok_s:>8.0f}  {f.cpu_pct:>5.0f}  "
                     f"{f.cpu_s_per_1k:>12.4f}  {ratio:>5.2f}  {f.sim_cpu_pct:>9.0f}  "
-                    f"{f.delay_p50:>7.2f} / {f.delay_p99:<7.2f}  {f.itl_p50:>7.2f} / {f.itl_p99:.2f}"
+                    f"{f.delay_p50:>6.2f} / {f.delay_p99:>6.2f} / {f.delay_max:<7.2f}  "
+                    f"{f.first_p50:>6.2f} / {f.first_p99:>6.2f} / {f.first_max:<7.2f}  "
+                    f"{f.itl_p50:>6.2f} / {f.itl_p99:<6.2f}  {f.marked_pct:>8.3f}  {f.unmarked_max:>15.2f}  "
+                    f"{f.start_ms:>8.1f}"
                 )
     out("")
-    out("ratio: the client's CPU per token over the asyncio client's, medians of the same repeats")
+    if any(key[0] == "aiohttp" for key in med):
+        out("ratio: the client's CPU per token over the asyncio client's, medians of the same repeats")
     if any(key[0] == "floor" for key in med):
         out(
             "floor: llmload with the per-read Python cut to recvmsg + HTTP framing (each read's SSE lines "
@@ -279,10 +348,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--step-ms", type=float, default=1.0, help="the simulator's step: the time between chunks")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--max-num-seqs", type=int, default=SIM["max_num_seqs"], help="the simulator's batch cap")
     p.add_argument(
         "--floor",
         action="store_true",
         help="also run llmload with its per-read Python cut to the floor (read_floor_locustfile.py)",
+    )
+    p.add_argument(
+        "--no-aiohttp", action="store_false", dest="aiohttp", help="skip the asyncio + aiohttp yardstick"
     )
     p.add_argument("--keep", type=Path, default=None, help="keep the runs' files in this directory")
     args = p.parse_args(argv)

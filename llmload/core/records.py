@@ -62,6 +62,11 @@ class RequestRecord:
     rate: float | None = None  # rate mode: the rung's target request rate (requests/s)
     stamps: str = "user"  # "kernel": message times are kernel receive stamps; "user": read times
     read_delay_ms: float | None = None  # kernel stamps: longest arrival-to-read delay of the generator
+    # kernel stamps: chunks that shared a read with a later message (the generator read late), and
+    # for each the most its time may be late, ms; the same for t_first (llmload.loadgen.sse.feed_read)
+    uncertain_chunks: list[int] | None = None
+    uncertain_ms: list[float] | None = None
+    ttft_uncertain_ms: float | None = None
     # connections (issue 12; llmload.loadgen.connections): None in records of older runs
     conn_reused: bool | None = None  # sent on a connection an earlier request of the user opened
     connect_ms: float | None = None  # new connection: name lookup + TCP connect (inside TTFT)

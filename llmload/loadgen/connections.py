@@ -38,6 +38,7 @@ from geventhttpclient.client import HTTPClient
 from geventhttpclient.connectionpool import SSLConnectionPool
 
 from llmload.core.config import CONNECTION_CLOSE, CONNECTION_KEEP_ALIVE
+from llmload.loadgen.send_gate import send_gate
 
 EXPIRY_MARGIN_S = 0.25  # a connection this close to the server's Keep-Alive timeout is not reused
 _select = get_original("select", "select")  # a real non-blocking poll, not gevent's cooperative one
@@ -207,6 +208,7 @@ class UserConnections:
         self._had_connection = True
         self._conns[sock] = _Conn(port)
         self._current = sock
+        send_gate().wait_turn()  # the connect yielded: the request is written in a later turn, in line
         return sock
 
     def _return_socket(self, sock: Any) -> None:

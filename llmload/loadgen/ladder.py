@@ -49,6 +49,7 @@ from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
 from llmload.core.records import RecordWriter, RequestRecord, new_run_id
 from llmload.core.run_files import RunFiles
 from llmload.loadgen.arrivals import ArrivalQueue, arrival_count
+from llmload.loadgen.garbage import settle_before_start
 from llmload.loadgen.health_sampler import MSG_HEALTH
 from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.preflight import PreflightError, auth_headers, preflight, tls_context
@@ -59,6 +60,7 @@ from llmload.loadgen.stage_protocol import (
     StageProtocol,
     Stalled,
     Started,
+    start_spread,
 )
 from llmload.loadgen.trace import TraceWorkload, trace_workload
 from llmload.loadgen.workload import calibrate, load_prompt_file, workload_for
@@ -123,6 +125,8 @@ class StageBoard:
         self.stage = None
 
     def announce(self, stage: Stage) -> None:
+        if stage.start_at is not None:
+            settle_before_start()  # a full collection now, not during the rung (llmload.loadgen.garbage)
         self.stage = stage
         changed, self._changed = self._changed, Event()
         changed.set()
@@ -225,6 +229,7 @@ class RunState:
                     "started": p.started,
                     "finished": p.finished,
                     "records": p.records,
+                    "start": start_spread(p.stage.start_at, p.first_sends) if p.stage.rate is None else None,
                 }
                 for p in self.progress
                 if p.stage.start_at is not None  # announced only: no request was sent
@@ -394,7 +399,8 @@ class LadderShape(LoadTestShape):
 
     def on_user_done(self, environment: Any, msg: Any, **_: Any) -> None:
         if self.run is not None:
-            self.run.protocol.done(msg.data["seq"], msg.data["requests"], time.time())
+            data = msg.data
+            self.run.protocol.done(data["seq"], data["requests"], time.time(), data.get("first_send"))
 
     # --- the shape ----------------------------------------------------------------------
     def close(self) -> None:

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 import gevent.socket
-from gevent import getcurrent
+from gevent import get_hub, getcurrent
 from geventhttpclient.client import HTTPClient
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
 
@@ -31,7 +31,54 @@ from llmload.core.kernel_stamps import ANCILLARY_SIZE, enable_stamps, stamp_of
 
 CLOCK_SLACK_S = 0.001  # time.time() vs perf_counter() disagreement tolerated before a stamp is distrusted
 KERNEL, USER = "kernel", "user"
+WAITED_S = 0.00005  # a poll off the CPU for longer than this waited: nothing was ready when it began
+WAKE_S = 0.0001  # from a packet's arrival to the return of the poll it woke, at the most assumed
 _READING: dict[Any, ReceiveClock] = {}  # greenlet -> the clock of the request it is reading
+
+
+class PollClock:
+    """When the hub's polls returned. Data readable now arrived after the previous poll's return
+    (a socket that poll found readable was read after it) or, when the latest poll waited, at
+    most WAKE_S before that poll's return (`ReceiveClock.note_read`). One per hub (`poll_clock()`)."""
+
+    __slots__ = ("_entered", "_entered_cpu", "_returned", "_before", "_waited", "_prepare", "_check")
+
+    def __init__(self, loop: Any) -> None:
+        self._entered = self._returned = self._before = float("-inf")
+        self._entered_cpu = 0.0
+        self._waited = False
+        # the prepare runs last before the poll (after gevent's callbacks), the check first after it
+        self._prepare = loop.prepare(ref=False, priority=-2)
+        self._check = loop.check(ref=False, priority=2)
+        self._prepare.start(self._on_prepare)
+        self._check.start(self._on_check)
+
+    def _on_prepare(self) -> None:
+        self._entered_cpu = time.thread_time()
+        self._entered = time.perf_counter()
+
+    def _on_check(self) -> None:
+        now = time.perf_counter()
+        off_cpu = (now - self._entered) - (time.thread_time() - self._entered_cpu)
+        self._before, self._returned = self._returned, now
+        self._waited = off_cpu > WAITED_S
+
+    @property
+    def returned(self) -> float:
+        """perf_counter time the latest poll returned."""
+        return self._returned
+
+
+_POLL_CLOCKS: dict[Any, PollClock] = {}  # gevent hub -> its poll clock
+
+
+def poll_clock() -> PollClock:
+    """The current hub's `PollClock`, started on first use."""
+    hub = get_hub()
+    clock = _POLL_CLOCKS.get(hub)
+    if clock is None:
+        clock = _POLL_CLOCKS[hub] = PollClock(hub.loop)
+    return clock
 
 
 class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
@@ -41,10 +88,13 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         data: bytes
-        data, ancillary, _, _ = self.recvmsg(bufsize, ANCILLARY_SIZE, flags)
         clock = _READING.get(getcurrent())
-        if clock is not None:
-            clock.note_stamp(ancillary)
+        if clock is None:
+            data, _, _, _ = self.recvmsg(bufsize, ANCILLARY_SIZE, flags)
+            return data
+        began = time.perf_counter()
+        data, ancillary, _, _ = self.recvmsg(bufsize, ANCILLARY_SIZE, flags)
+        clock.note_read(began, ancillary, whole=len(data) < bufsize)
         return data
 
 
@@ -77,7 +127,7 @@ class ReceiveClock:
     latest read when the connection has stamps, else the current time. `max_delay` is the
     longest the generator took from a message's arrival to reading it (kernel stamps only)."""
 
-    __slots__ = ("t0", "t_wall", "rx_time", "max_delay", "_reader")
+    __slots__ = ("t0", "t_wall", "rx_time", "max_delay", "_reader", "_polls", "_emptied", "_floor")
 
     def __init__(self, t_wall: float, t0: float) -> None:
         self.t_wall = t_wall  # time.time() taken together with t0
@@ -85,6 +135,9 @@ class ReceiveClock:
         self.rx_time: float | None = None  # epoch seconds of the latest stamped read
         self.max_delay = 0.0
         self._reader: Any = None
+        self._polls = poll_clock()
+        self._emptied = t0  # perf_counter: the stream held nothing then (no answer before the request)
+        self._floor = t0  # the earliest the latest read's data can have arrived (perf_counter)
 
     def __enter__(self) -> ReceiveClock:
         self._reader = getcurrent()
@@ -94,12 +147,24 @@ class ReceiveClock:
     def __exit__(self, *exc: object) -> None:
         _READING.pop(self._reader, None)
 
-    def note_stamp(self, ancillary: list[tuple[int, int, bytes]]) -> None:
-        """Take the kernel stamp of a read from its `recvmsg` ancillary data (a read without one,
-        the end of the connection, leaves the latest stamp)."""
+    def note_read(self, began: float, ancillary: list[tuple[int, int, bytes]], whole: bool) -> None:
+        """A read that began at `began` (perf_counter) returned: take its kernel stamp from the
+        `recvmsg` ancillary data (a read without one, the end of the connection, leaves the
+        latest stamp) and the earliest its data can have arrived. `whole`: it took everything the
+        socket held (it returned less than it asked), so later data arrived after `began`."""
+        polls = self._polls  # PollClock.floor(), inline: this runs once per read
+        floor = polls._returned - WAKE_S if polls._waited else polls._before
+        self._floor = floor if floor > self._emptied else self._emptied
+        if whole:
+            self._emptied = began
         stamp = stamp_of(ancillary)
         if stamp is not None:
             self.rx_time = stamp
+
+    def slack(self, t: float) -> float:
+        """For a message of the latest read timed `t` (`now()`'s value): the most by which it may
+        be later than the message's true arrival, when the read took more than one (seconds)."""
+        return max(0.0, t - (self._floor - self.t0))
 
     @property
     def source(self) -> str:

@@ -19,6 +19,8 @@ Definitions (as vLLM `bench serve`, see docs/metrics.md):
   usage that grew on it, or a final count one above the token chunks seen).
 - `texts` (only when built with `keep_text`): the text of each token chunk, in order (one list
   append per chunk; the greedy-determinism check hashes them when the request ends).
+- `uncertain`: token chunk index -> seconds by which its time may be late, for chunks that
+  shared a read with a later message (`feed_read`); `ttft_uncertain`: the same for t_first.
 
 The token-chunk fast path (`feed_lines`): a server writes every token chunk of a stream the same
 way except for its text (vLLM: `{"id":…,"choices":[{"index":0,"text":" the","logprobs":null,
@@ -50,6 +52,7 @@ _STR_OR_NONE = (str, type(None))
 _NOT_PLAIN = re.compile(rb'["\\\x00-\x1f]').search  # what a JSON string's characters spell only escaped
 _NOT_ASCII_PLAIN = re.compile(rb"[^\x20\x21\x23-\x5b\x5d-\x7e]").search  # nor that, nor beyond ASCII
 _PROBE = "llmload-template-probe"
+EXACT_SLACK_S = 0.0005  # a read whose messages arrived within this of its stamp times them all
 TEMPLATE_TRIES = 3  # token chunks of a stream tried as its template (a stream without one is parsed in full)
 
 
@@ -82,6 +85,8 @@ class StreamAccumulator:
         "_head",
         "_tail",
         "_tries",
+        "uncertain",
+        "ttft_uncertain",
     )
 
     def __init__(self, chat: bool = False, keep_text: bool = False) -> None:
@@ -102,6 +107,8 @@ class StreamAccumulator:
         self._head: bytes | None = None  # the token-chunk template (module docstring): line before the text
         self._tail = b""  # and after it
         self._tries = TEMPLATE_TRIES
+        self.uncertain: dict[int, float] = {}
+        self.ttft_uncertain: float | None = None
 
     def feed(self, line: bytes, t: float) -> bool:
         """Consume one SSE line; returns True once `data: [DONE]` was seen."""
@@ -136,6 +143,32 @@ class StreamAccumulator:
             if len(self.chunk_times) > chunks and self._head is None:
                 self._learn_template(line)
         return False
+
+    def feed_read(self, lines: list[bytes | bytearray], t: float, slack: float, ends_whole: bool) -> bool:
+        """Consume the lines of one read whose stamp `t` is exact for its last message and whose
+        earlier messages arrived at most `slack` before it; True at [DONE]. `ends_whole`: the read
+        ended at the end of a line (else its stamp is the next, incomplete line's). Token chunks
+        (and t_first) not timed by the read's last message are marked in `uncertain` (and
+        `ttft_uncertain`) when `slack` exceeds EXACT_SLACK_S."""
+        if slack <= EXACT_SLACK_S or (ends_whole and len(lines) <= 2):  # one message: its own stamp
+            return self.feed_lines(lines, t)
+        last = len(lines) - 1
+        while last > 0 and not lines[last]:
+            last -= 1
+        before, first_before = len(self.chunk_times), self.t_first
+        done = self.feed_lines(lines[:last], t)
+        middle, first_middle, closing = len(self.chunk_times), self.t_first, self._closing is not None
+        if not done:
+            done = self.feed_lines(lines[last:], t)
+        # the last message's own chunk is timed by the stamp (a held closing chunk counted by it is not)
+        grew = len(self.chunk_times) > middle
+        exact = len(self.chunk_times) - 1 if ends_whole and grew and not closing else -1
+        for i in range(before, len(self.chunk_times)):
+            if i != exact:
+                self.uncertain[i] = slack
+        if first_before is None and self.t_first is not None and (first_middle is not None or not ends_whole):
+            self.ttft_uncertain = slack
+        return done
 
     def _learn_template(self, line: bytes | bytearray) -> None:
         """Make `line`, just parsed in full, the stream's token-chunk template if it was an ordinary

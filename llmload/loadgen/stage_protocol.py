@@ -51,9 +51,25 @@ class StageProgress:
     records: int = 0
     finished: float | None = None
     last_progress: float = 0.0  # last ready / record / done message (or the announcement)
+    first_sends: list[float] = field(default_factory=list)  # each done user's first request's t_start
 
     def complete(self) -> bool:
         return self.users_done >= self.stage.users and self.records >= self.requests_reported
+
+
+def start_spread(start_at: float | None, first_sends: list[float]) -> dict[str, Any] | None:
+    """The rung-start promise as kept: how long after the stage's common start time (`start_at`)
+    its users sent their first requests, in ms (`users`: how many reported one). None before the
+    start or without a report."""
+    if start_at is None or not first_sends:
+        return None
+    lags = sorted(1000.0 * (t - start_at) for t in first_sends)
+    return {
+        "users": len(lags),
+        "first_ms": round(lags[0], 2),
+        "p50_ms": round(lags[(len(lags) - 1) // 2], 2),
+        "last_ms": round(lags[-1], 2),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +134,14 @@ class StageProtocol:
             current.last_progress = now
             current.ready_by_process[process] = current.ready_by_process.get(process, 0) + 1
 
-    def done(self, seq: int, requests: int, now: float) -> None:
+    def done(self, seq: int, requests: int, now: float, first_send: float | None = None) -> None:
         for p in self.progress:
             if p.stage.seq == seq:
                 p.users_done += 1
                 p.requests_reported += requests
                 p.last_progress = now
+                if first_send is not None:
+                    p.first_sends.append(first_send)
 
     def recorded(self, rung: int, now: float) -> None:
         for p in self.progress:

@@ -11,9 +11,11 @@ wait, a `readline` per line. With one token per chunk that work is paid per toke
 `Waiter`. When the socket is readable, the hub itself runs the watcher's callback: one
 `recvmsg` (with the kernel receive stamp of that read: `llmload.core.kernel_stamps`), the bytes
 fed to the response's HTTP parser (chunked framing), every complete SSE line split out at C
-speed and parsed (`StreamAccumulator.feed_lines`). The request's greenlet is woken once, when its
+speed and parsed (`StreamAccumulator.feed_read`). The request's greenlet is woken once, when its
 stream ended ([DONE], end of message, a malformed line, an error event, a reset). Every line of
-one read gets that read's kernel stamp, as when each greenlet read its own socket.
+one read gets that read's kernel stamp, as when each greenlet read its own socket; when one read
+took several messages, the earlier ones are marked with how late that stamp may be for them
+(`ReceiveClock.slack`).
 
 After a loop turn that read many streams (`COLLECT_MIN_READS`), the hub waits `COLLECT_S` before
 it polls again (libev's I/O collect interval): the next poll then returns the many streams whose
@@ -42,6 +44,7 @@ from geventhttpclient._parser import HTTPResponseParser
 
 from llmload.core.kernel_stamps import ANCILLARY_SIZE
 from llmload.loadgen.receive_stamps import ReceiveClock, StampedSocket
+from llmload.loadgen.send_gate import send_gate
 from llmload.loadgen.sse import StreamAccumulator
 
 READ_SIZE = 65536  # bytes asked of one recvmsg: one read takes everything a stream has waiting
@@ -74,8 +77,8 @@ class _Stream:
 
 
 def _take_lines(stream: _Stream, t: float) -> bool:
-    """Feed every complete line of the response's body buffer to the accumulator; True at [DONE].
-    An incomplete last line stays in the buffer for the next read."""
+    """Feed every complete line of the response's body buffer, taken by one read stamped `t`, to
+    the accumulator; True at [DONE]. An incomplete last line stays in the buffer for the next read."""
     buf = stream.resp._body_buffer
     lines = buf.split(b"\n")
     rest = lines.pop()
@@ -83,13 +86,9 @@ def _take_lines(stream: _Stream, t: float) -> bool:
         buf[:] = rest
     else:
         buf.clear()
-    return stream.acc.feed_lines(lines, t)
-
-
-def _end(stream: _Stream) -> None:
-    """Stop reading a stream and wake its greenlet with the stream's outcome (None: [DONE])."""
-    stream.watcher.stop()
-    stream.waiter.switch(stream.outcome)
+    if not rest and len(lines) <= 2:  # one message (and its blank line): timed by its own stamp
+        return stream.acc.feed_lines(lines, t)
+    return stream.acc.feed_read(lines, t, stream.clock.slack(t), not rest)
 
 
 class StreamReader:
@@ -115,7 +114,7 @@ class StreamReader:
         stream.watcher = self._hub.loop.io(stream.raw.fileno(), 1)
         stream.watcher.start(self._on_readable, stream)
         self._streams.add(stream)
-        if len(self._streams) == 1:
+        if not self._idle_timer.active:  # the first stream (an ended one may still be in line)
             self._idle_timer.start(self._check_idle)
             self._collect.start(self._gather)
         try:
@@ -128,6 +127,13 @@ class StreamReader:
                 self._collect.stop()
         if outcome is not None:
             raise outcome
+
+    def _end(self, stream: _Stream) -> None:
+        """Stop reading a stream and wake its greenlet with the stream's outcome (None: [DONE]),
+        in the send gate's line when the loop's turn has no time left (`llmload.loadgen.send_gate`)."""
+        stream.watcher.stop()
+        self._streams.discard(stream)  # not silent while it waits in line
+        send_gate().wake(stream.waiter, stream.outcome)
 
     def _gather(self) -> None:
         """Prepare callback, before the hub polls: after a turn that read many streams, wait
@@ -142,9 +148,10 @@ class StreamReader:
         greenlet when the stream ended."""
         self._reads += 1
         try:
+            began = time.perf_counter()
             data, ancillary, _, _ = stream.raw.recvmsg(READ_SIZE, ANCILLARY_SIZE)
             clock = stream.clock
-            clock.note_stamp(ancillary)
+            clock.note_read(began, ancillary, len(data) < READ_SIZE)
             t = clock.now()
             stream.last_read = t + clock.t0
             resp = stream.resp
@@ -159,7 +166,7 @@ class StreamReader:
             return
         except BaseException as e:  # noqa: BLE001 - handed to the request's greenlet, raised there
             stream.outcome = e
-        _end(stream)
+        self._end(stream)
 
     def _check_idle(self) -> None:
         """Timer callback: end the streams silent for longer than their limit."""
@@ -167,7 +174,7 @@ class StreamReader:
         silent = [s for s in self._streams if s.outcome is None and now - s.last_read > s.idle_s]
         for stream in silent:
             stream.outcome = TimeoutError(f"no data for {stream.idle_s:g} s")
-            _end(stream)
+            self._end(stream)
 
 
 _READERS: dict[Any, StreamReader] = {}  # gevent hub -> its reader

@@ -42,6 +42,7 @@ from llmload.loadgen.options import api_key
 from llmload.loadgen.payload import build_payload, endpoint_path
 from llmload.loadgen.preflight import auth_headers, tls_context
 from llmload.loadgen.receive_stamps import stamp_receive_times
+from llmload.loadgen.send_gate import send_gate
 from llmload.loadgen.sessions import Turn, play_sessions
 from llmload.loadgen.shutdown import cut_by_stop
 from llmload.loadgen.workload import workload_for
@@ -104,6 +105,7 @@ class LLMUser(FastHttpUser):
         super().__init__(environment)
         self._last_seq = -1
         self._ready_seq = -1
+        self._first_send: float | None = None  # t_start of this user's first request of the stage
         self._uid = uuid.uuid4().hex
         runner = environment.runner
         self._worker = runner.client_id if isinstance(runner, WorkerRunner) else "local"
@@ -144,6 +146,7 @@ class LLMUser(FastHttpUser):
             if stage is None or stage.start_at is None:
                 return
         gevent.sleep(max(0.0, stage.start_at - time.time()))
+        self._first_send = None
         sent = 0
         if stage.rate is not None:
             queue = arrival_queue(self._process, stage, self._stage_config(stage), self._worker)
@@ -168,7 +171,8 @@ class LLMUser(FastHttpUser):
             while time.time() < stage.deadline:
                 sent += self.send_one(stage)
         self._last_seq = stage.seq
-        self.environment.runner.send_message(MSG_USER_DONE, {"seq": stage.seq, "requests": sent})
+        done = {"seq": stage.seq, "requests": sent, "first_send": self._first_send}
+        self.environment.runner.send_message(MSG_USER_DONE, done)
 
     def send_one(
         self,
@@ -182,6 +186,7 @@ class LLMUser(FastHttpUser):
         `index` picks the prompt (default: the process's next; trace mode: the trace line);
         `t_scheduled` is the rate-mode arrival; `turn` a session's messages, whose reply text
         goes to `on_reply`."""
+        send_gate().wait_turn()  # reads before writes (llmload.loadgen.send_gate)
         config = self._stage_config(stage)
         request_id = uuid.uuid4().hex
         index = next_prompt_index(self._process, stage) if index is None else index
@@ -234,6 +239,8 @@ class LLMUser(FastHttpUser):
         if not rec.ok and cut_by_stop():  # the generator's own stop, not the server (loadgen.shutdown)
             return
         rec.t_scheduled, rec.rate = t_scheduled, rate
+        if self._first_send is None:
+            self._first_send = rec.t_start  # the rung-start promise (llmload.loadgen.stage_protocol)
 
         def fire(request_type: str, ms: float, length: int = 0, exception: Exception | None = None) -> None:
             self.environment.events.request.fire(
