@@ -49,6 +49,7 @@ from llmload.analysis.metrics import (
 )
 from llmload.analysis.reconcile import Tally, input_summary
 from llmload.analysis.sweep_rows import WARMUP_PHASE, SweepRow
+from llmload.analysis.uncertainty import Uncertainty
 from llmload.core.records import OUTCOME_OK, RequestRecord
 from llmload.core.stats import (
     DEFAULT_PERCENTILES,
@@ -243,6 +244,7 @@ class RungTally:
     e2e: array[float] = field(default_factory=_floats)  # E2E seconds of every measured request
     rate: float | None = None  # rate mode: the target request rate, from the first record that says it
     read_delays_ms: array[float] = field(default_factory=_floats)  # kernel stamps: read delays
+    uncertainty: Uncertainty = field(default_factory=Uncertainty)  # times a late read left uncertain
     trace_late_ms: array[float] = field(default_factory=_floats)  # trace replay: lateness per request
     inputs_asked: int | None = None  # the asked prompt_tokens, from the first record that says it
     new_connections: int | None = None  # None until a record says whether it reused a connection
@@ -302,9 +304,12 @@ class RungTally:
             self.prompt_tokens += rec.prompt_tokens
         if e2e > 0:
             self.rates.append(rec.output_tokens / e2e)
+        found = {}
         for name, fn in _COMPLETED_VALUES.items():
             if (v := fn(rec)) is not None:
                 values[name].append(v)
+            found[name] = v is not None
+        self.uncertainty.add(rec, found["ttft"], found["tpot"])
         if self.itl:
             if micros is not None:
                 self.itl_us.add_micros(micros)
@@ -363,6 +368,7 @@ class RungTally:
             partial=partial,
             input_tokens=input_summary(self.counts.inputs, self.inputs_asked),
             new_connections=self.new_connections,
+            timing_uncertainty=self.uncertainty.summary(),
         )
 
     def merge(self, other: RungTally) -> None:
@@ -385,6 +391,7 @@ class RungTally:
         ):
             mine.extend(theirs)
         self.itl_us.merge(other.itl_us)
+        self.uncertainty.merge(other.uncertainty)
         self.itl_token_ms.update(other.itl_token_ms)
         self.itl_per_chunk = self.itl_per_chunk or other.itl_per_chunk
         self.counts.merge(other.counts)

@@ -101,6 +101,7 @@ class SweepRow:
     generator: dict[str, Any] | None = None
     new_connections: int | None = None  # requests that opened a connection; None: not recorded (issue 12)
     input_tokens: dict[str, Any] | None = None  # asked, mean, min, max, miss_pct (reconcile.input_summary)
+    timing_uncertainty: dict[str, Any] | None = None  # llmload.analysis.uncertainty; None: every time exact
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,6 +107,7 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
                 "so the figures may be late; other processes (or the hypervisor) took the CPU, not the "
                 "generator: free the machine, more --processes would not help"
             )
+    notes += _uncertainty_notes(rows)
     notes += _input_notes(rows)
     opened = [r for r in rows if r.new_connections is not None]
     if opened:
@@ -121,6 +122,27 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
                 f"{rung_name(r.rung, r.conc)}: {r.failures} of {r.requests} requests failed ({kinds}); "
                 f"their {r.partial_tokens} partial tokens are not counted"
             )
+    return notes
+
+
+def _uncertainty_notes(rows: Sequence[SweepRow]) -> list[str]:
+    """Rungs where the generator read streams late enough that some times may be late
+    (`llmload.analysis.uncertainty`): how many values of each metric, by how much."""
+    notes = []
+    for r in rows:
+        u = r.timing_uncertainty
+        if not u or not u.get("late"):
+            continue
+        parts = ", ".join(
+            f"{name.upper()} p99 up to {u[name]['p99_ms']:.1f} ms late ({u[name]['uncertain']} of "
+            f"{u[name]['values']} values, max {u[name]['max_ms']:.1f} ms)"
+            for name in ("ttft", "itl", "tpot")
+            if u[name]["uncertain"]
+        )
+        notes.append(
+            f"{rung_name(r.rung, r.conc)}: the generator read some streams late, several chunks in one "
+            f"read, so their times may be late: {parts}"
+        )
     return notes
 
 

@@ -4,6 +4,10 @@ marked with how late that stamp may be for them."""
 
 from __future__ import annotations
 
+import pytest
+
+from llmload.analysis.uncertainty import Uncertainty, request_bounds
+from llmload.core.records import RequestRecord
 from llmload.loadgen.sse import EXACT_SLACK_S, StreamAccumulator
 from llmload.loadgen.stage_protocol import start_spread
 
@@ -61,3 +65,45 @@ def test_start_spread_is_the_first_sends_after_the_go_in_ms() -> None:
         "last_ms": 10.0,
     }
     assert start_spread(None, [1.0]) is None and start_spread(1.0, []) is None
+
+
+def _record(**marks: object) -> RequestRecord:
+    base = dict(request_id="r", rung=0, users=1, phase="measure", endpoint="completions", stream=True)
+    times = [0.1, 0.12, 0.14, 0.16, 0.18]
+    return RequestRecord(
+        **base,  # type: ignore[arg-type]
+        max_tokens=5,
+        t_start=1000.0,
+        t_end=1000.18,
+        t_first=1000.1,
+        output_tokens=5,
+        chunks=5,
+        chunk_times=times,
+        **marks,  # type: ignore[arg-type]
+    )
+
+
+def test_the_bounds_of_one_request_follow_their_definitions() -> None:
+    rec = _record(uncertain_chunks=[0, 3], uncertain_ms=[4.0, 2.0], ttft_uncertain_ms=4.0)
+    ttft, gaps, tpot = request_bounds(rec)
+    assert ttft == 4.0
+    assert gaps == [4.0, 2.0, 2.0]  # gap 1 touches chunk 0; gaps 3 and 4 touch chunk 3
+    assert tpot == 4.0 / 4  # t_first's mark over output tokens - 1 (the last chunk is exact)
+
+
+def test_a_rung_reports_its_uncertain_values_and_flags_a_late_p99() -> None:
+    tally = Uncertainty()
+    for _ in range(99):
+        tally.add(_record(), True, True)
+    tally.add(_record(uncertain_chunks=[0], uncertain_ms=[30.0], ttft_uncertain_ms=30.0), True, True)
+    summary = tally.summary()
+    assert summary is not None
+    assert summary["ttft"]["values"] == 100 and summary["ttft"]["uncertain"] == 1
+    assert summary["ttft"]["max_ms"] == 30.0
+    assert summary["ttft"]["p99_ms"] == pytest.approx(0.01 * 30.0)  # 1 in 100: between 0 and 30
+    assert summary["itl"]["values"] == 400 and summary["itl"]["uncertain"] == 1
+    assert summary["late"] is False
+    for _ in range(5):
+        tally.add(_record(uncertain_chunks=[0], uncertain_ms=[30.0], ttft_uncertain_ms=30.0), True, True)
+    assert tally.summary()["late"] is True  # type: ignore[index]
+    assert Uncertainty().summary() is None
