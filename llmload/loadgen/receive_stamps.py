@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
+from resource import RUSAGE_THREAD, getrusage
 from typing import Any
 
 import gevent.socket
@@ -31,7 +32,6 @@ from llmload.core.kernel_stamps import ANCILLARY_SIZE, enable_stamps, stamp_of
 
 CLOCK_SLACK_S = 0.001  # time.time() vs perf_counter() disagreement tolerated before a stamp is distrusted
 KERNEL, USER = "kernel", "user"
-WAITED_S = 0.00005  # a poll off the CPU for longer than this waited: nothing was ready when it began
 WAKE_S = 0.0001  # from a packet's arrival to the return of the poll it woke, at the most assumed
 _READING: dict[Any, ReceiveClock] = {}  # greenlet -> the clock of the request it is reading
 
@@ -41,11 +41,11 @@ class PollClock:
     (a socket that poll found readable was read after it) or, when the latest poll waited, at
     most WAKE_S before that poll's return (`ReceiveClock.note_read`). One per hub (`poll_clock()`)."""
 
-    __slots__ = ("_entered", "_entered_cpu", "_returned", "_before", "_waited", "_prepare", "_check")
+    __slots__ = ("_slept", "_returned", "_before", "_waited", "_prepare", "_check")
 
     def __init__(self, loop: Any) -> None:
-        self._entered = self._returned = self._before = float("-inf")
-        self._entered_cpu = 0.0
+        self._returned = self._before = float("-inf")
+        self._slept = 0  # the thread's voluntary context switches when the poll began
         self._waited = False
         # the prepare runs last before the poll (after gevent's callbacks), the check first after it
         self._prepare = loop.prepare(ref=False, priority=-2)
@@ -54,14 +54,11 @@ class PollClock:
         self._check.start(self._on_check)
 
     def _on_prepare(self) -> None:
-        self._entered_cpu = time.thread_time()
-        self._entered = time.perf_counter()
+        self._slept = getrusage(RUSAGE_THREAD).ru_nvcsw
 
     def _on_check(self) -> None:
-        now = time.perf_counter()
-        off_cpu = (now - self._entered) - (time.thread_time() - self._entered_cpu)
-        self._before, self._returned = self._returned, now
-        self._waited = off_cpu > WAITED_S
+        self._before, self._returned = self._returned, time.perf_counter()
+        self._waited = getrusage(RUSAGE_THREAD).ru_nvcsw != self._slept
 
     @property
     def returned(self) -> float:
