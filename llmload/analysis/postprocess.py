@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmload.analysis.determinism import RungDivergence, divergence, divergence_notes
+from llmload.analysis.determinism import RungDivergence, divergence
 from llmload.analysis.health import flag_saturated, read_health
 from llmload.analysis.locust_csv import cross_check
 from llmload.analysis.metrics import SLO_KEYS, RungMetrics
-from llmload.analysis.production_traffic import replay_warnings, turn_metrics
+from llmload.analysis.production_traffic import replay_warnings
 from llmload.analysis.records_pass import RecordsPass, tally_file
 from llmload.analysis.rung_tally import RungTally
 from llmload.analysis.sweep_rows import MissingRung, Rung, SweepRow, group_rungs, sweep_rows
@@ -35,8 +35,6 @@ from llmload.core.chunk_index import index_path
 from llmload.core.records import RecordFileError, RequestRecord, iter_record_lines
 from llmload.core.run_files import RunFiles
 from llmload.core.stats import DEFAULT_PERCENTILES
-from llmload.output.table import render
-from llmload.output.turn_table import render_turns
 
 
 @dataclass(slots=True)
@@ -226,26 +224,3 @@ def _integrity_warnings(found: RecordsPass, records_path: str, run_warning: str 
 def _lines(numbers: Sequence[int], shown: int = 10) -> str:
     more = f" and {len(numbers) - shown} more" if len(numbers) > shown else ""
     return ", ".join(map(str, numbers[:shown])) + more
-
-
-def render_run(
-    result: RunResult,
-    fmt: str = "table",
-    *,
-    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
-    wide: bool = False,
-) -> str:
-    """The run's table(s) in fmt, without the warnings; with session turns, the per-turn table."""
-    text = render(
-        result.rows,
-        fmt,
-        metrics=result.metrics,
-        percentiles=percentiles,
-        wide=wide,
-        missing=result.missing,
-        notes=divergence_notes(result.divergence),
-        determinism=result.divergence or None,
-    )
-    sessions = fmt in ("table", "markdown") and any(t.sessions for t in result.rungs)
-    turns = render_turns(turn_metrics(result.iter_records()), fmt) if sessions else ""
-    return f"{text}\n\n{turns}" if turns else text

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llmload.analysis.determinism import diverged
-from llmload.analysis.postprocess import load_run, render_run
+from llmload.analysis.postprocess import load_run
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, default_run_dir, locust_command, run_sweep
 from llmload.core.config import ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, EXIT_CODES, INTERRUPTED, OK
@@ -41,6 +41,7 @@ from llmload.core.schema import shown
 from llmload.core.stop_signals import STOPS
 from llmload.loadgen.locust_args import parse_locust_args
 from llmload.loadgen.options import check_api_key, check_host, options_help, run_config
+from llmload.output.run_table import render_run
 from llmload.sim.__main__ import SimFlagError, config_from_args
 
 PROG = "llmload sweep"

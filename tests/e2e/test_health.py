@@ -24,10 +24,11 @@ from llmload.analysis.health import (
     rung_health,
     timing_errors,
 )
-from llmload.analysis.postprocess import load_run, render_run
+from llmload.analysis.postprocess import load_run
 from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.records import read_records
 from llmload.core.stats import percentile
+from llmload.output.run_table import render_run
 from llmload.sim.truth import load_truth
 
 SCHEMA = {"t", "worker", "cpu", "rss", "lag_ms", "machine_cpu", "steal", "load1", "cores"}

@@ -14,7 +14,8 @@ from pathlib import Path
 from fixtures.paths import REPO
 
 from llmload.analysis import records_pass
-from llmload.analysis.postprocess import load_run, render_run
+from llmload.analysis.postprocess import load_run
+from llmload.output.run_table import render_run
 
 
 def write_run(prefix: Path, n: int) -> Path:

@@ -45,7 +45,7 @@ from llmload.analysis.locust_csv import (
     read_failures_csv,
     read_stats_csv,
 )
-from llmload.analysis.postprocess import load_run, render_run
+from llmload.analysis.postprocess import load_run
 from llmload.analysis.rung_tally import tally_rungs
 from llmload.cli.sweep import sim_args
 from llmload.core import checks, config
@@ -55,6 +55,7 @@ from llmload.core.records import RecordFileError, RequestRecord
 from llmload.core.schema import settings as config_settings
 from llmload.loadgen.options import run_config
 from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
+from llmload.output.run_table import render_run
 from llmload.output.table import FORMATS
 from llmload.sim.__main__ import SimFlagError, build_parser, config_from_args
 

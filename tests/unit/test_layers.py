@@ -13,6 +13,7 @@ import pytest
 from fixtures.paths import REPO
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+LAYERS = "layers: cli > loadgen > output > analysis > core"
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -32,6 +33,15 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 def test_the_layer_contracts_hold() -> None:
     result = lint_imports(REPO)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{LAYERS} KEPT" in result.stdout  # the layer order is one of the contracts checked
+
+
+@pytest.fixture(scope="module")
+def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One copy of the package for every planted import (each test restores the file it changed)."""
+    root = tmp_path_factory.mktemp("copy")
+    shutil.copytree(REPO / "llmload", root / "llmload", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
 
 
 @pytest.mark.parametrize(
@@ -41,14 +51,22 @@ def test_the_layer_contracts_hold() -> None:
         ("output/table.py", "import locust", "analysis and output never import gevent or Locust"),
         ("core/records.py", "import llmload.analysis", "core imports nothing of llmload outside core"),
         ("sim/engine.py", "import llmload.core.stats", "the simulator stands alone"),
+        # one upward import across each boundary of the layer order
+        ("core/stats.py", "import llmload.analysis.metrics", LAYERS),
+        ("analysis/metrics.py", "import llmload.output.table", LAYERS),
+        ("output/table.py", "import llmload.loadgen.payload", LAYERS),
+        ("loadgen/payload.py", "import llmload.cli.table", LAYERS),
     ],
 )
 def test_a_planted_forbidden_import_breaks_the_check(
-    tmp_path: Path, module: str, planted: str, contract: str
+    package_copy: Path, module: str, planted: str, contract: str
 ) -> None:
-    shutil.copytree(REPO / "llmload", tmp_path / "llmload", ignore=shutil.ignore_patterns("__pycache__"))
-    path = tmp_path / "llmload" / module
-    path.write_text(path.read_text() + f"\n{planted}  # planted by the test\n")
-    result = lint_imports(tmp_path)
+    path = package_copy / "llmload" / module
+    original = path.read_text()
+    path.write_text(original + f"\n{planted}  # planted by the test\n")
+    try:
+        result = lint_imports(package_copy)
+    finally:
+        path.write_text(original)
     assert result.returncode != 0
     assert f"{contract} BROKEN" in result.stdout

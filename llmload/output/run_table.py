@@ -1,0 +1,37 @@
+"""A post-processed run (`llmload.analysis.postprocess.RunResult`) as text: the sweep table and,
+for session runs, the per-turn table. Shared by `llmload table`, `llmload sweep` and the web UI's
+results download; rendering lives here, in the output layer, so analysis never imports output."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llmload.analysis.determinism import divergence_notes
+from llmload.analysis.postprocess import RunResult
+from llmload.analysis.production_traffic import turn_metrics
+from llmload.core.stats import DEFAULT_PERCENTILES
+from llmload.output.table import render
+from llmload.output.turn_table import render_turns
+
+
+def render_run(
+    result: RunResult,
+    fmt: str = "table",
+    *,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    wide: bool = False,
+) -> str:
+    """The run's table(s) in fmt, without the warnings; with session turns, the per-turn table."""
+    text = render(
+        result.rows,
+        fmt,
+        metrics=result.metrics,
+        percentiles=percentiles,
+        wide=wide,
+        missing=result.missing,
+        notes=divergence_notes(result.divergence),
+        determinism=result.divergence or None,
+    )
+    sessions = fmt in ("table", "markdown") and any(t.sessions for t in result.rungs)
+    turns = render_turns(turn_metrics(result.iter_records()), fmt) if sessions else ""
+    return f"{text}\n\n{turns}" if turns else text
