@@ -149,7 +149,7 @@ class ReceiveClock:
         `recvmsg` ancillary data (a read without one, the end of the connection, leaves the
         latest stamp) and the earliest its data can have arrived. `whole`: it took everything the
         socket held (it returned less than it asked), so later data arrived after `began`."""
-        polls = self._polls  # PollClock.floor(), inline: this runs once per read
+        polls = self._polls  # the rule of PollClock's docstring, read in place: this runs once per read
         floor = polls._returned - WAKE_S if polls._waited else polls._before
         self._floor = floor if floor > self._emptied else self._emptied
         if whole:

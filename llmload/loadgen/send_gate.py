@@ -10,14 +10,14 @@ marked uncertain and are, in fact, late.
 `SendGate.wait_turn()`, called by a user before it builds a request (and again once a new
 connection is open, since the connect let other greenlets run), and `SendGate.wake()`, by which
 the stream reader resumes the user of a finished stream (its record, then its next request),
-let that work go only while
-the event loop's current turn has run for less than `SEND_SLICE_S` since its poll returned. A
-user that comes later waits in line; after the next poll's reads (a timer of zero seconds, of
-the lowest priority, so it runs after the turn's reads), the line is released for another
-`SEND_SLICE_S` (at least one user per turn, so a turn of many reads never starves the sends),
-and so on until it is empty. Between two polls there is thus at most about `SEND_SLICE_S` of
-sending, and a stream is read at most that late by a burst; the burst itself takes as long as
-its sends' CPU time plus the reads interleaved with it. A quiet loop sends at once.
+let that work go only while the event loop's current turn has run for less than `SEND_SLICE_S`
+since its poll returned. A user that comes later waits in line; after the next poll's reads (a
+timer of zero seconds, of the lowest priority, so it runs after the turn's reads), the line is
+released for another `SEND_SLICE_S` (at least one user per turn, so a turn of many reads never
+starves the sends), and so on until it is empty. Between two polls there is thus at most about
+`SEND_SLICE_S` of sending, and a stream is read at most that late by a burst; the burst itself
+takes as long as its sends' CPU time plus the reads interleaved with it. A quiet loop sends at
+once.
 """
 
 from __future__ import annotations
@@ -67,10 +67,6 @@ class SendGate:
         self._line.append((waiter, value))
         if not self._timer.active:
             self._timer.start(self._release)
-
-    @property
-    def waiting(self) -> int:
-        return len(self._line)
 
     def _release(self) -> None:
         """Timer callback, after the turn's reads: let the line go for SEND_SLICE_S (one at least)."""
