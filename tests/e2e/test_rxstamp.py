@@ -68,3 +68,22 @@ def test_without_stamps_the_reads_are_late(sim_start):
 
 def test_tls_connections_fall_back_to_read_times():
     assert not stamp_receive_times(HTTPClient.from_url("https://127.0.0.1:1"))
+
+
+@pytest.mark.skipif(not stamp_receive_times(plain_client("http://127.0.0.1:1")), reason="Linux only")
+def test_chunks_read_together_are_marked_by_at_least_their_true_lateness(sim_start):
+    """The event loop blocked for longer than the step: messages pile up and one read takes
+    several under the newest stamp. Against the simulator's truth, every chunk more than 0.5 ms
+    late is marked, by a bound no smaller than its lateness; no unmarked one is late."""
+    sim = sim_start(accept_len=1, base_ms=10, per_seq_ms=0)  # a message every 10 ms, hogged for 15
+    http = plain_client(sim.url)
+    assert stamp_receive_times(http)
+    rec = send_while_hogged(http)
+    errors = message_errors_ms(rec, truth_of(sim, [rec]))
+    marks = dict(zip(rec.uncertain_chunks or (), rec.uncertain_ms or (), strict=True))
+    assert marks, f"no chunk marked though the reads were late: {errors}"
+    for i, error in enumerate(errors):
+        if i in marks:
+            assert marks[i] >= error - 0.1, (i, marks[i], errors)
+        else:
+            assert error < 0.5 or i == len(errors) - 1, (i, errors, marks)  # the last: see above
