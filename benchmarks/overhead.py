@@ -22,9 +22,14 @@ tokens-per-chunk and stream count it prints:
 - first err p50/p99/max ms: the same for each request's first chunk only: the TTFT error;
 - itl_err p50/p99 ms: per gap between chunks, the client's gap minus the server's;
 - marked: llmload only, the share of chunks whose time the client marked uncertain (several
-  chunks taken by one read: `uncertain_chunks`), and the largest unmarked chunk error (ms);
+  chunks taken by one read: `uncertain_chunks`), and the largest lateness of a chunk not marked
+  (ms; early chunks are left out: their error is the truth log's, see `figures`);
 - start ms: llmload only, the users' first sends of the rung, the last one's lag after the
   rung's go (the ladder's start promise).
+
+With `--baseline DIR` (a checkout of another commit, e.g. `git worktree add --detach DIR REV`),
+that commit's llmload runs the same rungs in each repeat, right after this one's, as client
+`baseline`: a before/after comparison within one run, on one simulator.
 
 With `--floor`, a third client runs in each repeat: llmload with the per-read Python cut to the
 `recvmsg` and the HTTP framing (benchmarks/read_floor_locustfile.py), so the table shows how much of
@@ -118,7 +123,7 @@ class Figures:
     itl_p50: float
     itl_p99: float
     marked_pct: float  # of the chunks, marked uncertain by the client (nan: a client that cannot)
-    unmarked_max: float  # the largest error of a chunk not marked
+    unmarked_max: float  # the largest lateness of a chunk not marked
     start_ms: float  # the last user's first send after the rung's go (nan: not known)
 
 
@@ -167,7 +172,9 @@ def figures(
         if r.uncertain is not None:
             can_mark = True
             marked += len(r.uncertain)
-            unmarked = [abs(d) for i, d in enumerate(own) if i not in r.uncertain]
+            # late only: a kernel stamp cannot precede the server's send, so a chunk timed early
+            # shows how late the simulator read its clock after the write, not a client error
+            unmarked = [d for i, d in enumerate(own) if i not in r.uncertain]
             unmarked_max = max([unmarked_max, *unmarked])
     d50, d99, dmax = _ms_percentiles(delays)
     f50, f99, fmax = _ms_percentiles(first)
@@ -191,9 +198,15 @@ def figures(
     )
 
 
-def run_tracked(cmd: list[str], log: Path, timeout: float, ok_codes: tuple[int, ...] = (0,)) -> CpuTrack:
+def run_tracked(
+    cmd: list[str],
+    log: Path,
+    timeout: float,
+    ok_codes: tuple[int, ...] = (0,),
+    env: dict[str, str] | None = None,
+) -> CpuTrack:
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         track = CpuTrack(proc.pid)
         try:
             proc.wait(timeout=timeout)
@@ -208,16 +221,27 @@ def run_tracked(cmd: list[str], log: Path, timeout: float, ok_codes: tuple[int, 
 
 
 def run_locust(
-    url: str, streams: Sequence[int], args: argparse.Namespace, work: Path, locustfile: Path, name: str
+    url: str,
+    streams: Sequence[int],
+    args: argparse.Namespace,
+    work: Path,
+    locustfile: Path,
+    name: str,
+    code: Path | None = None,
 ):
+    """`code`: the checkout whose llmload (package and locustfile) runs; None: this one."""
     prefix = work / name
     extra = ["--rungs", ",".join(map(str, streams)), "--rung-duration", str(args.duration)]
     extra += ["--warmup-requests", "0", "--max-tokens", str(args.max_tokens), "--loglevel", "WARNING"]
     timeout = 60 + len(streams) * (args.duration + 30)
     # the floor's records fail llmload's token reconciliation (exit 3): its tokens come from the truth log
     ok_codes = (0, 3) if locustfile == FLOOR_LOCUSTFILE else (0,)
+    env = None
+    if code is not None:
+        locustfile = code / locustfile.relative_to(LOCUSTFILES["completions"].parents[2])
+        env = {**os.environ, "PYTHONPATH": str(code)}
     track = run_tracked(
-        locust_command(url, prefix, locustfile, extra), work / f"{name}.log", timeout, ok_codes
+        locust_command(url, prefix, locustfile, extra), work / f"{name}.log", timeout, ok_codes, env
     )
     records, _ = read_records(Path(f"{prefix}_records.jsonl"))
     by_streams: dict[int, list[Timed]] = {}
@@ -263,6 +287,11 @@ def one_repeat(args: argparse.Namespace, work: Path, per_chunk: int) -> dict[tup
         runs: list[tuple[str, int, list[Timed], CpuTrack, float]] = [
             ("locust", n, by_streams[n], track, lags.get(n, math.nan)) for n in args.streams
         ]
+        if args.baseline is not None:
+            by_streams, track, lags = run_locust(
+                server.url, args.streams, args, work, LOCUSTFILES["completions"], "baseline", args.baseline
+            )
+            runs += [("baseline", n, by_streams[n], track, lags.get(n, math.nan)) for n in args.streams]
         if args.floor:
             by_streams, track, _ = run_locust(server.url, args.streams, args, work, FLOOR_LOCUSTFILE, "floor")
             runs += [("floor", n, by_streams[n], track, math.nan) for n in args.streams]
@@ -310,7 +339,7 @@ def report(
         "chunk_err_p50/p99/max_ms  first_err_p50/p99/max_ms  itl_err_p50/p99_ms  marked_%  "
         "unmarked_max_ms  start_ms"
     )
-    for client in ("locust", "floor", "aiohttp"):
+    for client in ("locust", "baseline", "floor", "aiohttp"):
         if not any(key[0] == client for key in med):
             continue
         for k in chunkings:
@@ -353,6 +382,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--floor",
         action="store_true",
         help="also run llmload with its per-read Python cut to the floor (read_floor_locustfile.py)",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="also run the llmload of this checkout (another commit) in each repeat, after this one's",
     )
     p.add_argument(
         "--no-aiohttp", action="store_false", dest="aiohttp", help="skip the asyncio + aiohttp yardstick"

@@ -124,7 +124,17 @@ class ReceiveClock:
     latest read when the connection has stamps, else the current time. `max_delay` is the
     longest the generator took from a message's arrival to reading it (kernel stamps only)."""
 
-    __slots__ = ("t0", "t_wall", "rx_time", "max_delay", "_reader", "_polls", "_emptied", "_floor")
+    __slots__ = (
+        "t0",
+        "t_wall",
+        "rx_time",
+        "max_delay",
+        "_reader",
+        "_polls",
+        "_emptied",
+        "_previous",
+        "_floor",
+    )
 
     def __init__(self, t_wall: float, t0: float) -> None:
         self.t_wall = t_wall  # time.time() taken together with t0
@@ -134,6 +144,7 @@ class ReceiveClock:
         self._reader: Any = None
         self._polls = poll_clock()
         self._emptied = t0  # perf_counter: the stream held nothing then (no answer before the request)
+        self._previous = t0  # `_emptied` as the latest read began
         self._floor = t0  # the earliest the latest read's data can have arrived (perf_counter)
 
     def __enter__(self) -> ReceiveClock:
@@ -151,6 +162,7 @@ class ReceiveClock:
         socket held (it returned less than it asked), so later data arrived after `began`."""
         polls = self._polls  # the rule of PollClock's docstring, read in place: this runs once per read
         floor = polls._returned - WAKE_S if polls._waited else polls._before
+        self._previous = self._emptied
         self._floor = floor if floor > self._emptied else self._emptied
         if whole:
             self._emptied = began
@@ -162,6 +174,12 @@ class ReceiveClock:
         """For a message of the latest read timed `t` (`now()`'s value): the most by which it may
         be later than the message's true arrival, when the read took more than one (seconds)."""
         return max(0.0, t - (self._floor - self.t0))
+
+    def since_read(self, t: float) -> float:
+        """The same bound by the stream's previous read alone, without the polls: the only one
+        that holds when the data became readable later than it was stamped, as when the kernel
+        delivers a backlog of packets at once (`StreamAccumulator.feed_read`)."""
+        return max(0.0, t - (self._previous - self.t0))
 
     @property
     def source(self) -> str:

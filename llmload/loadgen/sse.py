@@ -144,14 +144,16 @@ class StreamAccumulator:
                 self._learn_template(line)
         return False
 
-    def feed_read(self, lines: list[bytes | bytearray], t: float, slack: float, ends_whole: bool) -> bool:
-        """Consume the lines of one read whose stamp `t` is exact for its last message and whose
-        earlier messages arrived at most `slack` before it; True at [DONE]. `ends_whole`: the read
-        ended at the end of a line (else its stamp is the next, incomplete line's). Token chunks
-        (and t_first) not timed by the read's last message are marked in `uncertain` (and
-        `ttft_uncertain`) when `slack` exceeds EXACT_SLACK_S."""
-        if slack <= EXACT_SLACK_S or (ends_whole and len(lines) <= 2):  # one message: its own stamp
-            return self.feed_lines(lines, t)
+    def feed_read(
+        self, lines: list[bytes | bytearray], t: float, slack: float, since_read: float, ends_whole: bool
+    ) -> bool:
+        """Consume the lines of one read whose stamp `t` is exact for its last message; True at
+        [DONE]. Its earlier messages arrived at most `slack` before it (by the stream's previous
+        read and the hub's polls) or, when it took two token chunks or more, `since_read` (by the
+        previous read alone). `ends_whole`: the read ended at the end of a line (else its stamp is
+        the next, incomplete line's). Token chunks (and t_first) not timed by the read's last
+        message are marked in `uncertain` (and `ttft_uncertain`) when the bound exceeds
+        EXACT_SLACK_S."""
         last = len(lines) - 1
         while last > 0 and not lines[last]:
             last -= 1
@@ -160,14 +162,20 @@ class StreamAccumulator:
         middle, first_middle, closing = len(self.chunk_times), self.t_first, self._closing is not None
         if not done:
             done = self.feed_lines(lines[last:], t)
+        # Two token chunks were written at two steps, yet they became readable together: the
+        # polls' bound assumes data is readable once it arrived, which fails when the kernel (or a
+        # buffering proxy) delivers a backlog at once, after a poll that waited for it.
+        bound = since_read if len(self.chunk_times) - before >= 2 else slack
+        if bound <= EXACT_SLACK_S:
+            return done
         # the last message's own chunk is timed by the stamp (a held closing chunk counted by it is not)
         grew = len(self.chunk_times) > middle
         exact = len(self.chunk_times) - 1 if ends_whole and grew and not closing else -1
         for i in range(before, len(self.chunk_times)):
             if i != exact:
-                self.uncertain[i] = slack
+                self.uncertain[i] = bound
         if first_before is None and self.t_first is not None and (first_middle is not None or not ends_whole):
-            self.ttft_uncertain = slack
+            self.ttft_uncertain = bound
         return done
 
     def _learn_template(self, line: bytes | bytearray) -> None:

@@ -88,7 +88,8 @@ def _take_lines(stream: _Stream, t: float) -> bool:
         buf.clear()
     if not rest and len(lines) <= 2:  # one message (and its blank line): timed by its own stamp
         return stream.acc.feed_lines(lines, t)
-    return stream.acc.feed_read(lines, t, stream.clock.slack(t), not rest)
+    clock = stream.clock
+    return stream.acc.feed_read(lines, t, clock.slack(t), clock.since_read(t), not rest)
 
 
 class StreamReader:

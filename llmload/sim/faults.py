@@ -24,6 +24,7 @@ FAULT_KINDS: dict[str, str] = {
     "wrong_content_type": "answer 200 with a text/html body before admission",
     "no_done": "complete stream (usage included) but the body ends without `data: [DONE]`",
     "no_usage": "never send usage, even when asked for",
+    "bunched": "hold every other content chunk and write it with the next (a buffering proxy, late delivery)",
 }
 # kind -> the outcome a correct client records for a streamed request with that fault: a failure
 # kind of `llmload.loadgen.client`, or "ok". The one place that maps simulator faults to client kinds
@@ -42,6 +43,7 @@ CLIENT_OUTCOME: dict[str, str] = {
     "wrong_content_type": "wrong_content_type",
     "no_done": "no_done",
     "no_usage": "ok",  # completed; output tokens estimated by the client (tokens_estimated)
+    "bunched": "ok",  # only late: the held chunks are marked uncertain (records' uncertain_chunks)
 }
 # Faults answered before the request reaches the engine.
 PRE_ADMISSION = frozenset({"http_500", "http_503", "http_429", "reset", "wrong_content_type"})

@@ -333,6 +333,7 @@ class SimServer:
             await flush_then_reset(request)
             return
         sent = 0
+        held = b""  # the bunched fault's chunk, written with the next
         while sent < target:
             k = await seq.events.get()
             if k == STOPPED:
@@ -349,7 +350,12 @@ class SimServer:
             text = (
                 "" if done and cfg.empty_last_text else completion_text(seq.prompt_hash, sent, k, seq.flipped)
             )
-            await resp.write(fmt.content_chunk(text, sent + k, seq.finish_reason if done else None))
+            message = fmt.content_chunk(text, sent + k, seq.finish_reason if done else None)
+            if fault == "bunched" and not done and not held:
+                held = message  # the truth keeps the time it was due, as a proxy's client never sees
+            else:
+                await resp.write(held + message)
+                held = b""
             rec.content_written(time.time(), k)
             sent += k
             if cut_at is not None and sent >= cut_at:

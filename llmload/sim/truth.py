@@ -15,7 +15,7 @@ Two kinds of line, each flushed as soon as it is written:
   in order.
 - `{"type": "connection", "id", "accepted", "peer_port", "tls"}` when a connection is
   established (llmload.sim.connections). Times are `time.time()` read right after the bytes
-  were handed to the transport.
+  were handed to the transport (a chunk the `bunched` fault held: when it would have been).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ GROUPS = {
     "http": ({"http_500": 0.15, "http_503": 0.15, "http_429": 0.15}, True),
     "connection": ({"reset": 0.2, "drop": 0.2, "malformed": 0.2}, True),
     "protocol": ({"wrong_content_type": 0.2, "no_done": 0.2, "no_usage": 0.2}, True),
-    "slow": ({"stall": 0.25, "slow_headers": 0.25}, True),
+    "slow": ({"stall": 0.25, "slow_headers": 0.25, "bunched": 0.25}, True),
     "not-streamed": ({"drop": 0.2, "malformed": 0.2, "stall": 0.2, "http_503": 0.2}, False),
 }
 

@@ -87,3 +87,26 @@ def test_chunks_read_together_are_marked_by_at_least_their_true_lateness(sim_sta
             assert marks[i] >= error - 0.1, (i, marks[i], errors)
         else:
             assert error < 0.5 or i == len(errors) - 1, (i, errors, marks)  # the last: see above
+
+
+@pytest.mark.skipif(not stamp_receive_times(plain_client("http://127.0.0.1:1")), reason="Linux only")
+def test_chunks_delivered_together_are_marked_though_no_read_was_late(sim_start):
+    """The client reads at once, but every other chunk reaches it only with the next one, a step
+    later (a buffering proxy; the kernel delivering a backlog under load): the poll that returned
+    them waited, so only the stream's previous read bounds the held chunk's time, and that mark
+    must cover its true lateness (truth log: when the chunk was due)."""
+    sim = sim_start(accept_len=1, base_ms=10, per_seq_ms=0, faults={"bunched": 1.0})
+    http = plain_client(sim.url)
+    assert stamp_receive_times(http)
+    (rec,) = send(http, max_tokens=TOKENS)
+    assert rec.ok and rec.output_tokens == TOKENS
+    errors = message_errors_ms(rec, truth_of(sim, [rec]))
+    marks = dict(zip(rec.uncertain_chunks or (), rec.uncertain_ms or (), strict=True))
+    held = range(0, TOKENS - 1, 2)
+    assert min(errors[i] for i in held) > 5.0, errors  # the fault did hold them a step
+    for i in held:
+        assert i in marks and marks[i] >= errors[i] - 0.1, (i, marks, errors)
+    assert rec.ttft_uncertain_ms is not None and rec.ttft_uncertain_ms >= errors[0] - 0.1
+    for i, error in enumerate(errors):
+        if i not in marks:
+            assert error < 0.5 or i == len(errors) - 1, (i, errors, marks)

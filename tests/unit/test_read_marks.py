@@ -1,6 +1,7 @@
 """Several messages taken by one read (llmload.loadgen.sse.StreamAccumulator.feed_read): only the
 read's last message is timed by its stamp; the chunks before it, and t_first among them, are
-marked with how late that stamp may be for them."""
+marked with how late that stamp may be for them: by the polls' bound when the read took one token
+chunk, by the stream's previous read when it took two or more."""
 
 from __future__ import annotations
 
@@ -26,35 +27,45 @@ DONE = b"data: [DONE]"
 def test_one_message_per_read_is_never_marked() -> None:
     acc = StreamAccumulator()
     for i, t in enumerate((0.1, 0.2, 0.3)):
-        acc.feed_read([chunk(f"w{i}"), b""], t, 0.05, True)
+        acc.feed_read([chunk(f"w{i}"), b""], t, 0.05, 0.05, True)
     assert acc.uncertain == {} and acc.ttft_uncertain is None
 
 
 def test_a_read_of_three_chunks_marks_the_first_two_and_ttft() -> None:
     acc = StreamAccumulator()
-    acc.feed_read([chunk("a"), b"", chunk("b"), b"", chunk("c"), b""], 0.3, 0.02, True)
+    acc.feed_read([chunk("a"), b"", chunk("b"), b"", chunk("c"), b""], 0.3, 0.02, 0.03, True)
     assert acc.chunk_times == [0.3, 0.3, 0.3]
-    assert acc.uncertain == {0: 0.02, 1: 0.02}
-    assert acc.ttft_uncertain == 0.02
+    assert acc.uncertain == {0: 0.03, 1: 0.03}
+    assert acc.ttft_uncertain == 0.03
 
 
 def test_a_read_ending_with_done_marks_its_last_chunk_too() -> None:
     acc = StreamAccumulator()
-    acc.feed_read([chunk("a"), b""], 0.1, 0.02, True)
-    assert acc.feed_read([chunk("b", "length"), b"", DONE, b""], 0.2, 0.01, True)
-    assert acc.uncertain == {1: 0.01} and acc.ttft_uncertain is None
+    acc.feed_read([chunk("a"), b""], 0.1, 0.02, 0.02, True)
+    assert acc.feed_read([chunk("b", "length"), b"", DONE, b""], 0.2, 0.01, 0.1, True)
+    assert acc.uncertain == {1: 0.01} and acc.ttft_uncertain is None  # one token chunk: the polls' bound
 
 
 def test_a_read_ending_inside_a_line_marks_all_its_chunks() -> None:
     acc = StreamAccumulator()
-    acc.feed_read([chunk("a"), b"", chunk("b"), b""], 0.2, 0.01, False)
+    acc.feed_read([chunk("a"), b"", chunk("b"), b""], 0.2, 0.01, 0.01, False)
     assert acc.uncertain == {0: 0.01, 1: 0.01}
 
 
 def test_slack_within_the_exact_bound_marks_nothing() -> None:
     acc = StreamAccumulator()
-    acc.feed_read([chunk("a"), b"", chunk("b"), b""], 0.2, EXACT_SLACK_S, True)
+    acc.feed_read([chunk("a"), b"", chunk("b"), b""], 0.2, 0.0, EXACT_SLACK_S, True)
     assert acc.uncertain == {} and acc.ttft_uncertain is None
+    acc.feed_read([chunk("c"), b"", DONE, b""], 0.3, EXACT_SLACK_S, 0.1, True)
+    assert acc.uncertain == {}
+
+
+def test_two_token_chunks_delivered_at_once_are_bounded_by_the_previous_read() -> None:
+    """A poll that waited returned both (the polls' bound: nothing late), but they were written
+    at two steps: the kernel delivered them together, so only the previous read bounds the first."""
+    acc = StreamAccumulator()
+    acc.feed_read([chunk("a"), b"", chunk("b"), b""], 0.2, 0.0001, 0.04, True)
+    assert acc.uncertain == {0: 0.04} and acc.ttft_uncertain == 0.04
 
 
 def test_start_spread_is_the_first_sends_after_the_go_in_ms() -> None:
