@@ -29,6 +29,8 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
+import yaml
+
 from llmload.core.checks import ConfigError, expect
 from llmload.core.schema import shown
 
@@ -43,6 +45,7 @@ _KEYS = {
 MAX_LENGTH = 10_000_000  # tokens: beyond any model's context; a bound keeps the arithmetic exact
 SCENARIO_TAIL_STDS = 4  # a scenario's normal has no bounds: cut it at mean + this many std (and at 1)
 _STD_NORMAL = NormalDist()
+FLAG_CHARS = 200  # a length mapping given as flag text is a few dozen characters
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +111,10 @@ def fixed(n: int) -> Lengths:
 
 def _int(source: str, key: str, value: Any, minimum: int) -> int:
     expect(source, key, value, (int,), "an integer")
-    if not minimum <= value <= MAX_LENGTH:
-        raise ConfigError(
-            f"{source}: '{key}' must be an integer in [{minimum}, {MAX_LENGTH}], got {shown(value)}"
-        )
+    if value < minimum:
+        raise ConfigError(f"{source}: '{key}' must be an integer >= {minimum}, got {shown(value)}")
+    if value > MAX_LENGTH:
+        raise ConfigError(f"{source}: '{key}' must be an integer <= {MAX_LENGTH}, got {shown(value)}")
     return int(value)
 
 
@@ -219,3 +222,36 @@ def _scenario_half(source: str, key: str, kind: str, a: int, b: int) -> Lengths:
         return parse_lengths(source, key, {"dist": "uniform", "min": a, "max": b})
     top = max(1, a + SCENARIO_TAIL_STDS * b)
     return parse_lengths(source, key, {"dist": "normal", "mean": a, "std": b, "min": 1, "max": top})
+
+
+def length_key(source: str, key: str, value: Any) -> int | Lengths:
+    """The check of `prompt_tokens` and `max_tokens`: a fixed length stays a plain integer (what
+    every request asks, as without distributions), any other distribution a Lengths. A relative
+    empirical `file` is read from the config file's directory."""
+    if isinstance(value, Lengths):  # a configuration re-validated with overrides
+        return value
+    base = Path(source).parent if Path(source).is_file() else None
+    lengths = parse_lengths(source, key, value, base)
+    return lengths.low if lengths.fixed is not None else lengths
+
+
+def length_flag(text: str) -> Any:
+    """A length flag's text: an integer, or a YAML flow mapping such as `{dist: uniform, min: 16,
+    max: 64}` (left as text when it is neither, for the check to refuse naming the flag)."""
+    if len(text) > FLAG_CHARS or "&" in text or "*" in text:  # no anchors or aliases: no bombs
+        return text
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, int | dict) else text
+
+
+def as_lengths(value: int | Lengths) -> Lengths:
+    """A length key's value as a distribution (a plain integer: fixed)."""
+    return value if isinstance(value, Lengths) else fixed(value)
+
+
+def draw(value: int | Lengths, seed: int, stream: str, index: int) -> int:
+    """Request `index`'s length of a length key's value (a plain integer: itself, no hashing)."""
+    return value.length(seed, stream, index) if isinstance(value, Lengths) else value

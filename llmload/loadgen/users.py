@@ -24,6 +24,7 @@ from locust.runners import WorkerRunner
 
 from llmload.analysis.determinism import digest
 from llmload.core.config import SweepConfig
+from llmload.core.lengths import draw
 from llmload.core.names import REQUEST_TYPE
 from llmload.core.records import RequestRecord, encode_json
 from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets
@@ -193,10 +194,17 @@ class LLMUser(FastHttpUser):
         trace_line = None
         if config.mode == "trace" and stage.phase == "measure":
             prompt, max_tokens, trace_line = stage_trace(stage, config).request(index)
-            config = dataclasses.replace(config, max_tokens=max_tokens)
+            asked_in: int | None = None
         else:
-            prompt = workload_for(config, stage.prompt_words, stage.prompt_vocab).prompt(index, request_id)
-        payload = build_payload(config, stage.model, prompt)
+            asked_in = (
+                None
+                if config.prompt_tokens is None
+                else draw(config.prompt_tokens, config.seed, "input", index)
+            )
+            workload = workload_for(config, stage.prompt_words, stage.prompt_vocab)
+            prompt = workload.prompt(index, request_id, asked_in)
+            max_tokens = draw(config.max_tokens, config.seed, "output", index)
+        payload = build_payload(config, stage.model, prompt, max_tokens)
         if turn is not None:
             payload["messages"] = turn.messages
 
@@ -213,9 +221,9 @@ class LLMUser(FastHttpUser):
             stage.phase,
             config.endpoint,
             config.stream,
-            config.max_tokens,
+            max_tokens,
             self._worker,
-            config.prompt_tokens,
+            asked_in,
             sent_digest(prompt, turn) if config.determinism else None,
             config.record_text,
         )
