@@ -8,7 +8,7 @@ A length is a number (every request the same, as before) or a mapping:
 - `{dist: lognormal, mean: m, std: s, min: a, max: b}`: a lognormal whose lengths have mean m
   and standard deviation s, truncated to [a, b], rounded;
 - `{dist: empirical, file: path}`: the lengths of a file, one integer per non-empty line
-  (`load_empirical`), each as likely as its share of the lines.
+  (`load_empirical`), each as likely as its share of the lines (or `values: [...]` inline).
 
 `scenario` is genai-bench's shorthand for both at once: `N(480,240)/(300,150)` (normal input /
 output), `U(50,100)/(50,100)` (uniform), `D(100,1000)` (fixed).
@@ -40,7 +40,7 @@ _KEYS = {
     "uniform": ("min", "max"),
     "normal": ("mean", "std", "min", "max"),
     "lognormal": ("mean", "std", "min", "max"),
-    "empirical": ("file",),
+    "empirical": ("file", "values"),  # one of the two
 }
 MAX_LENGTH = 10_000_000  # tokens: beyond any model's context; a bound keeps the arithmetic exact
 SCENARIO_TAIL_STDS = 4  # a scenario's normal has no bounds: cut it at mean + this many std (and at 1)
@@ -88,6 +88,17 @@ class Lengths:
             return self.mean, self.std, lo, hi
         sigma2 = math.log1p((self.std / self.mean) ** 2)
         return math.log(self.mean) - sigma2 / 2, math.sqrt(sigma2), math.log(max(lo, 0.5)), math.log(hi)
+
+    def as_mapping(self) -> dict[str, Any]:
+        """The mapping `parse_lengths` reads back as this distribution (an empirical's lengths
+        inline: a configuration sent to the workers carries no file)."""
+        if self.dist == "fixed":
+            return {"dist": "fixed", "value": self.low}
+        if self.dist == "uniform":
+            return {"dist": "uniform", "min": self.low, "max": self.high}
+        if self.dist == "empirical":
+            return {"dist": "empirical", "values": list(self.values)}
+        return {"dist": self.dist, "mean": self.mean, "std": self.std, "min": self.low, "max": self.high}
 
     @property
     def fixed(self) -> int | None:
@@ -166,18 +177,13 @@ def parse_lengths(source: str, key: str, value: Any, base: Path | None = None) -
             raise ConfigError(
                 f"{source}: unknown key {shown(f'{key}.{k}')} for dist {dist} (known: {', '.join(allowed)})"
             )
+    if dist == "empirical":
+        return _empirical(source, key, value, base)
     missing = [k for k in allowed if k not in value]
     if missing:
         raise ConfigError(f"{source}: '{key}' with dist {dist} needs {', '.join(missing)}")
     if dist == "fixed":
         return fixed(_int(source, f"{key}.value", value["value"], 1))
-    if dist == "empirical":
-        expect(source, f"{key}.file", value["file"], (str,), "a file path")
-        path = Path(value["file"])
-        values = load_empirical(
-            source, f"{key}.file", path if base is None or path.is_absolute() else base / path
-        )
-        return Lengths(dist, min(values), max(values), values=values)
     low, high = (_int(source, f"{key}.{k}", value[k], 1) for k in ("min", "max"))
     if low > high:
         raise ConfigError(f"{source}: '{key}.min' {low} is above '{key}.max' {high}")
@@ -188,6 +194,24 @@ def parse_lengths(source: str, key: str, value: Any, base: Path | None = None) -
     if std == 0:
         raise ConfigError(f"{source}: '{key}.std' must be above 0 (a fixed length is a number)")
     return Lengths(dist, low, high, mean, std)
+
+
+def _empirical(source: str, key: str, value: dict[str, Any], base: Path | None) -> Lengths:
+    """An empirical distribution: its lengths from `file` or inline `values`, exactly one of them."""
+    if ("file" in value) == ("values" in value):
+        raise ConfigError(f"{source}: '{key}' with dist empirical needs one of file, values")
+    if "values" in value:
+        given = expect(source, f"{key}.values", value["values"], (list, tuple), "a list of lengths")
+        if not given:
+            raise ConfigError(f"{source}: '{key}.values' holds no length")
+        values = tuple(_int(source, f"{key}.values[{i}]", v, 1) for i, v in enumerate(given))
+    else:
+        expect(source, f"{key}.file", value["file"], (str,), "a file path")
+        path = Path(value["file"])
+        values = load_empirical(
+            source, f"{key}.file", path if base is None or path.is_absolute() else base / path
+        )
+    return Lengths("empirical", min(values), max(values), values=values)
 
 
 _SCENARIO = re.compile(r"^\s*([NUD])\s*\(([^()]*)\)\s*(?:/\s*\(([^()]*)\))?\s*$")

@@ -45,7 +45,7 @@ from llmload.analysis.health import health_path
 from llmload.analysis.reconcile import Tally, check_inputs, check_rung
 from llmload.core import exit_codes
 from llmload.core.config import MAX_USERS_PER_PROCESS, ConfigError, SweepConfig, parse_config
-from llmload.core.lengths import as_lengths
+from llmload.core.lengths import Lengths, as_lengths
 from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
 from llmload.core.records import RecordWriter, RequestRecord, new_run_id
 from llmload.core.run_files import RunFiles
@@ -111,6 +111,9 @@ def config_to_dict(config: SweepConfig) -> dict[str, Any]:
     """A SweepConfig as plain data (for messages and the run file); round-trips via parse_config."""
     data = dataclasses.asdict(config)
     data.pop("source")
+    for key in ("prompt_tokens", "max_tokens"):
+        if isinstance(lengths := getattr(config, key), Lengths):
+            data[key] = lengths.as_mapping()
     return data
 
 

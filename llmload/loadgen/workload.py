@@ -292,7 +292,7 @@ def workload_for(
         json.dumps(
             [
                 config.prompt_file,
-                config.prompt_tokens,
+                repr(config.prompt_tokens),
                 config.prompt,
                 config.seed,
                 config.shared_prefix_ratio,

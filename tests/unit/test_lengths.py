@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from statistics import NormalDist
 
 import pytest
 from fixtures.fuzzing import examples
+from fixtures.length_stats import KS_1PCT, ks_statistic, truncated_normal_cdf, uniform_cdf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,32 +18,10 @@ from llmload.core.checks import ConfigError
 from llmload.core.lengths import Lengths, parse_lengths, parse_scenario
 
 N = 2000
-KS_1PCT = 1.628  # the Kolmogorov distribution's 99th percentile: reject when sqrt(n) * D exceeds it
 
 
 def draws(lengths: Lengths, stream: str = "input", seed: int = 0, n: int = N) -> list[int]:
     return [lengths.length(seed, stream, i) for i in range(n)]
-
-
-def ks_statistic(sample: list[int], cdf) -> float:
-    """One-sample KS statistic of integer `sample` against the discrete CDF `cdf(k)` = P(X <= k):
-    the largest gap between the empirical and the asked CDF at the sample's values and just below."""
-    xs = sorted(sample)
-    n = len(xs)
-    gap = 0.0
-    for i, x in enumerate(xs):
-        if i + 1 < n and xs[i + 1] == x:
-            continue
-        below = xs.index(x)  # values < x
-        gap = max(gap, abs((i + 1) / n - cdf(x)), abs(below / n - cdf(x - 1)))
-    return gap
-
-
-def truncated_normal_cdf(mean: float, std: float, lo: int, hi: int):
-    """P(round(X) <= k) for X normal(mean, std) truncated to [lo - 0.5, hi + 0.5]."""
-    d = NormalDist(mean, std)
-    a, b = d.cdf(lo - 0.5), d.cdf(hi + 0.5)
-    return lambda k: 0.0 if k < lo else 1.0 if k >= hi else (d.cdf(k + 0.5) - a) / (b - a)
 
 
 NORMAL = parse_lengths(
@@ -59,7 +37,7 @@ def test_normal_inputs_and_uniform_outputs_follow_the_asked_distribution():
     out = draws(UNIFORM, "output")
     assert min(out) == 16 and max(out) == 64
     assert abs(sum(out) / N - 40) / 40 < 0.02
-    assert math.sqrt(N) * ks_statistic(out, lambda k: min(1.0, max(0.0, (k - 15) / 49))) < KS_1PCT
+    assert math.sqrt(N) * ks_statistic(out, uniform_cdf(16, 64)) < KS_1PCT
 
 
 def test_lognormal_has_the_asked_mean_and_stays_in_bounds():
