@@ -366,6 +366,7 @@ class RungTally:
             input_tokens=input_summary(self.counts.inputs, self.counts.inputs_asked, self.counts.inputs_off),
             new_connections=self.new_connections,
             timing_uncertainty=self.uncertainty.summary(),
+            rate=self.rate,
         )
 
     def merge(self, other: RungTally) -> None:

@@ -401,7 +401,7 @@ class SweepConfig:
     max_tokens: int | Lengths = setting(
         256,
         help="output tokens per request (chat also sends max_completion_tokens): a number, or a "
-        "length distribution drawn per request (docs/config.md#length-distributions)",
+        "length distribution drawn per request (docs/rate-and-workloads.md#length-distributions)",
         check=length_key,
         flag="--max-tokens",
         parse=length_flag,
@@ -562,6 +562,10 @@ class SweepConfig:
         for name, value in raw.items():
             if dataclasses.is_dataclass(value) and not isinstance(value, type | Lengths):  # a section
                 raw[name] = dataclasses.asdict(value)
+        if "scenario" in changed:  # a new scenario sets both lengths, over the file's
+            raw.pop("prompt_tokens"), raw.pop("max_tokens")
+        elif {"prompt_tokens", "max_tokens"} & changed.keys():  # a length flag over the file's scenario
+            raw["scenario"] = None
         raw.update(changed)
         return parse_config(raw, source=source or f"{self.source} (with command-line overrides)")
 

@@ -41,7 +41,7 @@ def fmt_num(value: float | None, decimals: int = 1) -> str:
 
 def _sweep_cells(row: SweepRow, wide: bool) -> dict[str, str]:
     cells = {
-        "conc": str(row.conc),
+        "conc": str(row.conc) if row.rate is None else f"{row.rate:g}/s",  # a rate rung: its rate
         "agg_tok/s": fmt_num(row.agg_tok_s),
         "per_req_tok/s": fmt_num(row.per_req_tok_s),
         "tokens": str(row.tokens),

@@ -1,7 +1,8 @@
 """Drawn lengths end to end on the simulator (its truth log): normal(128, 32) inputs and
 uniform(16, 64) outputs over 200 requests, each request served exactly its own drawn lengths
 (input within a token), the sent mix the asked one (mean within 2 %, KS does not reject at 1 %),
-the same seed the same lengths, and a scenario string the same requests as its YAML."""
+the same seed the same lengths, two processes together the one process's requests, and a
+scenario string the same requests as its YAML."""
 
 from __future__ import annotations
 
@@ -24,14 +25,14 @@ LADDER = (
 )
 
 
-def mixed_run(tmp_path: Path) -> tuple[list[RequestRecord], dict]:
+def mixed_run(tmp_path: Path, *args: str) -> tuple[list[RequestRecord], dict]:
     tmp_path.mkdir(exist_ok=True)
     config = tmp_path / "ladder.yaml"
     config.write_text(LADDER)
     run = run_sweep(
         run_dir=tmp_path,
         endpoint="completions",
-        locust_args=["--ladder", str(config)],
+        locust_args=["--ladder", str(config), *args],
         sim={"base_ms": 1},
         timeout=180,
     )
@@ -69,6 +70,15 @@ def test_each_request_is_served_its_drawn_lengths_and_the_mix_is_the_asked_one(t
     assert math.sqrt(REQUESTS) * ks_statistic(sent_out, uniform_cdf(16, 64)) < KS_1PCT
     again, _ = mixed_run(tmp_path / "b")
     assert sorted((r.prompt_tokens_asked, r.max_tokens) for r in again) == expected
+
+
+def test_two_processes_together_send_exactly_the_single_process_sequence(tmp_path):
+    one, _ = mixed_run(tmp_path / "one")
+    two, _ = mixed_run(tmp_path / "two", "--processes", "2")
+    assert len({r.worker for r in two}) == 2
+    assert sorted((r.prompt_tokens_asked, r.max_tokens) for r in two) == sorted(
+        (r.prompt_tokens_asked, r.max_tokens) for r in one
+    )
 
 
 def test_a_scenario_string_gives_the_requests_of_its_yaml():

@@ -5,7 +5,9 @@ its mapping, and bad parameters are one line naming the key (fuzzed)."""
 
 from __future__ import annotations
 
+import itertools
 import math
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmload.core.checks import ConfigError
+from llmload.core.config import load_config, parse_config
 from llmload.core.lengths import Lengths, parse_lengths, parse_scenario
+from llmload.loadgen.arrivals import slot_indices
+from llmload.loadgen.ladder import config_to_dict
+from llmload.loadgen.options import run_config
 
 N = 2000
 
@@ -28,6 +34,7 @@ NORMAL = parse_lengths(
     "t", "prompt_tokens", {"dist": "normal", "mean": 128, "std": 32, "min": 16, "max": 512}
 )
 UNIFORM = parse_lengths("t", "max_tokens", {"dist": "uniform", "min": 16, "max": 64})
+UNIFORM_IN = UNIFORM  # the same distribution: a length has no key of its own
 
 
 def test_normal_inputs_and_uniform_outputs_follow_the_asked_distribution():
@@ -166,3 +173,48 @@ def test_fuzzed_scenarios_are_accepted_or_one_line(text):
         assert "'scenario" in str(e) and "\n" not in str(e)
         return
     assert ins.low <= ins.at(0.5) <= ins.high and outs.low <= outs.at(0.5) <= outs.high
+
+
+def test_the_keys_take_a_distribution_in_yaml_flags_and_a_scenario():
+    yaml_config = parse_config(
+        {
+            "prompt_tokens": {"dist": "uniform", "min": 16, "max": 64},
+            "max_tokens": {"dist": "fixed", "value": 9},
+        },
+        "ladder.yaml",
+    )
+    assert yaml_config.prompt_tokens == UNIFORM_IN and yaml_config.max_tokens == 9  # fixed stays a number
+    flags = run_config(
+        Namespace(prompt_tokens="{dist: uniform, min: 16, max: 64}", max_tokens="9", scenario="")
+    )
+    assert (flags.prompt_tokens, flags.max_tokens) == (UNIFORM_IN, 9)
+    assert run_config(Namespace(scenario="U(16,64)/(16,64)")).max_tokens == UNIFORM
+    with pytest.raises(ConfigError, match="'scenario' sets 'max_tokens'"):
+        parse_config({"scenario": "D(10,20)", "max_tokens": 30}, "ladder.yaml")
+    with pytest.raises(ConfigError, match="--max-tokens: 'max_tokens' must be an integer"):
+        run_config(Namespace(max_tokens="{dist: uniform"))
+
+
+def test_a_configuration_with_distributions_round_trips_to_the_workers(tmp_path: Path):
+    (tmp_path / "l.txt").write_text("5\n7\n")
+    ladder = tmp_path / "ladder.yaml"
+    ladder.write_text(
+        "prompt_tokens: {dist: empirical, file: l.txt}\n"
+        "max_tokens: {dist: normal, mean: 9, std: 2, min: 1, max: 20}\n"
+    )
+    config = load_config(ladder)
+    again = parse_config(config_to_dict(config), "<announced by the master>")
+    assert (again.prompt_tokens, again.max_tokens) == (config.prompt_tokens, config.max_tokens)
+    assert config.with_overrides(seed=3).prompt_tokens == config.prompt_tokens
+
+
+def test_processes_take_disjoint_shares_of_the_one_index_sequence():
+    # a count-bounded rung of 5 users, 3 requests each, over processes of 2 and 3 users
+    blocks = [list(itertools.islice(slot_indices(s, 5, 3), (s[1] - s[0]) * 3)) for s in ((0, 2), (2, 5))]
+    assert sorted(blocks[0] + blocks[1]) == list(range(15))
+    # a timed rung: in turn, a round of 5 indices at a time
+    timed = [list(itertools.islice(slot_indices(s, 5, None), (s[1] - s[0]) * 4)) for s in ((0, 2), (2, 5))]
+    assert sorted(timed[0] + timed[1]) == list(range(20))
+    assert list(itertools.islice(slot_indices((0, 5), 5, None), 7)) == list(
+        range(7)
+    )  # one process: 0, 1, 2, ...
