@@ -27,8 +27,9 @@ Sources (config keys):
   is `TAG_WORDS` one-token words (picked by a hash of the request id) counted inside N; in other
   prompts it is `[<12 hex digits>] `, on top of them.
 
-Request i of a process gets prompt `pool[i % len(pool)]`: the pool is the shuffled file prompts or
-`SYNTHETIC_POOL` synthetic prompts, built once per process (`workload_for`).
+Request i (of the rung's one index sequence, which processes share out) gets prompt
+`pool[i % len(pool)]`: the pool is the shuffled file prompts or `SYNTHETIC_POOL` synthetic
+prompts, built once per process (`workload_for`).
 """
 
 from __future__ import annotations

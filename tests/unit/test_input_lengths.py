@@ -3,6 +3,7 @@ that fails a run beyond `input_tolerance`, and what the sweep table and its JSON
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -92,3 +93,10 @@ def test_input_tolerance_key():
     assert parse_config({"input_tolerance": 0.1}, "f.yaml").input_tolerance == 0.1
     with pytest.raises(ConfigError, match="'input_tolerance' must be a number in"):
         parse_config({"input_tolerance": 2}, "f.yaml")
+
+
+def test_a_rate_rung_shows_its_rate_in_place_of_its_client_slots():
+    rated = [dataclasses.replace(record(i, 64), rate=2.5) for i in range(2)]
+    rows = sweep_rows(group_rungs(rated))
+    assert rows[0].rate == 2.5
+    assert render(rows).splitlines()[1].split()[0] == "2.5/s"
