@@ -15,13 +15,17 @@ requested `max_tokens` and the `finish_reason` are compared:
 (`reconcile:` in the config); the ladder applies it to every rung as the records arrive.
 
 Input lengths (synthetic prompts, `prompt_tokens`): `input_summary` gives the input tokens a rung
-really sent by the server's count (`usage.prompt_tokens` of completed requests: mean, min, max)
-and how far their mean missed the asked length (`miss_pct`, signed); `check_inputs` fails the
-rung when it missed by more than `input_tolerance` (default 2 %).
+really sent by the server's count (`usage.prompt_tokens` of completed requests: mean, min, max,
+p50, p99) against what was asked (each record keeps its own asked length: drawn lengths differ
+per request), how far the sent mean missed the asked mean (`miss_pct`, signed), and how many
+requests were more than a token from their own ask (`off`); `check_inputs` fails the rung when
+the mean missed by more than `input_tolerance` (default 2 %). Output lengths need no summary of
+their own: each request's `max_tokens` is its asked (or drawn) length, checked above.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,15 +63,19 @@ class Tally:
     disagree: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
     inputs: list[int] = field(default_factory=list)  # usage.prompt_tokens of completed requests
-    inputs_asked: int | None = None  # the configured prompt_tokens, when the records say it
+    inputs_asked: list[int] = field(default_factory=list)  # each one's asked length, when the records say it
+    inputs_off: int = 0  # completed requests whose input missed its asked length by more than a token
 
     def add(self, rec: Mapping[str, Any]) -> None:
         if rec.get("outcome", "ok") != "ok":
             return
         self.completed += 1
-        if rec.get("prompt_tokens") is not None:
-            self.inputs.append(rec["prompt_tokens"])
-        self.inputs_asked = rec.get("prompt_tokens_asked", self.inputs_asked)
+        sent, asked = rec.get("prompt_tokens"), rec.get("prompt_tokens_asked")
+        if sent is not None:
+            self.inputs.append(sent)
+            if asked is not None:
+                self.inputs_asked.append(asked)
+                self.inputs_off += abs(sent - asked) > 1
         found = issues(rec)
         self.stopped_early += "stopped_early" in found
         bad = [k for k in found if k in DISAGREE_KINDS]
@@ -76,14 +84,15 @@ class Tally:
             self.kinds[kind] = self.kinds.get(kind, 0) + 1
 
     def merge(self, other: Tally) -> None:
-        """Add the counts of the requests that follow ours (`inputs_asked`: theirs, when they said it)."""
+        """Add the counts of the requests that follow ours."""
         self.completed += other.completed
         self.stopped_early += other.stopped_early
         self.disagree += other.disagree
         for kind, n in other.kinds.items():
             self.kinds[kind] = self.kinds.get(kind, 0) + n
         self.inputs.extend(other.inputs)
-        self.inputs_asked = self.inputs_asked if other.inputs_asked is None else other.inputs_asked
+        self.inputs_asked.extend(other.inputs_asked)
+        self.inputs_off += other.inputs_off
 
 
 def tally(records: Iterable[Mapping[str, Any]]) -> Tally:
@@ -114,28 +123,50 @@ def check_rung(name: str, counts: Tally, limits: ReconcileConfig, *, ignore_eos:
     return f"{name}: " + "; ".join(problems) if problems else None
 
 
-def input_summary(prompt_tokens: Sequence[int], asked: int | None) -> dict[str, Any] | None:
-    """Input tokens sent (mean, min, max) and, when a length was asked, the signed miss of the
-    mean in percent; None without values."""
+def _quantile(sorted_values: Sequence[int], q: float) -> int:
+    """The nearest-rank q-quantile of sorted integers."""
+    return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
+
+
+def input_summary(prompt_tokens: Sequence[int], asked: Sequence[int], off: int = 0) -> dict[str, Any] | None:
+    """Input tokens sent (mean, min, max, p50, p99) and, when lengths were asked, what was asked
+    (`asked`: the one length, or the asked lengths' mean when they differ; `asked_p50`,
+    `asked_p99`), the signed miss of the mean in percent, and `off`: requests more than a token
+    from their own asked length; None without values."""
     if not prompt_tokens:
         return None
     mean = sum(prompt_tokens) / len(prompt_tokens)
-    return {
-        "asked": asked,
+    ordered = sorted(prompt_tokens)
+    summary: dict[str, Any] = {
+        "asked": None,
         "mean": mean,
-        "min": min(prompt_tokens),
-        "max": max(prompt_tokens),
-        "miss_pct": None if not asked else 100.0 * (mean - asked) / asked,
+        "min": ordered[0],
+        "max": ordered[-1],
+        "p50": _quantile(ordered, 0.5),
+        "p99": _quantile(ordered, 0.99),
+        "miss_pct": None,
     }
+    if asked:
+        asked_sorted = sorted(asked)
+        asked_mean = sum(asked) / len(asked)
+        fixed = asked_sorted[0] == asked_sorted[-1]
+        summary |= {
+            "asked": asked_sorted[0] if fixed else asked_mean,
+            "asked_p50": _quantile(asked_sorted, 0.5),
+            "asked_p99": _quantile(asked_sorted, 0.99),
+            "miss_pct": 100.0 * (mean - asked_mean) / asked_mean if asked_mean else None,  # 0: not a length
+            "off": off,
+        }
+    return summary
 
 
 def check_inputs(name: str, counts: Tally, tolerance: float) -> str | None:
     """Why the rung's inputs were not the asked length, or None when within `tolerance`."""
-    summary = input_summary(counts.inputs, counts.inputs_asked)
+    summary = input_summary(counts.inputs, counts.inputs_asked, counts.inputs_off)
     if summary is None or summary["miss_pct"] is None or abs(summary["miss_pct"]) <= 100.0 * tolerance:
         return None
     return (
         f"{name}: input tokens mean {summary['mean']:.1f} (min {summary['min']}, max {summary['max']}) "
-        f"missed prompt_tokens {summary['asked']} by {summary['miss_pct']:+.1f} % "
+        f"missed prompt_tokens {summary['asked']:g} by {summary['miss_pct']:+.1f} % "
         f"(input_tolerance {100.0 * tolerance:g} %)"
     )

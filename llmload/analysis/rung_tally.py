@@ -246,7 +246,6 @@ class RungTally:
     read_delays_ms: array[float] = field(default_factory=_floats)  # kernel stamps: read delays
     uncertainty: Uncertainty = field(default_factory=Uncertainty)  # times a late read left uncertain
     trace_late_ms: array[float] = field(default_factory=_floats)  # trace replay: lateness per request
-    inputs_asked: int | None = None  # the asked prompt_tokens, from the first record that says it
     new_connections: int | None = None  # None until a record says whether it reused a connection
     sessions: bool = False  # a record carries a session turn
     checked: bool = False  # a record carries a greedy-determinism text hash
@@ -269,8 +268,6 @@ class RungTally:
             self.last_end = t_end
         e2e = t_end - t_start  # rec.e2e_s
         self.e2e.append(e2e)
-        if not self.inputs_asked:
-            self.inputs_asked = rec.prompt_tokens_asked
         if rec.turn is not None:
             self.sessions = True
         if rec.text_hash is not None:
@@ -366,9 +363,10 @@ class RungTally:
             partial_tokens=self.partial_tokens,
             estimated=self.estimated,
             partial=partial,
-            input_tokens=input_summary(self.counts.inputs, self.inputs_asked),
+            input_tokens=input_summary(self.counts.inputs, self.counts.inputs_asked, self.counts.inputs_off),
             new_connections=self.new_connections,
             timing_uncertainty=self.uncertainty.summary(),
+            rate=self.rate,
         )
 
     def merge(self, other: RungTally) -> None:
@@ -399,7 +397,6 @@ class RungTally:
         self.prompt_known = self.prompt_known and other.prompt_known
         self.good += other.good
         self.rate = other.rate if self.rate is None else self.rate
-        self.inputs_asked = self.inputs_asked or other.inputs_asked
         if other.new_connections is not None:
             self.new_connections = (self.new_connections or 0) + other.new_connections
         self.sessions = self.sessions or other.sessions

@@ -13,8 +13,10 @@ Definitions (per rung):
 - estimated: at least one completed request had no usage: its tokens are estimated (see
   `StreamAccumulator.output_tokens`: max_tokens on finish_reason "length", else its chunks).
 - partial: the rung did not finish (given by the caller, or fewer requests than expected).
-- input_tokens: usage.prompt_tokens of completed requests (mean, min, max), the asked
-  `prompt_tokens` and the mean's miss in % (llmload.analysis.reconcile.input_summary).
+- input_tokens: usage.prompt_tokens of completed requests (mean, min, max, p50, p99), the asked
+  lengths (one, or drawn: their mean, p50, p99) and the mean's miss in %
+  (llmload.analysis.reconcile.input_summary).
+- rate: rate mode, the rung's target request rate (the table shows it in place of `conc`).
 - new_connections: requests that opened a connection (`conn_reused` false); with keep-alive one
   per user plus the reconnects; None when the records do not say (older runs).
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.health),
@@ -100,8 +102,9 @@ class SweepRow:
     machine_busy: bool = False
     generator: dict[str, Any] | None = None
     new_connections: int | None = None  # requests that opened a connection; None: not recorded (issue 12)
-    input_tokens: dict[str, Any] | None = None  # asked, mean, min, max, miss_pct (reconcile.input_summary)
+    input_tokens: dict[str, Any] | None = None  # asked, mean, p50, p99, miss_pct... (reconcile.input_summary)
     timing_uncertainty: dict[str, Any] | None = None  # llmload.analysis.uncertainty; None: every time exact
+    rate: float | None = None  # rate mode: the rung's target request rate (its users are client slots)
 
 
 @dataclass(frozen=True, slots=True)

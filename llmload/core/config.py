@@ -35,6 +35,7 @@ from llmload.core.checks import (
     section,
     string,
 )
+from llmload.core.lengths import Lengths, length_flag, length_key, parse_scenario
 from llmload.core.schema import parse_section, setting, settings, shown
 
 DEFAULT_PROMPT = (
@@ -397,12 +398,13 @@ class SweepConfig:
         check=optional(string),
         flag="--model",
     )
-    max_tokens: int = setting(
+    max_tokens: int | Lengths = setting(
         256,
-        help="output tokens per request (chat also sends max_completion_tokens)",
-        check=integer(),
+        help="output tokens per request (chat also sends max_completion_tokens): a number, or a "
+        "length distribution drawn per request (docs/rate-and-workloads.md#length-distributions)",
+        check=length_key,
         flag="--max-tokens",
-        parse=int,
+        parse=length_flag,
     )
     ignore_eos: bool = setting(
         True, help="ask the server to decode exactly max_tokens (vLLM, SGLang, llama.cpp)", check=boolean
@@ -423,8 +425,20 @@ class SweepConfig:
         shown_default="a fixed technical question",
     )
     unique_prompts: bool = setting(False, help="a per-request tag defeats prefix caching", check=boolean)
-    prompt_tokens: int | None = setting(
-        None, help="synthetic prompts of this many input tokens", check=optional(integer())
+    prompt_tokens: int | Lengths | None = setting(
+        None,
+        help="synthetic prompts of this many input tokens: a number, or a length distribution drawn "
+        "per request",
+        check=optional(length_key),
+        flag="--prompt-tokens",
+        parse=length_flag,
+    )
+    scenario: str | None = setting(
+        None,
+        help='genai-bench shorthand for prompt_tokens and max_tokens: "N(480,240)/(300,150)", '
+        '"U(50,100)/(50,100)" or "D(100,1000)"',
+        check=optional(lambda source, key, value: parse_scenario(source, key, value) and value),
+        flag="--scenario",
     )
     shared_prefix_ratio: float = setting(
         0.0, help="share of each synthetic prompt common to all requests", check=ratio(below_one=True)
@@ -546,8 +560,12 @@ class SweepConfig:
             return self
         raw = {f.name: getattr(self, f.name) for f, _ in settings(SweepConfig)}
         for name, value in raw.items():
-            if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a section
+            if dataclasses.is_dataclass(value) and not isinstance(value, type | Lengths):  # a section
                 raw[name] = dataclasses.asdict(value)
+        if "scenario" in changed:  # a new scenario sets both lengths, over the file's
+            raw.pop("prompt_tokens"), raw.pop("max_tokens")
+        elif {"prompt_tokens", "max_tokens"} & changed.keys():  # a length flag over the file's scenario
+            raw["scenario"] = None
         raw.update(changed)
         return parse_config(raw, source=source or f"{self.source} (with command-line overrides)")
 
@@ -580,6 +598,19 @@ def _check_mode(config: SweepConfig) -> None:
         )
 
 
+def _apply_scenario(config: SweepConfig, raw: dict[str, Any]) -> SweepConfig:
+    """A `scenario` sets prompt_tokens and max_tokens; a different value of either is an error
+    (the same value is a configuration re-validated with overrides)."""
+    if config.scenario is None:
+        return config
+    ins, outs = parse_scenario(config.source, "scenario", config.scenario)
+    prompt_tokens, max_tokens = ins.fixed or ins, outs.fixed or outs
+    for key, value in (("prompt_tokens", prompt_tokens), ("max_tokens", max_tokens)):
+        if raw.get(key) is not None and getattr(config, key) != value:
+            raise ConfigError(f"{config.source}: 'scenario' sets '{key}': leave '{key}' out")
+    return dataclasses.replace(config, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
+
+
 def parse_config(raw: Any, source: str) -> SweepConfig:
     """Validate a mapping (as read from YAML) into a SweepConfig."""
     if raw is None:
@@ -587,6 +618,7 @@ def parse_config(raw: Any, source: str) -> SweepConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
     config = SweepConfig(**parse_section(SweepConfig, raw, source, error=ConfigError), source=source)
+    config = _apply_scenario(config, raw)
     _check_mode(config)
     _check_capacity_and_determinism(config)
     return config

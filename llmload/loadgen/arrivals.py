@@ -21,8 +21,9 @@ scheduled time, is recorded with the request.
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 
 def arrival_count(rate: float, requests: int | None, duration: float | None) -> int:
@@ -59,6 +60,19 @@ def slot_ranges(users_by_process: Mapping[str, int]) -> dict[str, tuple[int, int
         ranges[process] = (lo, hi)
         lo = hi
     return ranges
+
+
+def slot_indices(slots: tuple[int, int], total_slots: int, per_slot: int | None) -> Iterator[int]:
+    """The request indices of a process whose users are slots [lo, hi) of a concurrency rung, so
+    that all processes together take the indices one process would, without overlap: with
+    `per_slot` requests per user (a count-bounded rung) the block [lo * per_slot, hi * per_slot);
+    in a timed rung (`per_slot` None) the slots' indices in turn, lo..hi-1 of every round of
+    `total_slots` (then the union is the one sequence but for the last, unfinished round)."""
+    lo, hi = slots
+    if per_slot is not None:
+        return itertools.count(lo * per_slot)
+    width = max(1, hi - lo)
+    return (k // width * total_slots + lo + k % width for k in itertools.count())
 
 
 class ArrivalQueue:

@@ -45,6 +45,7 @@ from llmload.analysis.health import health_path
 from llmload.analysis.reconcile import Tally, check_inputs, check_rung
 from llmload.core import exit_codes
 from llmload.core.config import MAX_USERS_PER_PROCESS, ConfigError, SweepConfig, parse_config
+from llmload.core.lengths import Lengths, as_lengths
 from llmload.core.names import REQUEST_TYPE, WARMUP_RUNG, rung_name
 from llmload.core.records import RecordWriter, RequestRecord, new_run_id
 from llmload.core.run_files import RunFiles
@@ -110,6 +111,9 @@ def config_to_dict(config: SweepConfig) -> dict[str, Any]:
     """A SweepConfig as plain data (for messages and the run file); round-trips via parse_config."""
     data = dataclasses.asdict(config)
     data.pop("source")
+    for key in ("prompt_tokens", "max_tokens"):
+        if isinstance(lengths := getattr(config, key), Lengths):
+            data[key] = lengths.as_mapping()
     return data
 
 
@@ -431,8 +435,8 @@ class LadderShape(LoadTestShape):
             api_key=api_key(options),
             context=ctx,
             timeout=config.timeouts.connect,
-            max_tokens=config.max_tokens,
-            prompt_tokens=config.prompt_tokens,
+            max_tokens=as_lengths(config.max_tokens).high,  # the longest request must fit
+            prompt_tokens=None if config.prompt_tokens is None else as_lengths(config.prompt_tokens).high,
         )
         prompt_words, prompt_vocab, prompt_overhead = self._prepare_workload(config, model, ctx)
         path = records_path(options)
@@ -490,11 +494,13 @@ class LadderShape(LoadTestShape):
                 cal.overhead_method,
             )
             return None, list(cal.vocab), cal.overhead
-        words = cal.words_for(config.prompt_tokens, config.unique_prompts)
+        lengths = as_lengths(config.prompt_tokens)
+        cal.words_for(lengths.low, config.unique_prompts)  # the shortest drawn prompt is possible
+        words = cal.words_for(lengths.high, config.unique_prompts)  # the longest (the pool's)
         log.info(
-            "llmload: prompt_tokens %d -> %d one-token words + %d tokens every prompt costs "
-            "(%d one-token words found by %s, overhead by %s)",
-            config.prompt_tokens,
+            "llmload: prompt_tokens %s -> %d one-token words (the longest) + %d tokens every prompt "
+            "costs (%d one-token words found by %s, overhead by %s)",
+            lengths.describe(),
             words,
             cal.overhead,
             len(cal.vocab),

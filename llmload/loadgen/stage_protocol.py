@@ -191,9 +191,8 @@ class StageProtocol:
         deadline = (
             start_at + self.duration if self.duration is not None and stage.rung != WARMUP_RUNG else None
         )
-        slots = None
-        if stage.rate is not None:
-            slots = {k: list(v) for k, v in slot_ranges(progress.ready_by_process).items()}
+        # rate mode: each process's share of the arrivals; concurrency: of the request indices
+        slots = {k: list(v) for k, v in slot_ranges(progress.ready_by_process).items()}
         progress.stage = dataclasses.replace(stage, start_at=start_at, deadline=deadline, slots=slots)
         progress.started = progress.last_progress = start_at
         return Started(progress, max(0, stage.users - len(progress.ready)))

@@ -11,7 +11,6 @@ real requests only (TTFT and TPOT are in the Tokens tab, `llmload.loadgen.live_s
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -24,9 +23,10 @@ from locust.runners import WorkerRunner
 
 from llmload.analysis.determinism import digest
 from llmload.core.config import SweepConfig
+from llmload.core.lengths import draw
 from llmload.core.names import REQUEST_TYPE
 from llmload.core.records import RequestRecord, encode_json
-from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets
+from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_indices
 from llmload.loadgen.client import RequestContext, send_request
 from llmload.loadgen.connections import UserConnections
 from llmload.loadgen.ladder import (
@@ -50,14 +50,17 @@ from llmload.loadgen.workload import workload_for
 STAGE_POLL_S = 1.0
 
 
-def next_prompt_index(state: ProcessState, stage: Stage) -> int:
-    """The next prompt index of this process for the stage (0, 1, 2, ... per stage): the users take
-    prompts in turn from prompt 0 at every stage, so prompt i of a rung is the same prompt at
-    every rung (the greedy-determinism check compares them)."""
+def next_prompt_index(state: ProcessState, stage: Stage, process: str) -> int:
+    """The next prompt index of this process for the stage: the users take the indices in turn
+    from the first at every stage, so prompt i of a rung is the same prompt (and the same drawn
+    lengths) at every rung (the greedy-determinism check compares them); several processes take
+    disjoint shares of the one sequence (`slot_indices`)."""
     key = (stage.seq, stage.start_at)  # a new run restarts seq at 0; start_at tells it apart
     if key not in state.prompt_index:
         state.prompt_index.clear()
-        state.prompt_index[key] = itertools.count()
+        slots = (stage.slots or {}).get(process, (0, stage.users))
+        per_slot = None if stage.deadline is not None else stage.requests_per_user
+        state.prompt_index[key] = slot_indices((slots[0], slots[1]), stage.users, per_slot)
     return next(state.prompt_index[key])
 
 
@@ -189,14 +192,21 @@ class LLMUser(FastHttpUser):
         send_gate().wait_turn()  # reads before writes (llmload.loadgen.send_gate)
         config = self._stage_config(stage)
         request_id = uuid.uuid4().hex
-        index = next_prompt_index(self._process, stage) if index is None else index
+        index = next_prompt_index(self._process, stage, self._worker) if index is None else index
         trace_line = None
         if config.mode == "trace" and stage.phase == "measure":
             prompt, max_tokens, trace_line = stage_trace(stage, config).request(index)
-            config = dataclasses.replace(config, max_tokens=max_tokens)
+            asked_in: int | None = None
         else:
-            prompt = workload_for(config, stage.prompt_words, stage.prompt_vocab).prompt(index, request_id)
-        payload = build_payload(config, stage.model, prompt)
+            asked_in = (
+                None
+                if config.prompt_tokens is None
+                else draw(config.prompt_tokens, config.seed, "input", index)
+            )
+            workload = workload_for(config, stage.prompt_words, stage.prompt_vocab)
+            prompt = workload.prompt(index, request_id, asked_in)
+            max_tokens = draw(config.max_tokens, config.seed, "output", index)
+        payload = build_payload(config, stage.model, prompt, max_tokens)
         if turn is not None:
             payload["messages"] = turn.messages
 
@@ -213,9 +223,9 @@ class LLMUser(FastHttpUser):
             stage.phase,
             config.endpoint,
             config.stream,
-            config.max_tokens,
+            max_tokens,
             self._worker,
-            config.prompt_tokens,
+            asked_in,
             sent_digest(prompt, turn) if config.determinism else None,
             config.record_text,
         )

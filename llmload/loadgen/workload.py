@@ -12,6 +12,9 @@ Sources (config keys):
   anchor) is measured from `usage.prompt_tokens` of a probe request (from `/tokenize` when the
   server sends no usage). The run re-checks every request's `usage.prompt_tokens` against N
   (`llmload.analysis.reconcile.check_inputs`).
+- `prompt_tokens: {dist: ...}` (llmload.core.lengths): request i asks its own drawn length; the
+  pool holds prompts of the longest length, and each request's is cut to its length (every body
+  word is one token, so a cut of k words is k tokens shorter).
 - `shared_prefix_ratio: r`: the first r of a synthetic prompt's words are the same in every
   request (a system-prompt-like prefix a prefix cache can reuse); the rest differ per prompt.
 - `prompt_file`: text (one prompt per non-empty line), JSONL (objects with a "prompt" field), or
@@ -24,8 +27,9 @@ Sources (config keys):
   is `TAG_WORDS` one-token words (picked by a hash of the request id) counted inside N; in other
   prompts it is `[<12 hex digits>] `, on top of them.
 
-Request i of a process gets prompt `pool[i % len(pool)]`: the pool is the shuffled file prompts or
-`SYNTHETIC_POOL` synthetic prompts, built once per process (`workload_for`).
+Request i (of the rung's one index sequence, which processes share out) gets prompt
+`pool[i % len(pool)]`: the pool is the shuffled file prompts or `SYNTHETIC_POOL` synthetic
+prompts, built once per process (`workload_for`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload.core.config import ConfigError, SweepConfig
+from llmload.core.lengths import as_lengths
 from llmload.loadgen.payload import endpoint_path
 
 # Common English words; real BPE tokenizers give about one token each (with the leading space).
@@ -57,6 +62,7 @@ _VOCAB = (
 )
 WORDS = tuple(_VOCAB.split())
 SYNTHETIC_POOL = 1024  # distinct synthetic prompts per process
+POOL_WORDS = 2_000_000  # drawn lengths: the pool holds the longest prompts, so fewer of very long ones
 ANCHOR = WORDS[0]  # every synthetic prompt starts with it: the words after it all have a leading space
 TAG_WORDS = 4  # words of a synthetic prompt's unique_prompts tag (counted inside prompt_tokens)
 MIN_VOCAB = 16  # fewer one-token words than this: the server's tokenizer is too unlike BPE on English
@@ -221,7 +227,8 @@ def load_prompt_file(path: str | Path, fmt: str = "auto") -> list[str]:
 
 
 class Workload:
-    """The prompt pool of a run in one process; `prompt(i, request_id)` is a list lookup."""
+    """The prompt pool of a run in one process; `prompt(i, request_id)` is a list lookup (with
+    drawn input lengths, a list lookup and a cut at the request's length)."""
 
     def __init__(
         self, config: SweepConfig, prompt_words: int | None = None, vocab: Sequence[str] | None = None
@@ -230,22 +237,36 @@ class Workload:
         self.unique = config.unique_prompts
         self.prefix = ""
         self.vocab: tuple[str, ...] | None = None  # synthetic prompts: the words (and tag words)
+        self.longest: tuple[int, int] | None = None  # drawn lengths: the longest's tokens, body words
         if config.prompt_file is not None:
             pool = load_prompt_file(config.prompt_file, config.prompt_format)
             rng.shuffle(pool)
         elif config.prompt_tokens is not None:
             self.vocab = tuple(vocab or WORDS[1:])
-            words = prompt_words or config.prompt_tokens  # after the anchor, tag included
-            shared = round(words * config.shared_prefix_ratio)
+            lengths = as_lengths(config.prompt_tokens)
+            words = prompt_words or lengths.high  # of the longest prompt, after the anchor, tag included
+            # the prefix all prompts share is a share of the shortest one
+            shared = round((words - (lengths.high - lengths.low)) * config.shared_prefix_ratio)
             body = max(1, words - shared - (TAG_WORDS if self.unique else 0))
             self.prefix = " ".join([ANCHOR, *(rng.choice(self.vocab) for _ in range(shared))]) + " "
-            pool = [synthetic_text(rng, body, self.vocab) for _ in range(SYNTHETIC_POOL)]
+            self.longest = None if lengths.fixed is not None else (lengths.high, body)
+            size = (
+                SYNTHETIC_POOL
+                if lengths.fixed is not None
+                else max(16, min(SYNTHETIC_POOL, POOL_WORDS // body))
+            )
+            pool = [synthetic_text(rng, body, self.vocab) for _ in range(size)]
         else:
             pool = [config.prompt]
         self.pool = pool
 
-    def prompt(self, index: int, request_id: str) -> str:
+    def prompt(self, index: int, request_id: str, tokens: int | None = None) -> str:
+        """Prompt `index`; with drawn lengths, cut to `tokens` tokens (each body word is one)."""
         body = self.pool[index % len(self.pool)]
+        if self.longest is not None and tokens is not None:
+            high, words = self.longest
+            keep = max(1, words - (high - tokens))
+            body = " ".join(body.split(" ", keep)[:keep])
         if not self.unique:
             return self.prefix + body
         if self.vocab is not None:
@@ -272,7 +293,7 @@ def workload_for(
         json.dumps(
             [
                 config.prompt_file,
-                config.prompt_tokens,
+                repr(config.prompt_tokens),
                 config.prompt,
                 config.seed,
                 config.shared_prefix_ratio,

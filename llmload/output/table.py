@@ -41,7 +41,7 @@ def fmt_num(value: float | None, decimals: int = 1) -> str:
 
 def _sweep_cells(row: SweepRow, wide: bool) -> dict[str, str]:
     cells = {
-        "conc": str(row.conc),
+        "conc": str(row.conc) if row.rate is None else f"{row.rate:g}/s",  # a rate rung: its rate
         "agg_tok/s": fmt_num(row.agg_tok_s),
         "per_req_tok/s": fmt_num(row.per_req_tok_s),
         "tokens": str(row.tokens),
@@ -152,13 +152,26 @@ def _input_notes(rows: Sequence[SweepRow]) -> list[str]:
     sent = [(r, r.input_tokens) for r in rows if r.input_tokens is not None and r.input_tokens["asked"]]
     if not sent:
         return []
-    notes = [
-        f"input tokens (asked {sent[0][1]['asked']}): "
-        + ", ".join(
-            f"{rung_name(r.rung, r.conc)} mean {inputs['mean']:.1f} min {inputs['min']} max {inputs['max']}"
-            for r, inputs in sent
-        )
-    ]
+    first = sent[0][1]
+    mixed = first["asked_p50"] != first["asked_p99"] or first["asked"] != first["asked_p50"]
+    if mixed:  # drawn lengths: the asked mix against the sent mix, and the requests off their own ask
+        notes = [
+            f"input tokens asked mean {first['asked']:.1f} p50 {first['asked_p50']} "
+            f"p99 {first['asked_p99']}, sent: "
+            + ", ".join(
+                f"{rung_name(r.rung, r.conc)} mean {i['mean']:.1f} p50 {i['p50']} p99 {i['p99']}"
+                + (f" ({i['off']} off their ask by > 1)" if i["off"] else "")
+                for r, i in sent
+            )
+        ]
+    else:
+        notes = [
+            f"input tokens (asked {first['asked']}): "
+            + ", ".join(
+                f"{rung_name(r.rung, r.conc)} mean {i['mean']:.1f} min {i['min']} max {i['max']}"
+                for r, i in sent
+            )
+        ]
     limit = 100.0 * INPUT_TOLERANCE
     missed = [(r, i) for r, i in sent if i["miss_pct"] is not None and abs(i["miss_pct"]) > limit]
     if missed:

@@ -65,7 +65,7 @@ def test_odd_non_streamed_body_is_a_failure_kind(odd_server, case):
     send_request(
         http,
         COMPLETIONS_PATH,
-        build_payload(config, "m", config.prompt),
+        build_payload(config, "m", config.prompt, 8),
         {"Content-Type": "application/json", "X-Case": case},
         ctx,
         total_timeout=10,

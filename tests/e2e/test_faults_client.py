@@ -54,7 +54,7 @@ def send(
     send_request(
         http,
         COMPLETIONS_PATH,
-        build_payload(config, "sim-model", config.prompt),
+        build_payload(config, "sim-model", config.prompt, max_tokens),
         {"Content-Type": "application/json"},
         ctx,
         total_timeout=total,

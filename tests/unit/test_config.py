@@ -128,7 +128,7 @@ def test_every_flag_of_the_schema_reaches_locust_and_back():
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
-        ("max_tokens", "abc", "--max-tokens: expected an integer, got 'abc'"),
+        ("max_tokens", "abc", "--max-tokens: 'max_tokens' must be an integer, got 'abc'"),
         ("max_tokens", "0", "--max-tokens: 'max_tokens' must be an integer >= 1, got 0"),
         ("rung_duration", "soon", "--rung-duration: expected a number, got 'soon'"),
         ("rungs", "1,x", "--rungs: expected comma-separated numbers like 1,4,8,10, got '1,x'"),

@@ -3,6 +3,7 @@ that fails a run beyond `input_tolerance`, and what the sweep table and its JSON
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -35,16 +36,32 @@ def record(i: int, prompt_tokens: int, asked: int | None = 64) -> RequestRecord:
 
 
 def test_summary_and_miss():
-    assert input_summary([64, 64, 65, 63], 64) == {
+    assert input_summary([64, 64, 65, 63], [64] * 4) == {
         "asked": 64,
         "mean": 64.0,
         "min": 63,
         "max": 65,
+        "p50": 64,
+        "p99": 65,
         "miss_pct": 0.0,
+        "asked_p50": 64,
+        "asked_p99": 64,
+        "off": 0,
     }
-    assert input_summary([77, 75], 64)["miss_pct"] == pytest.approx(100 * 12 / 64)
-    assert input_summary([10], None)["miss_pct"] is None
-    assert input_summary([], 64) is None
+    assert input_summary([77, 75], [64, 64])["miss_pct"] == pytest.approx(100 * 12 / 64)
+    assert input_summary([10], [])["miss_pct"] is None
+    assert input_summary([], [64]) is None
+
+
+def test_drawn_lengths_are_summarised_against_each_request_s_own_ask():
+    records = [record(0, 100, 100), record(1, 41, 40), record(2, 23, 20)]
+    counts = tally(r.to_dict() for r in records)
+    summary = input_summary(counts.inputs, counts.inputs_asked, counts.inputs_off)
+    assert summary["asked"] == pytest.approx(160 / 3) and summary["asked_p50"] == 40
+    assert summary["off"] == 1  # 23 for 20; 41 for 40 is within a token
+    table = render(sweep_rows(group_rungs(records)))
+    assert "input tokens asked mean 53.3 p50 40 p99 100, sent: rung01 c2 mean 54.7 p50 41 p99 100" in table
+    assert "(1 off their ask by > 1)" in table
 
 
 def test_check_fails_beyond_the_tolerance_only():
@@ -76,3 +93,10 @@ def test_input_tolerance_key():
     assert parse_config({"input_tolerance": 0.1}, "f.yaml").input_tolerance == 0.1
     with pytest.raises(ConfigError, match="'input_tolerance' must be a number in"):
         parse_config({"input_tolerance": 2}, "f.yaml")
+
+
+def test_a_rate_rung_shows_its_rate_in_place_of_its_client_slots():
+    rated = [dataclasses.replace(record(i, 64), rate=2.5) for i in range(2)]
+    rows = sweep_rows(group_rungs(rated))
+    assert rows[0].rate == 2.5
+    assert render(rows).splitlines()[1].split()[0] == "2.5/s"
