@@ -28,8 +28,8 @@ tokens-per-chunk and stream count it prints:
   rung's go (the ladder's start promise).
 
 With `--baseline DIR` (a checkout of another commit, e.g. `git worktree add --detach DIR REV`),
-that commit's llmload runs the same rungs in each repeat, right after this one's, as client
-`baseline`: a before/after comparison within one run, on one simulator.
+that commit's llmload runs the same rungs in each repeat, before this one's in odd repeats and
+after it in even ones, as client `baseline`: a before/after comparison within one run, on one simulator.
 
 With `--floor`, a third client runs in each repeat: llmload with the per-read Python cut to the
 `recvmsg` and the HTTP framing (benchmarks/read_floor_locustfile.py), so the table shows how much of
@@ -274,24 +274,24 @@ def run_aiohttp(url: str, n: int, args: argparse.Namespace, work: Path):
     ], track
 
 
-def one_repeat(args: argparse.Namespace, work: Path, per_chunk: int) -> dict[tuple[str, int], Figures]:
+def one_repeat(
+    args: argparse.Namespace, work: Path, per_chunk: int, repeat: int
+) -> dict[tuple[str, int], Figures]:
     out: dict[tuple[str, int], Figures] = {}
     truth_log = work / "sim_truth.jsonl"
     sim_log = work / "sim.log"
     engine = {**SIM, "max_num_seqs": args.max_num_seqs, "base_ms": args.step_ms, "accept_len": per_chunk}
     with SimulatorProcess(truth_log=truth_log, log_path=sim_log, **engine) as server:
         sim = CpuTrack(server.pid)
-        by_streams, track, lags = run_locust(
-            server.url, args.streams, args, work, LOCUSTFILES["completions"], "locust"
-        )
-        runs: list[tuple[str, int, list[Timed], CpuTrack, float]] = [
-            ("locust", n, by_streams[n], track, lags.get(n, math.nan)) for n in args.streams
-        ]
-        if args.baseline is not None:
+        runs: list[tuple[str, int, list[Timed], CpuTrack, float]] = []
+        llmloads: list[tuple[str, Path | None]] = [("locust", None)]
+        if args.baseline is not None:  # the two in turn first, so neither always has the fresh simulator
+            llmloads.insert(repeat % 2, ("baseline", args.baseline))
+        for name, code in llmloads:
             by_streams, track, lags = run_locust(
-                server.url, args.streams, args, work, LOCUSTFILES["completions"], "baseline", args.baseline
+                server.url, args.streams, args, work, LOCUSTFILES["completions"], name, code
             )
-            runs += [("baseline", n, by_streams[n], track, lags.get(n, math.nan)) for n in args.streams]
+            runs += [(name, n, by_streams[n], track, lags.get(n, math.nan)) for n in args.streams]
         if args.floor:
             by_streams, track, _ = run_locust(server.url, args.streams, args, work, FLOOR_LOCUSTFILE, "floor")
             runs += [("floor", n, by_streams[n], track, math.nan) for n in args.streams]
@@ -387,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--baseline",
         type=Path,
         default=None,
-        help="also run the llmload of this checkout (another commit) in each repeat, after this one's",
+        help="also run the llmload of this checkout (another commit) in each repeat, the two in turn first",
     )
     p.add_argument(
         "--no-aiohttp", action="store_false", dest="aiohttp", help="skip the asyncio + aiohttp yardstick"
@@ -407,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for k in args.chunking:
                 work = root / f"repeat{i}-chunk{k}"
                 work.mkdir(parents=True, exist_ok=True)
-                for (client, n), f in one_repeat(args, work, k).items():
+                for (client, n), f in one_repeat(args, work, k, i).items():
                     figures_of_repeat[(client, k, n)] = f
             per_repeat.append(figures_of_repeat)
             print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr, flush=True)
