@@ -37,7 +37,9 @@ Token reconciliation (`llmload.analysis.reconcile`, counts over completed reques
 (fewer tokens than max_tokens without finish_reason "length": ignore_eos not honoured?),
 disagree (usage, chunks, max_tokens and finish_reason do not add up), chunks_over_tokens.
 
-`vllm_result()` gives a rung's figures under the key names of vLLM `bench serve`'s result JSON.
+A rung's metrics are computed by `llmload.analysis.rung_tally.RungTally.metrics` (the one
+implementation, built on this module's per-request functions). `vllm_result()` gives a rung's
+figures under the key names of vLLM `bench serve`'s result JSON.
 """
 
 from __future__ import annotations
@@ -48,9 +50,8 @@ from itertools import repeat
 from operator import mul, sub
 from typing import Any
 
-from llmload.analysis.sweep_rows import Rung
 from llmload.core.records import RequestRecord
-from llmload.core.stats import DEFAULT_PERCENTILES, Summary
+from llmload.core.stats import Summary
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 LATENCY_NAMES = ("ttft", "ttft_content", "tpot", "itl", "e2el", "queue_wait", "connect", "tls")
@@ -201,16 +202,3 @@ class RungMetrics:
             out |= {f"mean_{theirs}_ms": s.mean, f"median_{theirs}_ms": s.median, f"std_{theirs}_ms": s.std}
             out |= {f"p{q:g}_{theirs}_ms": v for q, v in s.percentiles.items()}
         return out
-
-
-def rung_metrics(
-    rung: Rung,
-    *,
-    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
-    slo: Mapping[str, float] | None = None,
-) -> RungMetrics:
-    """Latency summaries, rates, goodput and token reconciliation of one rung (computed by its
-    `llmload.analysis.rung_tally.RungTally`, the one implementation)."""
-    from llmload.analysis.rung_tally import tally_records  # the tally is built on this module
-
-    return tally_records(rung.index, rung.users, rung.records, slo).metrics(percentiles)

@@ -29,8 +29,8 @@ from llmload.analysis.locust_csv import cross_check
 from llmload.analysis.metrics import SLO_KEYS, RungMetrics
 from llmload.analysis.production_traffic import replay_warnings
 from llmload.analysis.records_pass import RecordsPass, tally_file
-from llmload.analysis.rung_tally import RungTally
-from llmload.analysis.sweep_rows import MissingRung, Rung, SweepRow, group_rungs, sweep_rows
+from llmload.analysis.rung_tally import RungTally, sweep_rows
+from llmload.analysis.sweep_rows import MissingRung, Rung, SweepRow, group_rungs
 from llmload.core.chunk_index import index_path
 from llmload.core.records import RecordFileError, RequestRecord, iter_record_lines
 from llmload.core.run_files import RunFiles

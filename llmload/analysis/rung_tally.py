@@ -1,5 +1,6 @@
-"""One rung's figures as running tallies, fed one record at a time: the one implementation of the
-sweep row (`row()`) and of the latency metrics (`metrics()`).
+"""One rung's figures as running tallies, fed one record at a time: the one home of a rung's wall
+time and rates, the sweep row (`row()`, and `sweep_rows` for a run's rungs) and the latency
+metrics (`metrics()`).
 
 A `RungTally` keeps running sums (requests, tokens, first start, last end, failures by kind, token
 reconciliation counts, goodput), the per-request values a mean or a percentile needs as 8-byte
@@ -11,9 +12,9 @@ definitions are those of `llmload.analysis.sweep_rows` and `llmload.analysis.met
 per-request functions are used here) and the statistics those of `llmload.core.stats`.
 
 Readers: the post-processor (`llmload.analysis.postprocess.load_run`, one pass over the records
-file), `sweep_rows.sweep_row` and `metrics.rung_metrics` (a `Rung` of records fed to a tally),
-the web UI's Tokens tab and charts (`llmload.loadgen.live_sweep`) and the terminal progress line
-(`llmload.cli.progress`). A tally costs milliseconds per poll of the web page.
+file), records held in memory (`tally_rungs`, `tally_records`), the web UI's Tokens tab and
+charts (`llmload.loadgen.live_sweep`) and the terminal progress line (`llmload.cli.progress`).
+A tally costs milliseconds per poll of the web page.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import math
 import struct
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from itertools import repeat
@@ -509,7 +510,7 @@ def tally_records(
 
 
 def tally_rungs(records: Iterable[RequestRecord], slo: Mapping[str, float] | None = None) -> list[RungTally]:
-    """The measured records as rung tallies, in ladder order (`sweep_rows.group_rungs`, tallied)."""
+    """The measured records as rung tallies, in ladder order (warm-up records dropped)."""
     rungs: dict[int, RungTally] = {}
     for rec in records:
         if rec.phase == WARMUP_PHASE:
@@ -518,6 +519,22 @@ def tally_rungs(records: Iterable[RequestRecord], slo: Mapping[str, float] | Non
             rungs[rec.rung] = RungTally(rec.rung, rec.users, dict(slo or {}))
         rungs[rec.rung].add(rec)
     return [rungs[i] for i in sorted(rungs)]
+
+
+def sweep_rows(
+    rungs: Iterable[RungTally],
+    *,
+    partial_rungs: Collection[int] = (),
+    requests_per_user: int | None = None,
+) -> list[SweepRow]:
+    """Rows of the sweep table. A rung is flagged partial when its index is in `partial_rungs`,
+    or, when `requests_per_user` is given, when it has fewer than users * requests_per_user
+    measured requests."""
+    rows = []
+    for rung in rungs:
+        short = requests_per_user is not None and rung.requests < rung.users * requests_per_user
+        rows.append(rung.row(partial=rung.index in partial_rungs or short))
+    return rows
 
 
 class SweepTally:

@@ -1,4 +1,6 @@
-"""The sweep table: records grouped into rungs, and one row of throughput figures per rung.
+"""The sweep table's vocabulary: records grouped into rungs, and the row of throughput figures
+each rung gets (computed by `llmload.analysis.rung_tally.RungTally.row`, the one implementation of
+these definitions: a rung's wall time and rates are tallied there and nowhere else).
 
 A rung is identified by its index in the ladder (`RequestRecord.rung`), never by its concurrency:
 a ladder may repeat a concurrency. Warm-up records (phase "warmup") are excluded from everything.
@@ -25,9 +27,9 @@ Definitions (per rung):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from llmload.core.records import RequestRecord
 
@@ -36,7 +38,8 @@ WARMUP_PHASE = "warmup"
 
 @dataclass(slots=True)
 class Rung:
-    """The measured requests of one rung of the ladder."""
+    """The measured requests of one rung of the ladder, held (for the consumers that resample or
+    compare records; its figures are those of `rung_tally.tally_rungs`)."""
 
     index: int
     users: int
@@ -49,27 +52,6 @@ class Rung:
     @property
     def failed(self) -> list[RequestRecord]:
         return [r for r in self.records if not r.ok]
-
-    @property
-    def wall_s(self) -> float:
-        return max(r.t_end for r in self.records) - min(r.t_start for r in self.records)
-
-    @property
-    def output_tokens(self) -> int:
-        """Output tokens of completed requests (the tokens every rate counts)."""
-        return sum(r.output_tokens for r in self.completed)
-
-    @property
-    def requests(self) -> int:
-        return len(self.records)
-
-    def row(self, *, partial: bool = False) -> SweepRow:
-        return sweep_row(self, partial=partial)
-
-    def per_second(self, amount: float) -> float:
-        """`amount` divided by the rung's wall time (0 for a zero-length rung)."""
-        wall = self.wall_s
-        return amount / wall if wall > 0 else 0.0
 
 
 def group_rungs(records: Iterable[RequestRecord]) -> list[Rung]:
@@ -101,7 +83,7 @@ class SweepRow:
     saturated: bool = False
     machine_busy: bool = False
     generator: dict[str, Any] | None = None
-    new_connections: int | None = None  # requests that opened a connection; None: not recorded (issue 12)
+    new_connections: int | None = None  # requests that opened a connection; None: not recorded
     input_tokens: dict[str, Any] | None = None  # asked, mean, p50, p99, miss_pct... (reconcile.input_summary)
     timing_uncertainty: dict[str, Any] | None = None  # llmload.analysis.uncertainty; None: every time exact
     rate: float | None = None  # rate mode: the rung's target request rate (its users are client slots)
@@ -116,39 +98,3 @@ class MissingRung:
     rung: int
     conc: int
     started: bool
-
-
-def sweep_row(rung: Rung, *, partial: bool = False) -> SweepRow:
-    """The sweep-table row of one rung (see the module docstring for the definitions), computed by
-    its `llmload.analysis.rung_tally.RungTally`, the one implementation."""
-    from llmload.analysis.rung_tally import tally_records  # the tally is built on this module
-
-    return tally_records(rung.index, rung.users, rung.records).row(partial=partial)
-
-
-class RowSource(Protocol):
-    """A rung that gives its sweep row: a `Rung` of records or a `rung_tally.RungTally`."""
-
-    index: int
-    users: int
-
-    @property
-    def requests(self) -> int: ...
-
-    def row(self, *, partial: bool = False) -> SweepRow: ...
-
-
-def sweep_rows(
-    rungs: Iterable[RowSource],
-    *,
-    partial_rungs: Collection[int] = (),
-    requests_per_user: int | None = None,
-) -> list[SweepRow]:
-    """Rows of the sweep table. A rung is flagged partial when its index is in `partial_rungs`,
-    or, when `requests_per_user` is given, when it has fewer than users * requests_per_user
-    measured requests."""
-    rows = []
-    for rung in rungs:
-        short = requests_per_user is not None and rung.requests < rung.users * requests_per_user
-        rows.append(rung.row(partial=rung.index in partial_rungs or short))
-    return rows

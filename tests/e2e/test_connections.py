@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 from fixtures.connections import MAX_TOKENS, Paired, drive, pair
 
-from llmload.analysis.sweep_rows import group_rungs, sweep_rows
+from llmload.analysis.rung_tally import sweep_rows, tally_rungs
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.records import read_records
 from llmload.core.stats import percentile
@@ -188,7 +188,7 @@ def test_locust_run_keeps_one_connection_per_user(tmp_path):
     assert len(records) == 200
     check_against_truth(p)
     assert len(p.served_connections()) == 4
-    (row,) = sweep_rows(group_rungs(records))
+    (row,) = sweep_rows(tally_rungs(records))
     assert row.new_connections == 4
     assert (
         "requests that opened a connection (its connect and TLS inside their TTFT): 4 of 200 in rung01 c4"

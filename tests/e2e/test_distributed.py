@@ -18,7 +18,8 @@ import pytest
 from test_sweep_e2e import check_against_truth
 
 from llmload.analysis.health import read_health
-from llmload.analysis.sweep_rows import group_rungs, sweep_rows
+from llmload.analysis.rung_tally import sweep_rows, tally_rungs
+from llmload.analysis.sweep_rows import group_rungs
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep, target
 from llmload.core.records import read_records
 from llmload.core.run_files import RunFiles
@@ -72,8 +73,8 @@ def single(tmp_path_factory) -> SweepRun:
 
 def check_same_table(run: SweepRun, single: SweepRun) -> None:
     check_against_truth(run, LADDER, MAX_TOKENS)
-    rows = sweep_rows(group_rungs(read_records(run.records)[0]))
-    reference = {r.conc: r for r in sweep_rows(group_rungs(read_records(single.records)[0]))}
+    rows = sweep_rows(tally_rungs(read_records(run.records)[0]))
+    reference = {r.conc: r for r in sweep_rows(tally_rungs(read_records(single.records)[0]))}
     for row in rows:
         assert row.tokens == reference[row.conc].tokens
         assert row.agg_tok_s == pytest.approx(reference[row.conc].agg_tok_s, rel=0.02)

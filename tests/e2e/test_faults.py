@@ -19,8 +19,8 @@ import pytest
 from fixtures.paths import REPO
 
 from llmload.analysis.locust_csv import cross_check, failure_kind, read_failures_csv
-from llmload.analysis.rung_tally import tally_rungs
-from llmload.analysis.sweep_rows import group_rungs, sweep_rows
+from llmload.analysis.rung_tally import sweep_rows, tally_rungs
+from llmload.analysis.sweep_rows import group_rungs
 from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.records import read_records
 from llmload.sim.faults import CLIENT_OUTCOME, FAULT_KINDS
@@ -94,7 +94,7 @@ def test_faults_are_counted_by_kind_and_tokens_stay_exact(tmp_path, group):
                 assert rec.output_tokens == t["tokens_sent"] == SIM_DROP_AFTER
 
     rungs = group_rungs(records)
-    rows = sweep_rows(rungs)
+    rows = sweep_rows(tally_rungs(records))
     assert sum((Counter(r.failures_by_kind) for r in rows), Counter()) == expected_failures
     for rung, row in zip(rungs, rows, strict=True):
         ok = [truth[r.request_id] for r in rung.records if r.ok]

@@ -33,9 +33,9 @@ from pathlib import Path
 import pytest
 
 from llmload.analysis.health import health_path, read_health
-from llmload.analysis.metrics import itl_ms, rung_metrics
+from llmload.analysis.metrics import itl_ms
 from llmload.analysis.postprocess import load_run
-from llmload.analysis.sweep_rows import group_rungs
+from llmload.analysis.rung_tally import tally_rungs
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.chunk_index import index_path
 from llmload.core.records import RequestRecord, iter_indexed_record_lines, read_records
@@ -163,7 +163,7 @@ def test_token_accounting_matches_truth(run):
 
 
 def test_itl_semantics_flagged(run):
-    metrics = [rung_metrics(r) for r in group_rungs(run.records)]
+    metrics = [r.metrics() for r in tally_rungs(run.records)]
     several_per_chunk = any(len(t["chunk_times"]) < t["completion_tokens"] for _, t in run.pairs)
     per_token = all(r.chunk_tokens is not None for r in run.records)
     assert all(m.itl_per_chunk == (several_per_chunk and not per_token) for m in metrics)
@@ -201,7 +201,7 @@ def meets(values: dict[str, list[float]], i: int, slo: dict[str, float], shift: 
 
 
 def goodput(run: Run, slo: dict[str, float]) -> int:
-    return sum(rung_metrics(r, slo=slo).good_requests for r in group_rungs(run.records))
+    return sum(r.metrics().good_requests for r in tally_rungs(run.records, slo))
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.analysis.metrics import rung_metrics
-from llmload.analysis.sweep_rows import group_rungs
+from llmload.analysis.rung_tally import tally_rungs
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.config import ConfigError, parse_config
 from llmload.core.records import read_records
@@ -137,7 +136,7 @@ def test_saturated_rung_records_the_wait_for_a_slot(poisson_run):
     # a request reached the server after its recorded wait, never before (1 ms: clock reads)
     for r, wait in zip(rung, waits, strict=True):
         assert (truth[r.request_id]["arrival"] - r.t_scheduled) * 1000.0 >= wait - 1.0
-    m = rung_metrics(group_rungs(rung)[0])
+    m = tally_rungs(rung)[0].metrics()
     assert m.rate == 400.0 and m.latencies["queue_wait"].median == pytest.approx(percentile(waits, 50))
 
 

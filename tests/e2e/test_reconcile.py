@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmload.analysis.metrics import rung_metrics
 from llmload.analysis.reconcile import issues, tally
-from llmload.analysis.sweep_rows import group_rungs
+from llmload.analysis.rung_tally import tally_rungs
 from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.records import read_records
 from llmload.sim.truth import load_truth
@@ -76,7 +75,7 @@ def test_ignored_ignore_eos_fails_the_run(tmp_path):
     assert "rung01 c1: 2 of 2 requests stopped before max_tokens although ignore_eos was sent" in log
     assert "rung02 c2: 4 of 4 requests stopped before max_tokens" in log
     records, _ = read_records(run.records)
-    assert [rung_metrics(r).stopped_early for r in group_rungs(records)] == [2, 4]
+    assert [r.metrics().stopped_early for r in tally_rungs(records)] == [2, 4]
 
 
 def test_threshold_lets_a_run_pass_and_still_reports(tmp_path):
@@ -84,6 +83,6 @@ def test_threshold_lets_a_run_pass_and_still_reports(tmp_path):
     assert run.returncode == 0, run.log.read_text()[-3000:]
     assert "token reconciliation failed" not in run.log.read_text()
     records, _ = read_records(run.records)
-    assert [rung_metrics(r).stopped_early for r in group_rungs(records)] == list(
+    assert [r.metrics().stopped_early for r in tally_rungs(records)] == list(
         truth_stopped_by_rung(run).values()
     )

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmload.analysis.locust_csv import cross_check
-from llmload.analysis.rung_tally import tally_rungs
-from llmload.analysis.sweep_rows import group_rungs, sweep_rows
+from llmload.analysis.rung_tally import sweep_rows, tally_rungs
 from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.records import RequestRecord, read_records
 from llmload.sim.truth import load_truth
@@ -45,8 +44,7 @@ def check_against_truth(
     where transits reach 40 ms."""
     assert run.returncode == 0, run.log.read_text()[-3000:]
     records, _ = read_records(run.records)
-    rungs = group_rungs(records)
-    rows = sweep_rows(rungs)
+    rows = sweep_rows(tally_rungs(records))
     truth = truth_by_rung(run)
     assert [r.conc for r in rows] == ladder
     for row in rows:
@@ -78,7 +76,7 @@ def test_sweep_matches_ground_truth(seed_sweep):
 def test_sweep_reproduces_the_seed_curve(seed_sweep):
     """The simulator's defaults reproduce the seed table (docs/index.md) within 10 %."""
     records, _ = read_records(seed_sweep.records)
-    rows = sweep_rows(group_rungs(records))
+    rows = sweep_rows(tally_rungs(records))
     seed = {1: 135.7, 4: 318.0, 8: 479.6, 10: 516.2}
     for row in rows:
         assert row.agg_tok_s == pytest.approx(seed[row.conc], rel=0.10)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from llmload.analysis.metrics import itl_ms, rung_metrics
-from llmload.analysis.sweep_rows import group_rungs
+from llmload.analysis.metrics import itl_ms
+from llmload.analysis.rung_tally import tally_rungs
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.records import read_records
 from llmload.sim.truth import load_truth
@@ -43,5 +43,5 @@ def test_an_empty_text_last_token_is_a_token_chunk(tmp_path: Path, endpoint: str
         assert sum(served["chunk_tokens"]) == MAX_TOKENS == rec.output_tokens
         assert rec.chunks == len(served["chunk_times"]) == MAX_TOKENS, "the empty last chunk counted"
         assert len(itl_ms(rec)) == MAX_TOKENS - 1
-    for rung in group_rungs(measured):
-        assert not rung_metrics(rung).itl_per_chunk, "every chunk was one token: no 'per chunk' label"
+    for rung in tally_rungs(measured):
+        assert not rung.metrics().itl_per_chunk, "every chunk was one token: no 'per chunk' label"

@@ -25,9 +25,7 @@ from fixtures.webui import (
 )
 
 from llmload.analysis.locust_csv import cross_check
-from llmload.analysis.metrics import rung_metrics
 from llmload.analysis.rung_tally import tally_rungs
-from llmload.analysis.sweep_rows import group_rungs, sweep_row
 from llmload.cli.progress import Progress
 from llmload.core.names import REQUEST_TYPE, rung_name
 from llmload.core.records import RequestRecord, read_records
@@ -87,8 +85,8 @@ def check_charts(ui: LocustWebUI, rows: list[dict[str, str]], records: list[Requ
     measured = [r for r in records if r.phase == "measure"]
     for point in data["history"]:
         received = [r for r in measured if rung_name(r.rung, r.users) == point["rung"]][: point["requests"]]
-        (rung,) = group_rungs(received)
-        row = sweep_row(rung)
+        (rung,) = tally_rungs(received)
+        row = rung.row()
         assert point["t"] == max(r.t_end for r in received)
         assert (point["agg_tok_s"], point["per_req_tok_s"], point["tokens"]) == (
             row.agg_tok_s,
@@ -184,11 +182,11 @@ def test_tallies_equal_the_post_processor_on_failures_and_estimates():
     run = SimpleNamespace(progress=[], current=None)
     for rec in records:
         live.add(run, rec.to_dict(), rec)
-    rungs = group_rungs(records)
+    rungs = tally_rungs(records)
     assert sorted(live.rungs) == [r.index for r in rungs]
     for rung, cells in zip(rungs, live.table(active=False), strict=True):
-        assert live.rungs[rung.index].row() == sweep_row(rung)
-        latencies = rung_metrics(rung, percentiles=(50.0, 99.0)).latencies
+        assert live.rungs[rung.index].row() == rung.row()
+        latencies = rung.metrics(percentiles=(50.0, 99.0)).latencies
         assert cells["ttft_p99_ms"] == fmt_num(latencies["ttft"].percentiles[99.0])
         assert cells["tpot_p50_ms"] == fmt_num(latencies["tpot"].median)
         assert cells["state"] == "stopped" and cells["now_tok_s"] == ""
@@ -212,7 +210,7 @@ def test_chart_series_follow_the_records(monkeypatch):
             assert data["history"] == []
             continue
         (point,) = data["history"][-1:]
-        row = sweep_row(group_rungs(received)[0])
+        row = tally_rungs(received)[0].row()
         assert sorted(point) == sorted(POINT_FIELDS)
         assert [point[k] for k in POINT_FIELDS] == [
             max(r.t_end for r in received),
@@ -225,7 +223,7 @@ def test_chart_series_follow_the_records(monkeypatch):
         ]
     assert len(live.history) == len(records) - 1  # every measured record was read after it came
     curve = [p["agg_tok_s"] for p in live.charts(False)["sweep"]]
-    assert curve == [sweep_row(g).agg_tok_s for g in group_rungs(records)]
+    assert curve == [g.row().agg_tok_s for g in tally_rungs(records)]
     # without reads, records arriving within SAMPLE_S of the last sample add no point
     live.follow(SimpleNamespace(progress=[], current=None))
     assert (live.runs_seen, live.history) == (2, [])

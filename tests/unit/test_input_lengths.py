@@ -9,7 +9,7 @@ import json
 import pytest
 
 from llmload.analysis.reconcile import check_inputs, input_summary, tally
-from llmload.analysis.sweep_rows import group_rungs, sweep_rows
+from llmload.analysis.rung_tally import sweep_rows, tally_rungs
 from llmload.core.config import ConfigError, parse_config
 from llmload.core.records import RequestRecord
 from llmload.output.table import render
@@ -79,13 +79,13 @@ def test_check_fails_beyond_the_tolerance_only():
 
 
 def test_table_notes_and_json():
-    rows = sweep_rows(group_rungs([record(0, 76), record(1, 78)]))
+    rows = sweep_rows(tally_rungs([record(0, 76), record(1, 78)]))
     assert rows[0].input_tokens["mean"] == 77.0
     table = render(rows)
     assert "input tokens (asked 64): rung01 c2 mean 77.0 min 76 max 78" in table
     assert "inputs missed the asked length by more than 2 %: rung01 c2 +20.3 %" in table
     assert json.loads(render(rows, "json"))[0]["input_tokens"]["miss_pct"] == pytest.approx(20.3125)
-    exact = render(sweep_rows(group_rungs([record(0, 64), record(1, 64)])))
+    exact = render(sweep_rows(tally_rungs([record(0, 64), record(1, 64)])))
     assert "mean 64.0 min 64 max 64" in exact and "missed" not in exact
 
 

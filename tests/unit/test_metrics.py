@@ -15,9 +15,14 @@ from fixtures.runs import make_record, run_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmload.analysis.metrics import itl_gaps_us, itl_is_per_chunk, itl_ms, meets_slo, rung_metrics, tpot_ms
-from llmload.analysis.rung_tally import GapHistogram, _summarize_ints, summarize_array
-from llmload.analysis.sweep_rows import Rung, group_rungs
+from llmload.analysis.metrics import itl_gaps_us, itl_is_per_chunk, itl_ms, meets_slo, tpot_ms
+from llmload.analysis.rung_tally import (
+    GapHistogram,
+    _summarize_ints,
+    summarize_array,
+    tally_records,
+    tally_rungs,
+)
 from llmload.core.stats import Summary, percentile, pstdev, summarize, summarize_counts
 
 
@@ -80,7 +85,7 @@ def test_itl_per_chunk_without_chunk_tokens():
 
 def test_rung_latencies_itl_pooled():
     plain = make_record(100.0, 100.5, 4, 0.2, chunk_times=[0.2, 0.3, 0.4, 0.5])
-    m = rung_metrics(Rung(0, 2, [multi_token_request(), plain]), percentiles=[50, 90, 99])
+    m = tally_records(0, 2, [multi_token_request(), plain]).metrics(percentiles=[50, 90, 99])
     itl = m.latencies["itl"]
     # pooled: 50 x 6, 100 x 4 -> sorted, h(p90) = 9 * 0.9 = 8.1 -> 100
     assert itl.count == 10
@@ -94,7 +99,7 @@ def test_rung_latencies_itl_pooled():
 
 
 def test_rung_metrics_rates_and_reconciliation():
-    m = rung_metrics(group_rungs(run_records())[1], slo={"ttft_ms": 450})
+    m = tally_rungs(run_records(), slo={"ttft_ms": 450})[1].metrics()
     wall = 10.0
     assert m.completed == 3
     assert m.output_tok_s == pytest.approx(768 / wall)
@@ -115,7 +120,7 @@ def test_token_reconciliation_counts():
         make_record(0.0, 1.0, 8, 0.1, max_tokens=8, chunks=10),  # more chunks than tokens
         make_record(0.0, 1.0, 10, 0.1, finish_reason="stop", outcome="timeout"),  # failed: ignored
     ]
-    m = rung_metrics(Rung(0, 5, recs))
+    m = tally_records(0, 5, recs).metrics()
     assert (m.stopped_early, m.chunks_over_tokens) == (1, 1)
 
 
@@ -128,12 +133,12 @@ def test_goodput_checks_only_given_slos():
     assert meets_slo(one_token, {"tpot_ms": 1})
     with pytest.raises(ValueError, match="unknown SLO keys"):
         meets_slo(fast, {"itl_ms": 5})
-    m = rung_metrics(Rung(0, 2, [fast, one_token]), slo={"tpot_ms": 50})
+    m = tally_records(0, 2, [fast, one_token], slo={"tpot_ms": 50}).metrics()
     assert (m.good_requests, m.goodput_request_s) == (1, pytest.approx(1.0))
 
 
 def test_missing_prompt_tokens_leave_total_throughput_unknown():
-    m = rung_metrics(Rung(0, 1, [make_record(0.0, 1.0, 10, 0.1, prompt_tokens=None)]))
+    m = tally_records(0, 1, [make_record(0.0, 1.0, 10, 0.1, prompt_tokens=None)]).metrics()
     assert m.total_tok_s is None
     assert m.latencies["itl"] is None
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fixtures.runs import run_records
 
-from llmload.analysis.sweep_rows import group_rungs, sweep_row
+from llmload.analysis.rung_tally import tally_rungs
 from llmload.cli.progress import Progress
 from llmload.core.records import RequestRecord
 from llmload.output.table import fmt_num
@@ -41,8 +41,8 @@ def append(prefix: Path, records: list[RequestRecord], tail: str = "") -> None:
 
 def expected_rates(records: list[RequestRecord], rung: int) -> str:
     """The line's figures as the post-processor computes them on the same records."""
-    (group,) = [g for g in group_rungs(records) if g.index == rung]
-    row = sweep_row(group)
+    (tally,) = [t for t in tally_rungs(records) if t.index == rung]
+    row = tally.row()
     return f"agg {fmt_num(row.agg_tok_s)} tok/s  per-request {fmt_num(row.per_req_tok_s)} tok/s"
 
 
@@ -81,8 +81,8 @@ def test_follows_a_growing_run_with_the_post_processors_figures(tmp_path):
     assert shown.startswith("\rwarm-up  1/4 requests\r") and shown.endswith(final + "\n")
     assert shown.count("\r") == 4 and shown.count("\n") == 1
     # the tallies are the post-processor's rows, every field
-    assert [progress.tally.rungs[g.index].row() for g in group_rungs(records)] == [
-        sweep_row(g) for g in group_rungs(records)
+    assert [progress.tally.rungs[g.index].row() for g in tally_rungs(records)] == [
+        g.row() for g in tally_rungs(records)
     ]
 
 

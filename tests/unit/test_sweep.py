@@ -12,9 +12,8 @@ import pytest
 from fixtures.paths import REPO
 from fixtures.runs import FIXTURES, make_record, run_records
 
-from llmload.analysis.metrics import rung_metrics
 from llmload.analysis.postprocess import load_run
-from llmload.analysis.sweep_rows import group_rungs, sweep_rows
+from llmload.analysis.rung_tally import sweep_rows, tally_rungs
 from llmload.core.records import read_records, write_records
 from llmload.output.table import render
 
@@ -22,7 +21,7 @@ SCRIPT = REPO / "scripts" / "sweep_table.py"
 
 
 def rows_of(records, **kw):
-    return sweep_rows(group_rungs(records), **kw)
+    return sweep_rows(tally_rungs(records), **kw)
 
 
 def test_warmup_excluded_and_rungs_kept_apart_by_index():
@@ -159,13 +158,13 @@ def test_script_json_keeps_stdout_parseable(run_prefix: Path):
 
 def test_streaming_load_run_gives_the_rows_and_metrics_of_the_held_records(run_prefix: Path):
     """One pass over the file (tallies, records dropped) gives every field of the rows and metrics
-    that the held records give (`sweep_row` / `rung_metrics` on `group_rungs`)."""
+    that the held records give (`tally_rungs`)."""
     result = load_run(run_prefix, with_metrics=True)
     assert result.records is None  # nothing held
-    rungs = group_rungs(read_records(Path(f"{run_prefix}_records.jsonl"))[0])
+    rungs = tally_rungs(read_records(Path(f"{run_prefix}_records.jsonl"))[0])
     assert result.rows == sweep_rows(rungs)
     assert result.metrics is not None
-    assert [m.as_dict() for m in result.metrics] == [rung_metrics(r).as_dict() for r in rungs]
+    assert [m.as_dict() for m in result.metrics] == [r.metrics().as_dict() for r in rungs]
     assert [r.request_id for r in result.iter_records()] == [r.request_id for r in run_records()]
 
 
