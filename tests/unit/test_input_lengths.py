@@ -59,7 +59,7 @@ def test_drawn_lengths_are_summarised_against_each_request_s_own_ask():
     summary = input_summary(counts.inputs, counts.inputs_asked, counts.inputs_off)
     assert summary["asked"] == pytest.approx(160 / 3) and summary["asked_p50"] == 40
     assert summary["off"] == 1  # 23 for 20; 41 for 40 is within a token
-    table = render(sweep_rows(group_rungs(records)))
+    table = render(sweep_rows(tally_rungs(records)))
     assert "input tokens asked mean 53.3 p50 40 p99 100, sent: rung01 c2 mean 54.7 p50 41 p99 100" in table
     assert "(1 off their ask by > 1)" in table
 
@@ -97,6 +97,6 @@ def test_input_tolerance_key():
 
 def test_a_rate_rung_shows_its_rate_in_place_of_its_client_slots():
     rated = [dataclasses.replace(record(i, 64), rate=2.5) for i in range(2)]
-    rows = sweep_rows(group_rungs(rated))
+    rows = sweep_rows(tally_rungs(rated))
     assert rows[0].rate == 2.5
     assert render(rows).splitlines()[1].split()[0] == "2.5/s"
