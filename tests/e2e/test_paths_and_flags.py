@@ -128,7 +128,7 @@ def test_plain_locust_checks_records_while_parsing(tmp_path):
         (["--max-tokens=", "--rungs", "1"], r"locust: argument --max-tokens: empty value; .*"),
         (["--rungs", "1,,2"], r"--rungs: an empty item in '1,,2'; .*"),
         (["--rungs", "1,2,"], r"--rungs: an empty item in '1,2,'; .*"),
-        (["--max-tokens", "x"], r"--max-tokens: expected an integer, got 'x'"),
+        (["--max-tokens", "x"], r"--max-tokens: 'max_tokens' must be an integer, got 'x'"),
     ],
     ids=["unknown-flag", "missing-value", "empty-rungs", "empty-value", "empty-item", "trailing-comma",
          "bad-value"],
