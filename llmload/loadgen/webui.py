@@ -16,6 +16,7 @@ import json
 import time
 from typing import Any
 
+import gevent
 from flask import Response, make_response, request
 from werkzeug.datastructures import ImmutableMultiDict
 
@@ -52,6 +53,7 @@ def register_web_ui(environment: Any) -> LiveSweep | None:
     shape = environment.shape_class
     if web_ui is not None:
         protect_secrets(web_ui)
+        answer_settled_states(web_ui, environment)
     if web_ui is None or not isinstance(shape, LadderShape):
         return None
     live = LiveSweep()
@@ -103,6 +105,29 @@ def register_web_ui(environment: Any) -> LiveSweep | None:
         ],
     }
     return live
+
+
+# --- the page's poll never sees a passing state --------------------------------------------------
+PASSING_STATES = ("cleanup", "stopping")  # Locust's runner states between running and stopped
+SETTLE_WAIT_S = 10.0  # longest a poll is held; a master waiting for its workers can take seconds
+SETTLE_POLL_S = 0.02
+
+
+def answer_settled_states(web_ui: Any, environment: Any) -> None:
+    """Hold a `/stats/requests` poll that arrives while the runner passes from running to stopped
+    until it is stopped (at most SETTLE_WAIT_S). Locust's page polls only while the state it last
+    saw was spawning or running: one answer of "cleanup" (a few ms when a ladder ends, but the
+    answer is cached for 2 s, and the shape's 1 s ticks fall in step with the page's 2 s polls)
+    left the page showing it for good, with the Tokens tab frozen before the last rung's end."""
+
+    def settle() -> None:
+        if request.endpoint != "locust.request_stats" or environment.runner is None:
+            return
+        deadline = time.monotonic() + SETTLE_WAIT_S
+        while environment.runner.state in PASSING_STATES and time.monotonic() < deadline:
+            gevent.sleep(SETTLE_POLL_S)
+
+    web_ui.app.before_request(settle)
 
 
 # --- secrets (issue 13): a key set on the server never leaves it ----------------------------------

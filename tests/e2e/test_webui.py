@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import urllib.error
 from collections import Counter
 from pathlib import Path
@@ -172,6 +173,28 @@ def test_distributed_master_shows_all_workers(tmp_path, sim_start):
         check_tab_against_truth_and_post_processor(ui, rows, sim)
     records, _ = read_records(Path(f"{ui.prefix}_records.jsonl"))
     assert len({r.worker for r in records}) == 2
+
+
+def test_page_polls_never_see_the_passing_stop_states(tmp_path, sim_start):
+    """Locust's page polls `/stats/requests` only while the last state it saw was spawning or
+    running, so one "cleanup" answer as a run ends would leave it showing that for good. Polled
+    every 5 ms through three runs' ends, the answers go from running to stopped and nothing
+    between (before the fix, "cleanup" was seen at the end of every run: the answer is cached
+    for 2 s and the shape's ticks fall in step with the polls)."""
+    sim = sim_start(base_ms=5, per_seq_ms=1)
+    for run in range(3):
+        run_dir = tmp_path / f"run{run}"
+        run_dir.mkdir()
+        with LocustWebUI(run_dir, sim.url) as ui:
+            started = ui.start(host=sim.url, rungs="1,2", requests_per_user="2", max_tokens="8")
+            assert started["success"], started
+            states = [ui.stats()["state"]]
+            deadline = time.monotonic() + 60
+            while states[-1] != "stopped" and time.monotonic() < deadline:
+                time.sleep(0.005)
+                states.append(ui.stats()["state"])
+        assert states[-1] == "stopped", f"run {run} did not stop in 60 s"
+        assert set(states) <= {"ready", "spawning", "running", "stopped"}, f"run {run}: {set(states)}"
 
 
 def test_tallies_equal_the_post_processor_on_failures_and_estimates():
