@@ -67,19 +67,19 @@ class RequestRecord:
     uncertain_chunks: list[int] | None = None
     uncertain_ms: list[float] | None = None
     ttft_uncertain_ms: float | None = None
-    # connections (issue 12; llmload.loadgen.connections): None in records of older runs
+    # connections (llmload.loadgen.connections): None in records of older runs
     conn_reused: bool | None = None  # sent on a connection an earlier request of the user opened
     connect_ms: float | None = None  # new connection: name lookup + TCP connect (inside TTFT)
     tls_ms: float | None = None  # new TLS connection: the handshake (inside TTFT)
     reconnect: str | None = None  # why a new one replaced the user's: closed/expired/resent/error
     conn_port: int | None = None  # the client's local port: names the connection (the server sees it as peer)
-    prompt_tokens_asked: int | None = None  # synthetic prompts: the configured prompt_tokens (issue 12)
+    prompt_tokens_asked: int | None = None  # synthetic prompts: this request's asked (drawn) length
     # greedy-determinism check (llmload.analysis.determinism); None when it is off
     prompt_hash: str | None = None  # BLAKE2b-64 of the prompt sent, hex
     text_hash: str | None = None  # BLAKE2b-64 of the generated text, hex
     chunk_hashes: str | None = None  # 16 bits of CRC-32 of each content chunk's text, 4 hex digits each
     text: str | None = None  # the generated text, with `record_text: true`
-    # trace replay and multi-turn sessions (issue 16)
+    # trace replay and multi-turn sessions
     cached_tokens: int | None = None  # prompt tokens the server served from its prefix cache, if it says
     trace_line: int | None = None  # mode trace: the line of the trace file this request replays
     session: str | None = None  # sessions: the session id
@@ -117,7 +117,7 @@ class RequestRecord:
         if plan is not None:
             values = tuple(data.values())
             if plan.fits(values, times_checked):
-                if plan.arguments is not None:  # positional: keywords orjson did not intern cost 4x more
+                if plan.arguments is not None:  # positional: keywords orjson did not intern cost more
                     return cls(*plan.arguments(values + _DEFAULTS))
                 return cls(**{k: v for k, v in data.items() if k in _ANNOTATIONS})
         known = {}
@@ -130,7 +130,7 @@ class RequestRecord:
         return cls(**known)
 
 
-# --- bad input (issue 13): a line of another shape is skipped as unreadable, never a crash later ---
+# --- bad input: a line of another shape is skipped as unreadable, never a crash later -------------
 # Each field's annotation as the JSON types it accepts; a float must be finite, a list's items are
 # checked by `_LIST_ITEMS`. A field whose annotation names no type here is not checked.
 _JSON_TYPES: dict[str, frozenset[type]] = {
@@ -271,10 +271,10 @@ def encode_json(data: Any, *, newline: bool = False) -> bytes:
 
 
 class RecordWriter:
-    """Appends records as JSON lines (`encode_json`: orjson, a 256-chunk record ~10x faster than
-    json, and the master writes one per request), each flushed (and fsync'ed if asked); with
-    `chunk_index`, each record's chunk times into the file's index too (`llmload.core.chunk_index`),
-    after its line."""
+    """Appends records as JSON lines (`encode_json`: orjson, since the master writes one per
+    request and json's encoder is the slower by far: docs/generator-cost.md), each flushed (and
+    fsync'ed if asked); with `chunk_index`, each record's chunk times into the file's index too
+    (`llmload.core.chunk_index`), after its line."""
 
     def __init__(
         self, path: Path, *, fsync: bool = True, truncate: bool = False, chunk_index: bool = False
@@ -326,7 +326,7 @@ def parse_record(line: bytes) -> tuple[dict[str, Any], RequestRecord] | None:
         return None
 
 
-# --- the chunk times checked on the line's text (a record's 256 numbers cost ~6 µs as objects) ---
+# --- the chunk times checked on the line's text (building them as objects is most of a read) ------
 _TIMES_KEY = b'"chunk_times"'
 _NOT_IN_NUMBERS = (b"u", b"a", b'"', b"[", b"{")  # see times_are_numbers
 

@@ -228,7 +228,7 @@ def send_request(
     (failures are recorded, not raised), `on_reply` (sessions) the text of a completed reply.
     Returns the number of attempts (records). `conns`: the user's connections (their mode and
     the connection figures of the records)."""
-    body = encode_json(payload)  # orjson: a 1,000-character prompt in ~0.2 µs against json's ~5 µs
+    body = encode_json(payload)  # orjson: the request's body is encoded on the generator's hot path
     if conns is not None:
         headers = {**headers, **conns.request_headers}
     retry = 0
@@ -305,8 +305,8 @@ def _attempt(
         outcome=outcome,
         error=error,
         status=status,
-        # to the microsecond, numpy's rounding (~6x faster than round() a time); the array's own
-        # round skips np.round's dispatch: 24 µs against 32 µs a 256-chunk request, the same numbers
+        # to the microsecond: numpy rounds the whole list at once, and the array's own round skips
+        # np.round's dispatch (same numbers as round() a time; timed in docs/generator-cost.md)
         chunk_times=np.asarray(acc.chunk_times, dtype=np.float64).round(6).tolist(),
         chunk_tokens=acc.tokens_per_chunk(),
         worker=ctx.worker,

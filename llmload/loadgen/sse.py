@@ -43,9 +43,10 @@ from typing import Any
 
 import orjson
 
-# The hot path decodes a data line with orjson straight from bytes (~4x faster than json, see
-# benchmarks/sse_parse.py). orjson is stricter than json (NaN, integers beyond 64 bits, lone
-# surrogates): a line it refuses is decoded again by json, so both accept the same lines.
+# The hot path decodes a data line with orjson straight from bytes (the parse is the reader's
+# largest cost after the socket: benchmarks/sse_parse.py, figures in docs/generator-cost.md).
+# orjson is stricter than json (NaN, integers beyond 64 bits, lone surrogates): a line it refuses
+# is decoded again by json, so both accept the same lines.
 _fast_decode = orjson.loads
 _decode = json.JSONDecoder().raw_decode
 _STR_OR_NONE = (str, type(None))

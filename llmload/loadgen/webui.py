@@ -130,7 +130,7 @@ def answer_settled_states(web_ui: Any, environment: Any) -> None:
     web_ui.app.before_request(settle)
 
 
-# --- secrets (issue 13): a key set on the server never leaves it ----------------------------------
+# --- secrets: a key set on the server never leaves it --------------------------------------------
 SECRET_PLACEHOLDER = "(set on the server: leave as is to keep it)"
 SECRET_OPTIONS = ("api_key",)  # llmload's is_secret options (llmload.loadgen.options)
 
