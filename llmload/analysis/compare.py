@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
 from tabulate import tabulate
@@ -248,6 +248,31 @@ def compare_runs(
         for i, u in sorted(base_by.keys() ^ cand_by.keys())
     ]
     return Comparison(rungs, unmatched, confidence, threshold, resamples)
+
+
+def comparison_dict(cmp: Comparison) -> dict[str, object]:
+    """The comparison as JSON data (`--format json`): per rung each figure's change and verdict."""
+    return {
+        "rungs": [
+            {
+                "rung": rung_name(r.rung, r.conc),
+                "index": r.rung,
+                "conc": r.conc,
+                "base_requests": r.base_requests,
+                "cand_requests": r.cand_requests,
+                "verdict": r.verdict,
+                "figures": {
+                    c.figure: {k: v for k, v in asdict(c).items() if k != "figure"} for c in r.changes
+                },
+            }
+            for r in cmp.rungs
+        ],
+        "unmatched": list(cmp.unmatched),
+        "regressed": cmp.regressed,
+        "confidence": cmp.confidence,
+        "threshold": cmp.threshold,
+        "resamples": cmp.resamples,
+    }
 
 
 def _cell(c: Change) -> str:

@@ -18,11 +18,9 @@ Definitions, per rung (completed requests with a text hash):
 - compared: requests of the rung whose prompt has a reference, other than the reference itself.
 - differing: compared requests whose text hash differs from the reference's; `share` is
   differing / compared.
-- first differing token: the index (0-based) of the first token of the first content chunk whose
-  hash differs from the reference's chunk at the same position (or where one text ends). Tokens
-  before that chunk are counted from `chunk_tokens` when the server reported them, else as one
-  per chunk when the request has as many chunks as tokens (vLLM, llama.cpp without speculative
-  decoding); otherwise the index counts chunks and `unit` says "chunk".
+- first differing token: where the text first differs from the reference's, in tokens (or
+  chunks: `unit`), as llmload.analysis.text_identity finds it; the same comparison of texts
+  serves the check across two runs (`llmload compare`, llmload.analysis.output_identity).
 """
 
 from __future__ import annotations
@@ -34,12 +32,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmload.analysis.sweep_rows import Rung
+from llmload.analysis.text_identity import checkable, compare_pairs, first_difference
 from llmload.core.names import rung_name
 from llmload.core.records import RequestRecord
-from llmload.core.stats import percentile
 
-CHUNK_HASH_DIGITS = 4
-# exit status of `llmload sweep` / `llmload table` with --fail-on-divergence when a rung diverged
+__all__ = [
+    "RungDivergence",
+    "digest",
+    "diverged",
+    "divergence",
+    "divergence_notes",
+    "first_difference",
+    "text_digests",
+]
 
 
 def digest(text: str) -> str:
@@ -85,54 +90,31 @@ class RungDivergence:
         }
 
 
-def _chunks(rec: RequestRecord) -> list[str]:
-    h = rec.chunk_hashes or ""
-    return [h[i : i + CHUNK_HASH_DIGITS] for i in range(0, len(h), CHUNK_HASH_DIGITS)]
-
-
-def first_difference(rec: RequestRecord, ref: RequestRecord) -> tuple[int, str]:
-    """(index, unit) of the first token of `rec` that differs from `ref` (module docstring)."""
-    mine, theirs = _chunks(rec), _chunks(ref)
-    chunk = next(
-        (i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b),
-        min(len(mine), len(theirs)),
-    )
-    tokens = rec.chunk_tokens
-    if tokens is not None and len(tokens) == rec.chunks:
-        return sum(tokens[:chunk]), "token"
-    return chunk, "token" if rec.output_tokens == rec.chunks else "chunk"
-
-
-def _checkable(rec: RequestRecord) -> bool:
-    return rec.ok and rec.text_hash is not None and rec.prompt_hash is not None
-
-
 def divergence(rungs: Sequence[Rung]) -> list[RungDivergence]:
     """Per rung, how many requests' texts differ from their prompt's reference."""
     references: dict[str | None, tuple[RequestRecord, Rung]] = {}  # by prompt hash
     for rung in sorted(rungs, key=lambda r: (r.users, r.index)):
         for rec in sorted(rung.records, key=lambda r: r.t_start):
-            if _checkable(rec) and rec.prompt_hash not in references:
+            if checkable(rec) and rec.prompt_hash not in references:
                 references[rec.prompt_hash] = (rec, rung)
     out = []
     for rung in rungs:
-        checkable = [rec for rec in rung.records if _checkable(rec)]
-        pairs = [(rec, references[rec.prompt_hash]) for rec in checkable if rec.prompt_hash in references]
-        pairs = [(rec, ref) for rec, ref in pairs if ref[0] is not rec]
-        differing = [(rec, ref) for rec, (ref, _) in pairs if rec.text_hash != ref.text_hash]
-        firsts = [first_difference(rec, ref) for rec, ref in differing]
-        origins = {origin.index: origin for _, (_, origin) in pairs}
+        checked = [rec for rec in rung.records if checkable(rec)]
+        found = [(rec, references[rec.prompt_hash]) for rec in checked if rec.prompt_hash in references]
+        found = [(rec, ref) for rec, ref in found if ref[0] is not rec]
+        texts = compare_pairs((rec, ref) for rec, (ref, _) in found)
+        origins = {origin.index: origin for _, (_, origin) in found}
         out.append(
             RungDivergence(
                 rung=rung.index,
                 conc=rung.users,
                 references=tuple(rung_name(i, r.users) for i, r in sorted(origins.items())),
-                compared=len(pairs),
-                differing=len(differing),
-                first_diff_median=percentile([i for i, _ in firsts], 50.0) if firsts else None,
-                unit="chunk" if any(u == "chunk" for _, u in firsts) else "token",
-                checked=len(checkable),
-                session_turns=sum(rec.turn is not None for rec in checkable),
+                compared=texts.compared,
+                differing=texts.differing,
+                first_diff_median=texts.first_diff_median,
+                unit=texts.unit,
+                checked=len(checked),
+                session_turns=sum(rec.turn is not None for rec in checked),
             )
         )
     return out

@@ -1,20 +1,25 @@
 """Compare two runs rung by rung: change in agg tok/s, per-request tok/s, TTFT and TPOT, with a
-bootstrap interval and a verdict per rung (improved / regressed / within noise).
+bootstrap interval and a verdict per rung (improved / regressed / within noise), and whether the
+candidate's greedy texts are the base's (outputs identical / changed / cannot be matched).
 
     llmload compare reports/base reports/cand [--threshold 0.05] [--fail-on-regression]
+                                              [--fail-on-output-change] [--format json]
 
-Exit status: 0; 1 with --fail-on-regression when a rung regressed; 2 when a run cannot be read.
+Exit status: 0; 6 with --fail-on-output-change when a matched request's text changed (first);
+1 with --fail-on-regression when a rung regressed; 2 when a run cannot be read.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
-from llmload.analysis.compare import compare_runs, render_comparison
+from llmload.analysis.compare import compare_runs, comparison_dict, render_comparison
+from llmload.analysis.output_identity import output_identity, render_outputs
 from llmload.analysis.postprocess import load_run
 from llmload.core.checks import any_integer, flag_type, integer, non_negative_number, open_unit_interval
-from llmload.core.exit_codes import BAD_INPUT, OK, REGRESSED
+from llmload.core.exit_codes import BAD_INPUT, OK, OUTPUT_CHANGED, REGRESSED
 from llmload.core.records import RecordFileError
 from llmload.core.run_files import RunFiles
 
@@ -45,8 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--seed", type=flag_type(any_integer, "seed"), default=0, help="bootstrap seed (default 0)"
     )
-    p.add_argument("--format", choices=["table", "markdown"], default="table")
+    p.add_argument("--format", choices=["table", "markdown", "json"], default="table")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any rung regressed (CI)")
+    p.add_argument(
+        "--fail-on-output-change",
+        action="store_true",
+        help=f"exit {OUTPUT_CHANGED} when a matched request's greedy text differs from the base's (CI)",
+    )
     args = p.parse_args(argv)
     try:
         base, cand = (load_run(RunFiles.find(run), keep_records=True) for run in (args.base, args.cand))
@@ -61,5 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         threshold=args.threshold,
         seed=args.seed,
     )
-    print(render_comparison(result, args.format))
+    outputs = output_identity(base, cand)
+    if args.format == "json":
+        print(json.dumps({**comparison_dict(result), "outputs": outputs.as_dict()}, indent=2))
+    else:
+        print("\n".join([render_comparison(result, args.format), *render_outputs(outputs, args.format)]))
+    if args.fail_on_output_change and outputs.changed:
+        return OUTPUT_CHANGED
     return REGRESSED if args.fail_on_regression and result.regressed else OK

@@ -15,6 +15,7 @@ BAD_INPUT = 2
 RECONCILIATION = 3
 INTERRUPTED = 4
 DIVERGED = 5  # --fail-on-divergence (llmload.analysis.determinism)
+OUTPUT_CHANGED = 6  # llmload compare --fail-on-output-change (llmload.analysis.output_identity)
 REGRESSED = 1  # llmload compare --fail-on-regression: a rung regressed (compare runs no requests)
 SERVER_UNUSABLE = 1  # llmload llama-server: no flavour builds, starts or generates tokens here
 
@@ -28,4 +29,6 @@ EXIT_CODES: dict[int, str] = {
     "rung, a killed Locust; the finished rungs' files are intact and the table marks the rest",
     DIVERGED: "finished, but with --fail-on-divergence a rung's greedy texts differ from the same "
     "prompts' reference texts (the greedy-determinism check)",
+    OUTPUT_CHANGED: "llmload compare with --fail-on-output-change: a candidate request's greedy text differs "
+    "from the base's for the same prompt (output identity across runs)",
 }

@@ -710,7 +710,7 @@ COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {
     "table": (["done"], ["--format", "--metrics", "--percentiles", *SLO_FLAGS, "--requests-per-user",
                          "--wide", "--fail-on-divergence"], (0, 5)),
     "compare": (["done", "done"], ["--threshold", "--confidence", "--resamples", "--seed", "--format",
-                                   "--fail-on-regression"], (0, 1)),
+                                   "--fail-on-regression", "--fail-on-output-change"], (0, 1, 6)),
     "capacity": ([], ["--ladder", "--prefix", "--host", "--run-dir", "--sim", "--endpoint", "--format",
                       "--plot", "--rungs", "--records"], (0,)),
     "report": (["done"], ["--out"], (0,)),

@@ -1,0 +1,196 @@
+"""Output identity across two runs: did the candidate return the base's greedy texts?
+
+`llmload compare BASE CAND` judges speed (llmload.analysis.compare) and, from the same records,
+whether the outputs changed. Greedy decoding (temperature 0) is a function of the prompt, so a
+candidate server that is only faster returns the same text for every prompt; one whose numerics
+changed (a new kernel, another batch layout) may not.
+
+Matching: rungs are matched by ladder index and concurrency (as the speed comparison matches
+them); inside a rung, a candidate request is matched with the base request at the same place: the
+same prompt (`prompt_hash`) and `max_tokens`, the k-th such request in send order. The same seeded
+workload sends the same prompts in the same order, so every request finds its partner. Each pair is
+compared by llmload.analysis.text_identity (as the greedy-determinism check inside one run): its
+texts differ or not (`text_hash`), and where they first differ (`chunk_hashes`).
+
+Not judged, and said why, when the prompts cannot be matched: a run without prompt or text hashes
+(the check was off: `check_determinism: false`, `unique_prompts`, or temperature > 0), a run that
+samples (temperature > 0: its texts are not a function of the prompt), runs of different `seed`
+(other prompts), `unique_prompts` (a prompt is sent once, ever), or no request of the candidate at
+any place of the base.
+
+Verdict: "outputs identical" when no matched pair differs, "outputs changed on N of M" (N pairs of
+the M matched differ).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tabulate import tabulate
+
+from llmload.analysis.postprocess import RunResult
+from llmload.analysis.sweep_rows import Rung
+from llmload.analysis.text_identity import checkable, compare_pairs, pair_places
+from llmload.core.names import rung_name
+
+IDENTICAL, CHANGED, UNMATCHED = "identical", "changed", "cannot be matched"
+
+
+@dataclass(frozen=True, slots=True)
+class RungOutputs:
+    """One matched rung: its candidate requests compared with the base's at the same place."""
+
+    rung: int
+    conc: int
+    compared: int
+    differing: int
+    first_diff_median: float | None  # median first differing token (or chunk) index
+    unit: str  # "token" or "chunk"
+    cand_unmatched: int  # checkable candidate requests without a base request at their place
+    base_unmatched: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rung": rung_name(self.rung, self.conc),
+            "index": self.rung,
+            "conc": self.conc,
+            "compared": self.compared,
+            "differing": self.differing,
+            "first_differing_median": self.first_diff_median,
+            "unit": self.unit,
+            "cand_unmatched": self.cand_unmatched,
+            "base_unmatched": self.base_unmatched,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class OutputIdentity:
+    """The per-rung figures and why the runs could not be matched (empty when they were)."""
+
+    rungs: list[RungOutputs]
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def compared(self) -> int:
+        return sum(r.compared for r in self.rungs)
+
+    @property
+    def differing(self) -> int:
+        return sum(r.differing for r in self.rungs)
+
+    @property
+    def verdict(self) -> str:
+        if self.reasons:
+            return UNMATCHED
+        return CHANGED if self.differing else IDENTICAL
+
+    @property
+    def changed(self) -> bool:
+        return self.verdict == CHANGED
+
+    def summary(self) -> str:
+        """The one-line verdict."""
+        if self.reasons:
+            return f"outputs cannot be matched, not judged: {'; '.join(self.reasons)}"
+        if self.differing:
+            return f"outputs changed on {self.differing} of {self.compared} matched requests"
+        return f"outputs identical ({self.compared} of {self.compared} matched requests)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "summary": self.summary(),
+            "compared": self.compared,
+            "differing": self.differing,
+            "reasons": list(self.reasons),
+            "rungs": [r.as_dict() for r in self.rungs],
+        }
+
+
+def _config(res: RunResult) -> dict[str, Any]:
+    config = (res.run_info or {}).get("config")
+    return config if isinstance(config, dict) else {}
+
+
+def _config_reasons(base: RunResult, cand: RunResult) -> list[str]:
+    """Why the runs' configurations (from their run files) send prompts that cannot be matched."""
+    out = []
+    configs = {"base": _config(base), "candidate": _config(cand)}
+    for name, config in configs.items():
+        temperature = config.get("temperature", 0)
+        if isinstance(temperature, int | float) and temperature > 0:
+            out.append(
+                f"the {name} samples (temperature {temperature:g}): its texts are not the prompt's function"
+            )
+        if config.get("unique_prompts") is True:
+            out.append(f"the {name} sends unique prompts (unique_prompts: true): no prompt is sent twice")
+    seeds = [config.get("seed", 0) for config in configs.values()]
+    if all(configs.values()) and seeds[0] != seeds[1]:
+        out.append(f"the runs' seeds differ (base {seeds[0]}, candidate {seeds[1]}): they sent other prompts")
+    return out
+
+
+def _hash_reasons(runs: dict[str, list[Rung]]) -> list[str]:
+    return [
+        f"no request of the {name} carries prompt and text hashes (the greedy-determinism check "
+        "was off: check_determinism: false, unique_prompts, or temperature > 0)"
+        for name, rungs in runs.items()
+        if not any(checkable(rec) for rung in rungs for rec in rung.records)
+    ]
+
+
+def output_identity(base: RunResult, cand: RunResult) -> OutputIdentity:
+    """Compare the greedy texts of the rungs present in both runs (module docstring)."""
+    runs = {"base": base.record_rungs(), "candidate": cand.record_rungs()}
+    base_by, cand_by = ({(r.index, r.users): r for r in rungs} for rungs in runs.values())
+    rungs = []
+    for key in sorted(base_by.keys() & cand_by.keys()):
+        pairs, cand_left, base_left = pair_places(base_by[key].records, cand_by[key].records)
+        texts = compare_pairs(pairs)
+        rungs.append(
+            RungOutputs(
+                key[0],
+                key[1],
+                texts.compared,
+                texts.differing,
+                texts.first_diff_median,
+                texts.unit,
+                cand_left,
+                base_left,
+            )
+        )
+    reasons = _config_reasons(base, cand) + _hash_reasons(runs)
+    if not reasons and not any(r.compared for r in rungs):
+        reasons.append(
+            "no candidate request has a base request with the same prompt and max_tokens at the same "
+            "rung (other prompts: another seed, prompt file or ladder?)"
+        )
+    return OutputIdentity(rungs, reasons)
+
+
+def render_outputs(result: OutputIdentity, fmt: str = "table") -> list[str]:
+    """The section under the speed comparison: a row per matched rung, then the verdict."""
+    lines = [
+        "",
+        "outputs: each candidate request against the base request with the same prompt at the same place",
+    ]
+    if not result.reasons:
+        header = ["rung", "compared", "differing", "first_diff_p50", "unmatched cand/base"]
+        body = [_row(r) for r in result.rungs]
+        tablefmt = {"table": "simple", "markdown": "github"}[fmt]
+        lines.append(tabulate(body, headers=header, tablefmt=tablefmt, disable_numparse=True))
+    lines.append(result.summary())
+    return lines
+
+
+def _row(r: RungOutputs) -> Sequence[str]:
+    median = "-" if r.first_diff_median is None else f"{r.first_diff_median:g} {r.unit}"
+    return [
+        rung_name(r.rung, r.conc),
+        str(r.compared),
+        str(r.differing),
+        median,
+        f"{r.cand_unmatched}/{r.base_unmatched}",
+    ]

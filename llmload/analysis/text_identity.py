@@ -1,0 +1,108 @@
+"""Whether two requests of one prompt got the same greedy text, and where they part.
+
+The one implementation behind both output checks: the greedy-determinism check inside one run
+(llmload.analysis.determinism: each request against its prompt's reference at the lowest
+concurrency) and the output-identity check across two runs (llmload.analysis.output_identity: each
+candidate request against the base request that sent the same prompt at the same place). Each
+builds its (record, reference) pairs; `compare_pairs` counts the differing texts and finds where
+each one first differs.
+
+Records carry `prompt_hash`, `text_hash` (64-bit BLAKE2b of the generated text) and
+`chunk_hashes` (16 bits of CRC-32 per content chunk, four hex digits each; see
+llmload.loadgen.client). The first differing token of two texts is the index (0-based) of the
+first token of the first content chunk whose hash differs from the other's chunk at the same
+position (or where one text ends). Tokens before that chunk are counted from `chunk_tokens` when
+the server reported them, else as one per chunk when the request has as many chunks as tokens
+(vLLM, llama.cpp without speculative decoding); otherwise the index counts chunks and the unit
+says "chunk".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from llmload.core.records import RequestRecord
+from llmload.core.stats import percentile
+
+CHUNK_HASH_DIGITS = 4
+Pair = tuple[RequestRecord, RequestRecord]  # (a record, the reference it is compared with)
+# a request's place among a run's requests of one prompt: (prompt hash, max_tokens, k-th sent)
+Place = tuple[str, int, int]
+
+
+def checkable(rec: RequestRecord) -> bool:
+    """A completed request with a prompt hash and a text hash."""
+    return rec.ok and rec.text_hash is not None and rec.prompt_hash is not None
+
+
+def _chunks(rec: RequestRecord) -> list[str]:
+    h = rec.chunk_hashes or ""
+    return [h[i : i + CHUNK_HASH_DIGITS] for i in range(0, len(h), CHUNK_HASH_DIGITS)]
+
+
+def first_difference(rec: RequestRecord, ref: RequestRecord) -> tuple[int, str]:
+    """(index, unit) of the first token of `rec` that differs from `ref` (module docstring)."""
+    mine, theirs = _chunks(rec), _chunks(ref)
+    chunk = next(
+        (i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b),
+        min(len(mine), len(theirs)),
+    )
+    tokens = rec.chunk_tokens
+    if tokens is not None and len(tokens) == rec.chunks:
+        return sum(tokens[:chunk]), "token"
+    return chunk, "token" if rec.output_tokens == rec.chunks else "chunk"
+
+
+@dataclass(frozen=True, slots=True)
+class TextComparison:
+    """Compared pairs of one group and the first difference of each pair whose texts differ."""
+
+    pairs: tuple[Pair, ...]
+    firsts: tuple[tuple[int, str], ...]  # (index, unit) per differing pair
+
+    @property
+    def compared(self) -> int:
+        return len(self.pairs)
+
+    @property
+    def differing(self) -> int:
+        return len(self.firsts)
+
+    @property
+    def first_diff_median(self) -> float | None:
+        """The median first differing token (or chunk) index; None when no text differs."""
+        return percentile([i for i, _ in self.firsts], 50.0) if self.firsts else None
+
+    @property
+    def unit(self) -> str:
+        """ "chunk" when any index counts chunks (the median then does too), else "token"."""
+        return "chunk" if any(u == "chunk" for _, u in self.firsts) else "token"
+
+
+def compare_pairs(pairs: Iterable[Pair]) -> TextComparison:
+    """How many pairs' texts differ, and where each differing one first differs."""
+    held = tuple(pairs)
+    firsts = tuple(first_difference(rec, ref) for rec, ref in held if rec.text_hash != ref.text_hash)
+    return TextComparison(held, firsts)
+
+
+def places(records: Iterable[RequestRecord]) -> dict[Place, RequestRecord]:
+    """The checkable records by their place: the k-th request (in send order) of a prompt and
+    max_tokens. The same seeded workload sends the same prompts in the same order at a rung, so a
+    place names one request in each of two runs."""
+    out: dict[Place, RequestRecord] = {}
+    seen: dict[tuple[str, int], int] = {}
+    for rec in sorted((r for r in records if checkable(r)), key=lambda r: (r.t_start, r.request_id)):
+        key = (rec.prompt_hash or "", rec.max_tokens)
+        k = seen[key] = seen.get(key, -1) + 1
+        out[(*key, k)] = rec
+    return out
+
+
+def pair_places(base: Sequence[RequestRecord], cand: Sequence[RequestRecord]) -> tuple[list[Pair], int, int]:
+    """(candidate, base) pairs of the requests at the same place, with the candidate's and the
+    base's checkable requests left without a partner."""
+    at_base, at_cand = places(base), places(cand)
+    pairs = [(rec, at_base[place]) for place, rec in at_cand.items() if place in at_base]
+    return pairs, len(at_cand) - len(pairs), len(at_base) - len(pairs)
