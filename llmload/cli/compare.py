@@ -5,8 +5,9 @@ candidate's greedy texts are the base's (outputs identical / changed / cannot be
     llmload compare reports/base reports/cand [--threshold 0.05] [--fail-on-regression]
                                               [--fail-on-output-change] [--format json]
 
-Exit status: 0; 6 with --fail-on-output-change when a matched request's text changed (first);
-1 with --fail-on-regression when a rung regressed; 2 when a run cannot be read.
+Exit status: 0; 6 with --fail-on-output-change when a matched request's text changed (first),
+2 with it when the outputs cannot be matched; 1 with --fail-on-regression when a rung regressed;
+2 when a run cannot be read.
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({**comparison_dict(result), "outputs": outputs.as_dict()}, indent=2))
     else:
         print("\n".join([render_comparison(result, args.format), *render_outputs(outputs, args.format)]))
+    if args.fail_on_output_change and outputs.reasons:
+        # a gate that could not look must not pass: the outputs were not checked
+        print(f"llmload compare: error: --fail-on-output-change: {outputs.summary()}", file=sys.stderr)
+        return BAD_INPUT
     if args.fail_on_output_change and outputs.changed:
         return OUTPUT_CHANGED
     return REGRESSED if args.fail_on_regression and result.regressed else OK

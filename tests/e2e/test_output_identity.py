@@ -125,7 +125,13 @@ def test_runs_whose_prompts_cannot_be_matched_are_not_judged(runs):
     result = output_identity(base, reseeded)
     assert result.verdict == UNMATCHED and "seeds differ (base 0, candidate 7)" in result.reasons[0]
     proc = compare_cli(base, reseeded, "--fail-on-output-change")
-    assert proc.returncode == 0 and "outputs cannot be matched, not judged" in proc.stdout
+    assert "outputs cannot be matched, not judged" in proc.stdout
+    # a gate that could not look does not pass: exit 2, the reason on stderr in one line
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "llmload compare: error: --fail-on-output-change: outputs cannot be matched, not judged: "
+        + "; ".join(result.reasons)
+    ]
     unhashed, _ = runs["unhashed"]
     result = output_identity(base, unhashed)
     assert result.verdict == UNMATCHED
