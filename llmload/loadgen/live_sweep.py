@@ -26,7 +26,7 @@ from typing import Any
 from llmload.analysis.rung_tally import RungTally, SweepTally, percentile_or_none
 from llmload.core.names import WARMUP_RUNG, rung_name
 from llmload.core.records import RequestRecord
-from llmload.loadgen.ladder import RunState
+from llmload.loadgen.run_state import RunState
 from llmload.output.table import fmt_num
 
 SAMPLE_S = 2.0  # Locust's own pages poll every 2 s

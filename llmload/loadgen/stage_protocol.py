@@ -24,7 +24,7 @@ READY_TIMEOUT_S = 60.0  # a stage starts with the users that are ready after thi
 
 
 class StageLike(Protocol):
-    """What the protocol reads of a stage (llmload.loadgen.ladder.Stage)."""
+    """What the protocol reads of a stage (llmload.loadgen.messages.Stage)."""
 
     @property
     def seq(self) -> int: ...

@@ -29,15 +29,7 @@ from llmload.core.records import RequestRecord, encode_json
 from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_indices
 from llmload.loadgen.client import RequestContext, send_request
 from llmload.loadgen.connections import UserConnections
-from llmload.loadgen.ladder import (
-    MSG_RECORD,
-    MSG_USER_DONE,
-    MSG_USER_READY,
-    ProcessState,
-    Stage,
-    process_state,
-    stage_trace,
-)
+from llmload.loadgen.messages import MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
 from llmload.loadgen.options import api_key
 from llmload.loadgen.payload import build_payload, endpoint_path
 from llmload.loadgen.preflight import auth_headers, tls_context
@@ -45,6 +37,8 @@ from llmload.loadgen.receive_stamps import stamp_receive_times
 from llmload.loadgen.send_gate import send_gate
 from llmload.loadgen.sessions import Turn, play_sessions
 from llmload.loadgen.shutdown import cut_by_stop
+from llmload.loadgen.stage_plan import stage_trace
+from llmload.loadgen.worker_state import ProcessState, process_state
 from llmload.loadgen.workload import workload_for
 
 STAGE_POLL_S = 1.0
@@ -159,7 +153,7 @@ class LLMUser(FastHttpUser):
                     gevent.sleep(delay)
                 sent += self.send_one(stage, index, t_scheduled=due)
         elif (sessions := self._stage_config(stage).sessions) is not None and stage.phase == "measure":
-            assert stage.prompt_vocab is not None  # session runs are calibrated (ladder._prepare_workload)
+            assert stage.prompt_vocab is not None  # session runs are calibrated (run_start.prepare_workload)
             sent += play_sessions(
                 sessions,
                 self._stage_config(stage).seed,

@@ -20,7 +20,7 @@ from llmload.core.checks import ConfigError
 from llmload.core.config import load_config, parse_config
 from llmload.core.lengths import Lengths, parse_lengths, parse_scenario
 from llmload.loadgen.arrivals import slot_indices
-from llmload.loadgen.ladder import config_to_dict
+from llmload.loadgen.messages import config_to_dict
 from llmload.loadgen.options import run_config
 
 N = 2000

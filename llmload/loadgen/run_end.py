@@ -1,0 +1,82 @@
+"""How a ladder run ends on the master (or the local process): its exit code and its last wait.
+
+Owns `RunEnd`: the exit code of a run that could not start or stalled (`fail`), of a rung whose
+accounts do not add up (`rung_failed`), and of a run stopped before its last rung (`on_quitting`:
+the interrupted code, whatever Locust's own would be; a soak run's code is its verdict), and the
+reason repeated as the last line under Locust's summary (`on_quit`). And the last wait of a
+finished ladder (`may_end`): Locust's own stats of a distributed run come from the workers every
+3 s, so the shape waits until they hold every record (at most `STATS_CATCH_UP_S`), and the final
+CSVs hold every request.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+from locust.runners import MasterRunner
+
+from llmload.core import exit_codes
+from llmload.core.names import REQUEST_TYPE
+from llmload.loadgen.run_state import RunState
+from llmload.loadgen.stage_protocol import StageProgress
+
+log = logging.getLogger("llmload")
+
+STATS_CATCH_UP_S = 12.0  # workers report stats every 3 s; wait at most this for the last ones
+
+
+class RunEnd:
+    """What the shape's runs ended with, for the exit code and the last line (module docstring)."""
+
+    def __init__(self) -> None:
+        self.failed = False  # the run failed: the shape ticks no more until the run is closed
+        self.error = ""  # why the run could not start (bad config, failed preflight) or stopped
+        self.unfinished = False  # a run began (preflight included) and has not finished every rung
+        self.soak = False  # a soak run: its verdict (llmload.loadgen.soak_monitor) is the exit code
+
+    def fail(self, environment: Any, message: str, code: int = exit_codes.BAD_INPUT) -> None:
+        log.error("llmload: %s", message)
+        environment.process_exit_code = code
+        self.failed = True
+        self.unfinished = False  # the exit code already says why
+        self.error = message
+
+    def rung_failed(self, environment: Any, problems: list[str]) -> None:
+        """A finished rung's reconciliation problems fail the run (exit code 3); it goes on."""
+        for problem in problems:
+            log.error("llmload: %s", problem)
+            environment.process_exit_code = exit_codes.RECONCILIATION
+
+    def on_quitting(self, environment: Any, **_: Any) -> None:
+        """A run stopped before its last rung (SIGINT, SIGTERM, the web UI's STOP, preflight cut
+        short) exits with the interrupted code, whatever Locust's own would be; a soak run's code is
+        its verdict ("incomplete" is the interrupted code too, a breach stays a breach)."""
+        if self.unfinished and not self.soak:
+            code = environment.process_exit_code = exit_codes.INTERRUPTED
+            log.error("llmload: the run stopped before its last rung finished (exit code %d)", code)
+
+    def on_quit(self, **_: Any) -> None:
+        """Repeat why the run never started as the last line, under Locust's (empty) summary."""
+        if self.error:
+            print(f"llmload: error: {self.error}", file=sys.stderr, flush=True)
+
+
+def stats_caught_up(runner: Any, progress: list[StageProgress]) -> bool:
+    """Whether Locust's own stats count every record of every stage (always, but on a master)."""
+    if not isinstance(runner, MasterRunner):
+        return True
+    for p in progress:
+        entry = runner.stats.entries.get((p.stage.name, REQUEST_TYPE))
+        if (entry.num_requests if entry else 0) < p.records:
+            return False
+    return True
+
+
+def may_end(run: RunState, runner: Any) -> bool:
+    """Whether a run whose last stage finished may end now: Locust's stats caught up, or
+    STATS_CATCH_UP_S passed since the ladder was done."""
+    run.all_done_at = run.all_done_at or time.time()
+    return stats_caught_up(runner, run.progress) or time.time() - run.all_done_at > STATS_CATCH_UP_S

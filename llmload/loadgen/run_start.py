@@ -1,0 +1,125 @@
+"""The start of a ladder run on the master (or the local process), at the shape's first tick.
+
+Owns what happens before the first stage is announced (`begin_run`): the run configuration read
+once, the users-per-process limit checked before anything is sent, the preflight
+(`llmload.loadgen.preflight`: `GET /v1/models` and the lengths the model must fit), the prompt file
+checked and synthetic prompts, traces and sessions calibrated on the server (`prepare_workload`),
+the stages planned (`llmload.loadgen.stage_plan`), the run's files started anew (as Locust rewrites
+its CSVs at a second start from the web UI), and the list of sinks every record goes to.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from locust.runners import MasterRunner
+
+from llmload.analysis.capacity import CapacitySearch
+from llmload.analysis.health import health_path
+from llmload.core.config import SweepConfig
+from llmload.core.lengths import as_lengths
+from llmload.core.records import RecordWriter
+from llmload.core.run_files import RunFiles
+from llmload.loadgen.capacity_probes import CapacityProbes
+from llmload.loadgen.options import api_key, run_config
+from llmload.loadgen.preflight import auth_headers, preflight, tls_context
+from llmload.loadgen.record_sinks import FirstBadRequest, RungReconciler, count_record, write_record
+from llmload.loadgen.run_state import RecordSink, RunState
+from llmload.loadgen.stage_plan import check_users_per_process, plan_stages, stall_limit
+from llmload.loadgen.stage_protocol import StageProtocol
+from llmload.loadgen.workload import calibrate, load_prompt_file, workload_for
+
+log = logging.getLogger("llmload")
+
+
+def records_path(options: Any) -> Path:
+    """--records, else <--csv prefix>_records.jsonl, else reports/run-<time>_records.jsonl."""
+    if getattr(options, "records", ""):
+        return Path(options.records)
+    prefix = getattr(options, "csv_prefix", None) or time.strftime("reports/run-%Y%m%d-%H%M%S")
+    return RunFiles(Path(prefix)).records
+
+
+def begin_run(runner: Any, record_hooks: list[RecordSink]) -> RunState:
+    """A new run of the runner's configuration, its stages planned and its files open; each record
+    goes to the run's own sinks, then to `record_hooks`. Raises ConfigError, PreflightError or
+    OSError when the run cannot start."""
+    env = runner.environment
+    options = env.parsed_options
+    config = run_config(options)
+    processes = max(1, runner.worker_count) if isinstance(runner, MasterRunner) else 1
+    check_users_per_process(config, processes)  # before the preflight: nothing is sent
+    ctx = tls_context(getattr(options, "ca_bundle", ""), getattr(options, "tls_insecure", False))
+    model = preflight(
+        env.host or "",
+        model=config.model,
+        api_key=api_key(options),
+        context=ctx,
+        timeout=config.timeouts.connect,
+        max_tokens=as_lengths(config.max_tokens).high,  # the longest request must fit
+        prompt_tokens=None if config.prompt_tokens is None else as_lengths(config.prompt_tokens).high,
+    )
+    prompt_words, prompt_vocab, prompt_overhead = prepare_workload(env, config, model, ctx)
+    path = records_path(options)
+    files = RunFiles.of_records(path)
+    prompts = len(workload_for(config, prompt_words, prompt_vocab).pool)
+    stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, prompt_overhead)
+    protocol = StageProtocol(stages, duration=config.duration, stall_limit=stall_limit(config))
+    reconciler = RungReconciler(config)
+    writer = RecordWriter(path, fsync=False, truncate=True, chunk_index=True)
+    state = RunState(config, env.host, model, writer, files, stages, protocol, reconciler)
+    state.workload = {
+        "prompt_words": prompt_words,
+        "prompt_vocab": prompt_vocab,
+        "prompt_overhead": prompt_overhead,
+    }
+    if config.mode == "capacity":
+        state.probes = CapacityProbes(CapacitySearch(config.capacity, config.slo))
+        state.probes.plan_next(state)
+    state.health = RecordWriter(health_path(path), fsync=False, truncate=True)
+    probes: list[RecordSink] = [] if state.probes is None else [state.probes]
+    state.sinks = [write_record, reconciler, *probes, FirstBadRequest(), count_record, *record_hooks]
+    log.info("llmload: model %s, rungs %s, records in %s", model, list(config.rungs), path)
+    return state
+
+
+def prepare_workload(
+    env: Any, config: SweepConfig, model: str, ctx: Any
+) -> tuple[int | None, list[str] | None, int | None]:
+    """Check the prompt file; for synthetic prompts, traces and sessions, calibrate on the
+    server (llmload.loadgen.workload): the words per synthetic prompt (None without
+    prompt_tokens), the words that cost one token each, and the tokens every prompt costs."""
+    if config.prompt_file is not None:
+        load_prompt_file(config.prompt_file, config.prompt_format)
+    if config.prompt_tokens is None and config.mode != "trace" and config.sessions is None:
+        return None, None, None
+    # the endpoint the users send to: a user class may pin one (ChatUser), whatever the file says
+    sent = {getattr(u, "endpoint", None) or config.endpoint for u in env.user_classes or ()}
+    endpoint = sent.pop() if len(sent) == 1 else config.endpoint  # mixed: the file's (checked later)
+    cal = calibrate(env.host or "", model, endpoint, auth_headers(api_key(env.parsed_options)), ctx)
+    if config.prompt_tokens is None:
+        log.info(
+            "llmload: %d one-token words (by %s), %d tokens every prompt costs (by %s)",
+            len(cal.vocab),
+            cal.method,
+            cal.overhead,
+            cal.overhead_method,
+        )
+        return None, list(cal.vocab), cal.overhead
+    lengths = as_lengths(config.prompt_tokens)
+    cal.words_for(lengths.low, config.unique_prompts)  # the shortest drawn prompt is possible
+    words = cal.words_for(lengths.high, config.unique_prompts)  # the longest (the pool's)
+    log.info(
+        "llmload: prompt_tokens %s -> %d one-token words (the longest) + %d tokens every prompt "
+        "costs (%d one-token words found by %s, overhead by %s)",
+        lengths.describe(),
+        words,
+        cal.overhead,
+        len(cal.vocab),
+        cal.method,
+        cal.overhead_method,
+    )
+    return words, list(cal.vocab), cal.overhead

@@ -1,0 +1,104 @@
+"""What the master (or the local process) knows about the ladder run in progress, and its run file.
+
+Owns `RunState`: the run's configuration, model and files, its stages and their protocol
+(`llmload.loadgen.stage_protocol`), its id (`run_id`, made once at the run's start and stamped on
+every record and on the run file, so a file holding two runs, or a run file of another run, is told
+apart from one run), and the list of sinks each record goes to (`receive`); and `<prefix>_run.json`
+(`write_run_file`), rewritten whole at every stage boundary and once more, finished, at the end.
+A run is made by `llmload.loadgen.run_start.begin_run`; its sinks are `llmload.loadgen.record_sinks`'s,
+the capacity search's (`llmload.loadgen.capacity_probes`) and the web UI's (`LadderShape.record_hooks`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from llmload.core.config import SweepConfig
+from llmload.core.records import RecordWriter, RequestRecord, new_run_id
+from llmload.core.run_files import RunFiles
+from llmload.loadgen.messages import Stage, config_to_dict
+from llmload.loadgen.stage_plan import expected_requests
+from llmload.loadgen.stage_protocol import StageProgress, StageProtocol, start_spread
+
+if TYPE_CHECKING:
+    from llmload.loadgen.capacity_probes import CapacityProbes
+    from llmload.loadgen.record_sinks import RungReconciler
+
+RecordSink = Callable[["RunState", dict[str, Any], RequestRecord], None]
+"""One thing the master does with every record: called with the run, the record's dict (as written,
+with the run's id) and the record decoded from it, in the order of `RunState.sinks`."""
+
+
+@dataclass(slots=True)
+class RunState:
+    """Everything the master knows about the run in progress."""
+
+    config: SweepConfig
+    host: str
+    model: str
+    writer: RecordWriter
+    files: RunFiles  # the run's files; the records file may be elsewhere (--records)
+    stages: list[Stage]
+    protocol: StageProtocol
+    reconciler: RungReconciler  # token reconciliation per rung (also one of the sinks)
+    sinks: list[RecordSink] = field(default_factory=list)  # what happens to each record, in order
+    all_done_at: float | None = None
+    health: RecordWriter | None = None  # the generator's health samples (llmload.analysis.health)
+    probes: CapacityProbes | None = None  # mode: capacity: the search and its running probe
+    workload: dict[str, Any] = field(default_factory=dict)  # the Stage fields of the calibration
+    run_id: str = field(default_factory=new_run_id)  # every record's and the run file's `run_id`
+
+    @property
+    def progress(self) -> list[StageProgress]:
+        return self.protocol.progress
+
+    @property
+    def current(self) -> StageProgress | None:
+        return self.protocol.current
+
+    def receive(self, data: dict[str, Any]) -> None:
+        """A record from a user of any process: stamped with this run's id (the master's run,
+        whichever worker sent it), decoded once, then handed to each sink."""
+        data["run_id"] = self.run_id
+        rec = RequestRecord.from_dict(data)
+        for sink in self.sinks:
+            sink(self, data, rec)
+
+    def write_run_file(self, finished: bool = False) -> None:
+        data = {
+            "run_id": self.run_id,
+            "host": self.host,
+            "model": self.model,
+            "config": config_to_dict(self.config),
+            "records": str(self.writer.path),
+            "finished": finished,
+            "stages": [
+                {
+                    "rung": p.stage.rung,
+                    "users": p.stage.users,
+                    "name": p.stage.name,
+                    "expected_requests": expected_requests(p.stage, self.config),
+                    "started": p.started,
+                    "finished": p.finished,
+                    "records": p.records,
+                    "start": start_spread(p.stage.start_at, p.first_sends) if p.stage.rate is None else None,
+                }
+                for p in self.progress
+                if p.stage.start_at is not None  # announced only: no request was sent
+            ],
+        }
+        tmp = self.files.run.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.files.run)
+
+    def close(self) -> None:
+        """End the run's files. A rung whose users were all done with every record in when the
+        run stopped is written finished."""
+        if self.protocol.settle() is not None:
+            self.write_run_file()
+        self.writer.close()
+        if self.health is not None:
+            self.health.close()

@@ -1,0 +1,144 @@
+"""Stage planning: which stages a run configuration asks for, what each holds, how long the master
+waits on one.
+
+Owns the plan, made on the master before the first stage (`plan_stages`: the warm-up, then one
+stage per rung, or the trace window; capacity probes are appended one at a time as the search asks,
+`probe_stage`), the limits checked before anything is sent (`check_users_per_process`), the
+requests a finished stage holds (`expected_requests`, for the run file), how long a started stage
+may go without a message (`stall_limit`), and a trace stage's workload (`stage_trace`), which the
+users' processes build from the calibration the stage carries. Pure functions of the configuration
+and the stage: no Locust, no messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from llmload.analysis.capacity import NextProbe
+from llmload.core.config import MAX_USERS_PER_PROCESS, ConfigError, SweepConfig
+from llmload.core.names import WARMUP_RUNG
+from llmload.loadgen.arrivals import arrival_count
+from llmload.loadgen.messages import Stage, config_to_dict
+from llmload.loadgen.trace import TraceWorkload, trace_workload
+
+STALL_MARGIN_S = 10.0  # a stage with no progress for timeouts.total + this is abandoned...
+RETRY_WAIT_MAX_S = 60.0  # ...plus the longest wait between retries (client caps Retry-After at 60 s)
+
+
+def stage_trace(stage: Stage, config: SweepConfig) -> TraceWorkload:
+    """A trace run's workload in this process, built with the calibration the stage carries."""
+    assert stage.prompt_vocab is not None and stage.prompt_overhead is not None
+    return trace_workload(config, stage.prompt_vocab, stage.prompt_overhead)
+
+
+def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
+    """Requests a finished stage holds; None for a time-based concurrency rung."""
+    if config.mode == "trace" and stage.rate is not None:  # the trace window's lines
+        return len(stage_trace(stage, config).offsets)
+    if config.sessions is not None and stage.phase == "measure" and not stage.deadline:
+        return stage.users * config.sessions.per_user * config.sessions.turns  # unless a turn fails
+    if stage.rate is not None:  # a rate capacity probe carries its count in its own config
+        requests = stage.config.get("requests_per_rung") or config.requests_per_rung
+        return arrival_count(stage.rate, requests, config.duration)
+    return None if stage.deadline else stage.users * stage.requests_per_user
+
+
+def warmup_per_user(config: SweepConfig, users: int, prompts: int) -> int:
+    """Warm-up requests per user. With the greedy-determinism check, enough for the warm-up to
+    send every prompt a count-based rung will send (of a pool of `prompts`) once, so a prefix
+    cache holds each prompt alike at every measured rung (see docs/capacity-and-determinism.md)."""
+    if not config.determinism or config.duration is not None or config.mode == "trace":
+        return config.warmup_requests
+    if config.mode == "capacity":
+        most = config.capacity.requests
+    elif config.rate_mode:
+        most = config.requests_per_rung or 0
+    else:
+        most = int(max(config.rungs)) * config.requests_per_user
+    return max(config.warmup_requests, math.ceil(min(prompts, most) / users))
+
+
+def plan_stages(
+    config: SweepConfig,
+    model: str,
+    prompt_words: int | None = None,
+    prompt_vocab: list[str] | None = None,
+    prompts: int = 1,
+    prompt_overhead: int | None = None,
+) -> list[Stage]:
+    """Warm-up (if any) then one stage per rung; deadlines are filled in when announced. In rate
+    mode every stage has `max_concurrency` users (the client slots); the warm-up is a concurrency
+    stage of them. In capacity mode the probes come from the search (`probe_stage`, as
+    `llmload.loadgen.capacity_probes` asks); trace mode has one stage: the trace window at its
+    mean rate. `prompts` is the size of the workload's prompt pool (`warmup_per_user`)."""
+    cfg = config_to_dict(config)
+    stages = []
+    rate_slots = config.mode in ("rate", "trace") or (
+        config.mode == "capacity" and config.capacity.variable == "rate"
+    )
+    first_users = (
+        config.max_concurrency
+        if rate_slots
+        else int(config.capacity.start)
+        if config.mode == "capacity"
+        else int(config.rungs[0])
+    )
+    if config.warmup_requests:
+        per_user = warmup_per_user(config, first_users, prompts)
+        stages.append(Stage(0, WARMUP_RUNG, first_users, per_user, model, cfg))
+    if config.mode == "trace":
+        assert prompt_vocab is not None and prompt_overhead is not None
+        trace_rate = trace_workload(config, prompt_vocab, prompt_overhead).rate
+        stages.append(Stage(len(stages), 0, config.max_concurrency, 1, model, cfg, rate=trace_rate))
+    for i, value in enumerate(config.rungs if config.mode in ("concurrency", "rate") else ()):
+        users, rate = (config.max_concurrency, float(value)) if config.rate_mode else (int(value), None)
+        stages.append(Stage(len(stages), i, users, config.requests_per_user, model, cfg, rate=rate))
+    return [
+        dataclasses.replace(
+            s, prompt_words=prompt_words, prompt_vocab=prompt_vocab, prompt_overhead=prompt_overhead
+        )
+        for s in stages
+    ]
+
+
+def probe_stage(
+    config: SweepConfig,
+    model: str,
+    stages: list[Stage],
+    probe: NextProbe,
+    rate: bool,
+    workload: dict[str, Any],
+) -> Stage:
+    """The stage of a capacity probe, after `stages`: in rate mode `probe.requests` arrivals at
+    the probe's rate over `max_concurrency` client slots, else `probe.load` users; `workload`: the
+    calibration's Stage fields, as `plan_stages` gave them to every other stage."""
+    rung = sum(1 for s in stages if s.rung != WARMUP_RUNG)
+    cfg = config_to_dict(config)
+    if rate:
+        cfg["requests_per_rung"] = probe.requests
+        stage = Stage(len(stages), rung, config.max_concurrency, 1, model, cfg, rate=probe.load)
+    else:
+        stage = Stage(len(stages), rung, int(probe.load), probe.requests_per_user, model, cfg)
+    return dataclasses.replace(stage, **workload)
+
+
+def check_users_per_process(config: SweepConfig, processes: int) -> None:
+    """ConfigError when a stage would put more than MAX_USERS_PER_PROCESS users in one of the
+    `processes` processes that run users (Locust spreads a stage's users evenly over them)."""
+    most = config.most_users
+    if math.ceil(most / processes) <= MAX_USERS_PER_PROCESS:
+        return
+    needed = math.ceil(most / MAX_USERS_PER_PROCESS)
+    where = "1 Locust process" if processes == 1 else f"{processes} Locust processes"
+    raise ConfigError(
+        f"{config.source}: {most} users at once in {where}; "
+        f"one process runs at most {MAX_USERS_PER_PROCESS} (a socket and about 60 KB each, within "
+        f"Locust's 10000 open files): run them on {needed} or more (--processes {needed}, or workers)"
+    )
+
+
+def stall_limit(config: SweepConfig) -> float:
+    """Seconds without any message after which a started stage has lost users."""
+    return config.timeouts.total + STALL_MARGIN_S + (RETRY_WAIT_MAX_S if config.retries.max else 0.0)

@@ -1,0 +1,90 @@
+"""What a process that runs users (a worker, or the local process) keeps of the run in progress.
+
+Owns the announced stage (`StageBoard`: users block on it until the next stage, or until its common
+start), and what the process's users share for a stage (`ProcessState`: its configuration decoded
+once, the rate stage's arrivals, the prompt counter). One per Locust environment
+(`process_state`), never a module global, so two environments in one interpreter do not mix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gevent.event import Event
+
+from llmload.core.config import SweepConfig
+from llmload.loadgen.arrivals import ArrivalQueue
+from llmload.loadgen.garbage import settle_before_start
+from llmload.loadgen.messages import Stage
+
+
+class StageBoard:
+    """The stage currently announced, in a process that runs users; users block on it."""
+
+    def __init__(self) -> None:
+        self.stage: Stage | None = None
+        self._changed = Event()
+
+    def reset(self) -> None:
+        """Forget the stage of a finished or stopped run."""
+        self.stage = None
+
+    def announce(self, stage: Stage) -> None:
+        if stage.start_at is not None:
+            settle_before_start()  # a full collection now, not during the rung (llmload.loadgen.garbage)
+        self.stage = stage
+        changed, self._changed = self._changed, Event()
+        changed.set()
+
+    def wait_after(self, seq: int, timeout: float) -> Stage | None:
+        """The current stage if it is newer than `seq`, else wait up to timeout for one."""
+        if self.stage is None or self.stage.seq <= seq:
+            self._changed.wait(timeout)
+        return self.stage if self.stage is not None and self.stage.seq > seq else None
+
+    def wait_go(self, seq: int, timeout: float) -> Stage | None:
+        """Stage `seq` once its start time is announced; None if it is not within timeout."""
+        stage = self.stage
+        if stage is None or stage.seq != seq or stage.start_at is None:
+            self._changed.wait(timeout)
+            stage = self.stage
+        return stage if stage is not None and stage.seq == seq and stage.start_at is not None else None
+
+    def on_message(self, environment: Any, msg: Any, **_: Any) -> None:
+        self.announce(Stage(**msg.data))
+
+
+@dataclass(slots=True)
+class ProcessState:
+    """What the users of one Locust process share for the run in progress, one per Locust
+    environment (not module globals, so two environments in one interpreter do not mix): the
+    announced stage, the current rate stage's arrivals, the prompt counter of the current stage."""
+
+    board: StageBoard = field(default_factory=StageBoard)
+    arrivals: dict[int, ArrivalQueue] = field(default_factory=dict)
+    prompt_index: dict[tuple[int, float | None], Iterator[int]] = field(default_factory=dict)
+    configs: dict[int, SweepConfig] = field(default_factory=dict)  # stage seq -> its configuration
+
+    def config_of(self, stage: Stage) -> SweepConfig:
+        """The stage's configuration, decoded and validated once per process (not once per user)."""
+        config = self.configs.get(stage.seq)
+        if config is None:
+            config = self.configs[stage.seq] = stage.sweep_config()
+        return config
+
+    def reset(self) -> None:
+        """Forget a finished or stopped run (the next one numbers its stages from 0 again)."""
+        self.board.reset()
+        self.arrivals.clear()
+        self.prompt_index.clear()
+        self.configs.clear()
+
+
+def process_state(environment: Any) -> ProcessState:
+    """The environment's ProcessState (made on first use)."""
+    state = getattr(environment, "llmload_state", None)
+    if state is None:
+        state = environment.llmload_state = ProcessState()
+    return state
