@@ -14,25 +14,39 @@ requested `max_tokens` and the `finish_reason` are compared:
 `check_rung` turns a rung's counts into the message that fails a run beyond the configured ratios
 (`reconcile:` in the config); the ladder applies it to every rung as the records arrive.
 
-Input lengths (synthetic prompts, `prompt_tokens`): `input_summary` gives the input tokens a rung
-really sent by the server's count (`usage.prompt_tokens` of completed requests: mean, min, max,
-p50, p99) against what was asked (each record keeps its own asked length: drawn lengths differ
-per request), how far the sent mean missed the asked mean (`miss_pct`, signed), and how many
-requests were more than a token from their own ask (`off`); `check_inputs` fails the rung when
-the mean missed by more than `input_tolerance` (default 2 %). Output lengths need no summary of
-their own: each request's `max_tokens` is its asked (or drawn) length, checked above.
+Lengths asked vs sent, input and output alike (`LengthTally`, one per direction in a `Tally`;
+`length_summary` is the one summary of both): per rung, the sent lengths of completed requests
+(mean, min, max, p50, p99) against what each request asked (each record keeps its own asked
+length: drawn lengths differ per request), how far the sent mean missed the asked mean
+(`miss_pct`, signed), and `off`: requests whose sent length differed from their own ask.
+- Inputs (`inputs`): sent is `usage.prompt_tokens`, asked `prompt_tokens_asked` (synthetic
+  prompts); off means more than a token away (a prompt is cut to its length within a token).
+  `check_inputs` fails the rung when the mean missed by more than `input_tolerance` (default 2 %).
+- Outputs (`outputs`): sent is `output_tokens` (`usage.completion_tokens`, or the client's count
+  when the server sent no usage: `client_counted` says on how many requests), asked `max_tokens`;
+  off means any difference, and is judged by `issues` itself: a request is off when it finds
+  `stopped_early`, `over_max_tokens` or `length_short` (`OFF_KINDS`, disjoint), which is every
+  request whose output is not its max_tokens (a client count without usage is max_tokens on
+  finish_reason "length", else the content chunks: one short of its ask is `stopped_early`). So
+  a rung's output `off` is the sum of those counts, and the run fails on it through `check_rung`
+  (with ignore_eos, at the default ratios of 0): the summary and the check agree by construction.
+The lengths are kept as histograms (length -> how many), so a rung of a million requests costs
+the distinct lengths, not a million integers.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.core.config import ReconcileConfig
 
 DISAGREE_KINDS = ("over_max_tokens", "length_short", "chunks_over_tokens")
+OFF_KINDS = ("stopped_early", "over_max_tokens", "length_short")  # an output that is not its max_tokens
+INPUT_SLACK = 1  # tokens an input may be off its ask (a prompt is cut to its length within a token)
 
 
 def issues(rec: Mapping[str, Any]) -> list[str]:
@@ -55,28 +69,59 @@ def issues(rec: Mapping[str, Any]) -> list[str]:
 
 
 @dataclass(slots=True)
+class LengthTally:
+    """Lengths of a rung's completed requests in one direction (input or output): sent length ->
+    how many, asked length -> how many (of the requests that say what they asked), how many were
+    more than `slack` tokens off their own ask, and how many sent lengths the client counted."""
+
+    slack: int = 0
+    sent: Counter[int] = field(default_factory=Counter)
+    asked: Counter[int] = field(default_factory=Counter)
+    off: int = 0
+    client_counted: int = 0
+
+    def add(self, sent: int, asked: int | None, *, client: bool = False, off: bool | None = None) -> None:
+        """One completed request's lengths; `off`: whether it is off its ask, when the caller
+        judges that (outputs: by token reconciliation's findings), else more than `slack` away."""
+        self.sent[sent] += 1
+        self.client_counted += client
+        if asked is not None:
+            self.asked[asked] += 1
+            self.off += abs(sent - asked) > self.slack if off is None else off
+
+    def merge(self, other: LengthTally) -> None:
+        self.sent.update(other.sent)
+        self.asked.update(other.asked)
+        self.off += other.off
+        self.client_counted += other.client_counted
+
+    def summary(self, *, counted_by: bool = False) -> dict[str, Any] | None:
+        """`length_summary` of these lengths (`counted_by`: say how many the client counted)."""
+        return length_summary(self.sent, self.asked, self.off, self.client_counted if counted_by else None)
+
+
+@dataclass(slots=True)
 class Tally:
-    """Counts of one rung: completed requests, stopped early, disagreeing, by kind."""
+    """Counts of one rung: completed requests, stopped early, disagreeing, by kind; and the input
+    and output lengths, asked against sent."""
 
     completed: int = 0
     stopped_early: int = 0
     disagree: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
-    inputs: list[int] = field(default_factory=list)  # usage.prompt_tokens of completed requests
-    inputs_asked: list[int] = field(default_factory=list)  # each one's asked length, when the records say it
-    inputs_off: int = 0  # completed requests whose input missed its asked length by more than a token
+    inputs: LengthTally = field(default_factory=lambda: LengthTally(INPUT_SLACK))  # usage.prompt_tokens
+    outputs: LengthTally = field(default_factory=LengthTally)  # output_tokens against max_tokens
 
     def add(self, rec: Mapping[str, Any]) -> None:
         if rec.get("outcome", "ok") != "ok":
             return
         self.completed += 1
-        sent, asked = rec.get("prompt_tokens"), rec.get("prompt_tokens_asked")
+        sent = rec.get("prompt_tokens")
         if sent is not None:
-            self.inputs.append(sent)
-            if asked is not None:
-                self.inputs_asked.append(asked)
-                self.inputs_off += abs(sent - asked) > 1
+            self.inputs.add(sent, rec.get("prompt_tokens_asked"))
         found = issues(rec)
+        estimated, off = bool(rec.get("tokens_estimated")), any(k in OFF_KINDS for k in found)
+        self.outputs.add(rec.get("output_tokens", 0), rec["max_tokens"], client=estimated, off=off)
         self.stopped_early += "stopped_early" in found
         bad = [k for k in found if k in DISAGREE_KINDS]
         self.disagree += bool(bad)
@@ -90,9 +135,8 @@ class Tally:
         self.disagree += other.disagree
         for kind, n in other.kinds.items():
             self.kinds[kind] = self.kinds.get(kind, 0) + n
-        self.inputs.extend(other.inputs)
-        self.inputs_asked.extend(other.inputs_asked)
-        self.inputs_off += other.inputs_off
+        self.inputs.merge(other.inputs)
+        self.outputs.merge(other.outputs)
 
 
 def tally(records: Iterable[Mapping[str, Any]]) -> Tally:
@@ -123,37 +167,50 @@ def check_rung(name: str, counts: Tally, limits: ReconcileConfig, *, ignore_eos:
     return f"{name}: " + "; ".join(problems) if problems else None
 
 
-def _quantile(sorted_values: Sequence[int], q: float) -> int:
-    """The nearest-rank q-quantile of sorted integers."""
-    return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
+def _quantile(counts: list[tuple[int, int]], total: int, q: float) -> int:
+    """The nearest-rank q-quantile of a sorted histogram [(length, how many), ...] of `total`."""
+    rank = min(total, max(1, math.ceil(q * total)))  # 1-based
+    seen = 0
+    for value, n in counts:
+        seen += n
+        if seen >= rank:
+            return value
+    return counts[-1][0]
 
 
-def input_summary(prompt_tokens: Sequence[int], asked: Sequence[int], off: int = 0) -> dict[str, Any] | None:
-    """Input tokens sent (mean, min, max, p50, p99) and, when lengths were asked, what was asked
-    (`asked`: the one length, or the asked lengths' mean when they differ; `asked_p50`,
-    `asked_p99`), the signed miss of the mean in percent, and `off`: requests more than a token
-    from their own asked length; None without values."""
-    if not prompt_tokens:
+def length_summary(
+    sent: Mapping[int, int], asked: Mapping[int, int], off: int = 0, client_counted: int | None = None
+) -> dict[str, Any] | None:
+    """The lengths sent (a histogram: length -> how many; mean, min, max, p50, p99 by nearest
+    rank) and, when lengths were asked, what was asked (`asked`: the one length, or the asked
+    lengths' mean when they differ; `asked_p50`, `asked_p99`), the signed miss of the mean in
+    percent, and `off`: requests off their own ask; `client_counted` (when given): how many sent
+    lengths are the client's count (no usage). None without values. Inputs and outputs alike."""
+    ordered = sorted((v, n) for v, n in sent.items() if n > 0)
+    total = sum(n for _, n in ordered)
+    if not total:
         return None
-    mean = sum(prompt_tokens) / len(prompt_tokens)
-    ordered = sorted(prompt_tokens)
+    mean = sum(v * n for v, n in ordered) / total  # exact integer sum, as the records hold
     summary: dict[str, Any] = {
         "asked": None,
         "mean": mean,
-        "min": ordered[0],
-        "max": ordered[-1],
-        "p50": _quantile(ordered, 0.5),
-        "p99": _quantile(ordered, 0.99),
+        "min": ordered[0][0],
+        "max": ordered[-1][0],
+        "p50": _quantile(ordered, total, 0.5),
+        "p99": _quantile(ordered, total, 0.99),
         "miss_pct": None,
     }
-    if asked:
-        asked_sorted = sorted(asked)
-        asked_mean = sum(asked) / len(asked)
-        fixed = asked_sorted[0] == asked_sorted[-1]
+    if client_counted is not None:
+        summary["client_counted"] = client_counted
+    wanted = sorted((v, n) for v, n in asked.items() if n > 0)
+    asked_total = sum(n for _, n in wanted)
+    if asked_total:
+        asked_mean = sum(v * n for v, n in wanted) / asked_total
+        fixed = len(wanted) == 1
         summary |= {
-            "asked": asked_sorted[0] if fixed else asked_mean,
-            "asked_p50": _quantile(asked_sorted, 0.5),
-            "asked_p99": _quantile(asked_sorted, 0.99),
+            "asked": wanted[0][0] if fixed else asked_mean,
+            "asked_p50": _quantile(wanted, asked_total, 0.5),
+            "asked_p99": _quantile(wanted, asked_total, 0.99),
             "miss_pct": 100.0 * (mean - asked_mean) / asked_mean if asked_mean else None,  # 0: not a length
             "off": off,
         }
@@ -162,7 +219,7 @@ def input_summary(prompt_tokens: Sequence[int], asked: Sequence[int], off: int =
 
 def check_inputs(name: str, counts: Tally, tolerance: float) -> str | None:
     """Why the rung's inputs were not the asked length, or None when within `tolerance`."""
-    summary = input_summary(counts.inputs, counts.inputs_asked, counts.inputs_off)
+    summary = counts.inputs.summary()
     if summary is None or summary["miss_pct"] is None or abs(summary["miss_pct"]) <= 100.0 * tolerance:
         return None
     return (

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from itertools import repeat
 from operator import add
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -48,7 +48,7 @@ from llmload.analysis.metrics import (
     ttft_content_ms,
     ttft_ms,
 )
-from llmload.analysis.reconcile import Tally, input_summary
+from llmload.analysis.reconcile import Tally
 from llmload.analysis.sweep_rows import WARMUP_PHASE, SweepRow
 from llmload.analysis.uncertainty import Uncertainty
 from llmload.core.records import OUTCOME_OK, RequestRecord
@@ -364,7 +364,8 @@ class RungTally:
             partial_tokens=self.partial_tokens,
             estimated=self.estimated,
             partial=partial,
-            input_tokens=input_summary(self.counts.inputs, self.counts.inputs_asked, self.counts.inputs_off),
+            input_tokens=self.counts.inputs.summary(),
+            output_tokens=self.counts.outputs.summary(counted_by=True),
             new_connections=self.new_connections,
             timing_uncertainty=self.uncertainty.summary(),
             rate=self.rate,
@@ -436,7 +437,7 @@ class RungTally:
             chunks_over_tokens=self.counts.kinds.get("chunks_over_tokens", 0),
             disagree=self.counts.disagree,
             rate=self.rate,
-            input_tokens=_summarize_ints(self.counts.inputs, percentiles),
+            input_tokens=summarize_counts(cast("Mapping[float, int]", self.counts.inputs.sent), percentiles),
             wall_s=self.wall_s,
         )
 
@@ -478,15 +479,6 @@ def _percentiles_of(values: np.ndarray, wanted: Sequence[float]) -> dict[float, 
     n = values.size
     part = np.partition(values, sorted({r for q in wanted for r in percentile_ranks(n, q)}))
     return {q: percentile_of_ranks(n, q, lambda rank: part[rank].item()) for q in wanted}
-
-
-def _summarize_ints(values: list[int], percentiles: Sequence[float]) -> Summary | None:
-    """`summarize` of ints (by `summarize_array` when they fit in int64)."""
-    try:
-        packed = np.array(values, dtype=np.int64)
-    except OverflowError:  # a huge count in a hand-made file
-        return summarize(values, percentiles)
-    return summarize_array(packed, percentiles)
 
 
 def _median(values: array[float]) -> float | None:

@@ -16,8 +16,12 @@ Definitions (per rung):
   `StreamAccumulator.output_tokens`: max_tokens on finish_reason "length", else its chunks).
 - partial: the rung did not finish (given by the caller, or fewer requests than expected).
 - input_tokens: usage.prompt_tokens of completed requests (mean, min, max, p50, p99), the asked
-  lengths (one, or drawn: their mean, p50, p99) and the mean's miss in %
-  (llmload.analysis.reconcile.input_summary).
+  lengths (one, or drawn: their mean, p50, p99), the mean's miss in % and `off`, the requests more
+  than a token off their own ask (llmload.analysis.reconcile.length_summary).
+- output_tokens: the same of output tokens (`usage.completion_tokens`, or the client's count
+  where usage is missing: `client_counted` requests) against each request's `max_tokens`; `off`:
+  requests whose output was not exactly their max_tokens (the ones token reconciliation flags
+  stopped_early, over_max_tokens or length_short).
 - rate: rate mode, the rung's target request rate (the table shows it in place of `conc`).
 - new_connections: requests that opened a connection (`conn_reused` false); with keep-alive one
   per user plus the reconnects; None when the records do not say (older runs).
@@ -84,9 +88,10 @@ class SweepRow:
     machine_busy: bool = False
     generator: dict[str, Any] | None = None
     new_connections: int | None = None  # requests that opened a connection; None: not recorded
-    input_tokens: dict[str, Any] | None = None  # asked, mean, p50, p99, miss_pct... (reconcile.input_summary)
+    input_tokens: dict[str, Any] | None = None  # asked, mean, p50, p99, off... (reconcile.length_summary)
     timing_uncertainty: dict[str, Any] | None = None  # llmload.analysis.uncertainty; None: every time exact
     rate: float | None = None  # rate mode: the rung's target request rate (its users are client slots)
+    output_tokens: dict[str, Any] | None = None  # the same of output lengths, + client_counted
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from llmload.core.checks import (
     string,
 )
 from llmload.core.lengths import Lengths, length_flag, length_key, parse_scenario
+from llmload.core.prompt_files import PROMPT_FORMATS
 from llmload.core.schema import parse_section, setting, settings, shown
 
 DEFAULT_PROMPT = (
@@ -47,7 +48,6 @@ MODES = ("concurrency", "rate", "capacity", "trace")  # users, request rates, a 
 CAPACITY_VARIABLES = ("concurrency", "rate")  # what a capacity search varies
 THINK_TIMES = ("constant", "exponential")  # sessions: the pause between a reply and the next turn
 ARRIVALS = ("poisson", "gamma")
-PROMPT_FORMATS = ("auto", "lines", "jsonl", "sharegpt")
 CONNECTION_KEEP_ALIVE, CONNECTION_CLOSE = "keep-alive", "close"
 CONNECTIONS = (CONNECTION_KEEP_ALIVE, CONNECTION_CLOSE)
 
@@ -611,12 +611,28 @@ def _apply_scenario(config: SweepConfig, raw: dict[str, Any]) -> SweepConfig:
     return dataclasses.replace(config, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
 
 
+def _replies_of_prompt_file(raw: dict[str, Any]) -> dict[str, Any]:
+    """`{dist: empirical, replies: true}` (a length key: the replies of the run's prompt file) as
+    `replies: <prompt_file>` in the prompt file's `prompt_format`, so the length key's own check
+    reads them (relative to the config file, as prompt_file is). Without a prompt_file it stays
+    true, for that check to refuse naming the key."""
+    prompt_file, fmt = raw.get("prompt_file"), raw.get("prompt_format", "auto")
+    out = raw
+    for key in ("prompt_tokens", "max_tokens"):
+        value = raw.get(key)
+        if isinstance(value, dict) and value.get("replies") is True and isinstance(prompt_file, str):
+            named = {"replies": prompt_file} | ({"format": fmt} if fmt in PROMPT_FORMATS else {})
+            out = out | {key: named | value | {"replies": prompt_file}}  # a format given stays
+    return out
+
+
 def parse_config(raw: Any, source: str) -> SweepConfig:
     """Validate a mapping (as read from YAML) into a SweepConfig."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    raw = _replies_of_prompt_file(raw)
     config = SweepConfig(**parse_section(SweepConfig, raw, source, error=ConfigError), source=source)
     config = _apply_scenario(config, raw)
     _check_mode(config)

@@ -8,7 +8,11 @@ A length is a number (every request the same, as before) or a mapping:
 - `{dist: lognormal, mean: m, std: s, min: a, max: b}`: a lognormal whose lengths have mean m
   and standard deviation s, truncated to [a, b], rounded;
 - `{dist: empirical, file: path}`: the lengths of a file, one integer per non-empty line
-  (`load_empirical`), each as likely as its share of the lines (or `values: [...]` inline).
+  (`load_empirical`), each as likely as its share of the lines (or `values: [...]` inline, or
+  `replies: FILE`: the token lengths of a ShareGPT / JSONL prompt file's replies, counted by
+  `llmload.core.token_count`; `replies: true`: those of the run's `prompt_file`); `min` / `max`
+  keep the lengths in [min, max] (the others are left out, as a truncated normal leaves its
+  tails out).
 
 `scenario` is genai-bench's shorthand for both at once: `N(480,240)/(300,150)` (normal input /
 output), `U(50,100)/(50,100)` (uniform), `D(100,1000)` (fixed).
@@ -32,7 +36,9 @@ from typing import Any
 import yaml
 
 from llmload.core.checks import ConfigError, expect
+from llmload.core.prompt_files import PROMPT_FORMATS, load_replies
 from llmload.core.schema import shown
+from llmload.core.token_count import count_text_tokens
 
 DISTS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 _KEYS = {
@@ -40,8 +46,9 @@ _KEYS = {
     "uniform": ("min", "max"),
     "normal": ("mean", "std", "min", "max"),
     "lognormal": ("mean", "std", "min", "max"),
-    "empirical": ("file", "values"),  # one of the two
+    "empirical": ("file", "values", "replies", "format", "min", "max"),  # one of the first three
 }
+EMPIRICAL_SOURCES = ("file", "values", "replies")
 MAX_LENGTH = 10_000_000  # tokens: beyond any model's context; a bound keeps the arithmetic exact
 SCENARIO_TAIL_STDS = 4  # a scenario's normal has no bounds: cut it at mean + this many std (and at 1)
 _STD_NORMAL = NormalDist()
@@ -197,21 +204,78 @@ def parse_lengths(source: str, key: str, value: Any, base: Path | None = None) -
 
 
 def _empirical(source: str, key: str, value: dict[str, Any], base: Path | None) -> Lengths:
-    """An empirical distribution: its lengths from `file` or inline `values`, exactly one of them."""
-    if ("file" in value) == ("values" in value):
-        raise ConfigError(f"{source}: '{key}' with dist empirical needs one of file, values")
-    if "values" in value:
-        given = expect(source, f"{key}.values", value["values"], (list, tuple), "a list of lengths")
-        if not given:
-            raise ConfigError(f"{source}: '{key}.values' holds no length")
-        values = tuple(_int(source, f"{key}.values[{i}]", v, 1) for i, v in enumerate(given))
-    else:
-        expect(source, f"{key}.file", value["file"], (str,), "a file path")
-        path = Path(value["file"])
-        values = load_empirical(
-            source, f"{key}.file", path if base is None or path.is_absolute() else base / path
+    """An empirical distribution: its lengths from `file`, inline `values` or the `replies` of a
+    prompt file (exactly one of them), kept to [`min`, `max`] when given."""
+    given = [k for k in EMPIRICAL_SOURCES if k in value]
+    if len(given) != 1:
+        raise ConfigError(
+            f"{source}: '{key}' with dist empirical needs exactly one of {', '.join(EMPIRICAL_SOURCES)}"
         )
-    return Lengths("empirical", min(values), max(values), values=values)
+    if "format" in value and "replies" not in value:
+        raise ConfigError(f"{source}: '{key}.format' applies to 'replies' (the prompt file's format)")
+    low = _int(source, f"{key}.min", value["min"], 1) if "min" in value else 1
+    high = _int(source, f"{key}.max", value["max"], 1) if "max" in value else MAX_LENGTH
+    if low > high:
+        raise ConfigError(f"{source}: '{key}.min' {low} is above '{key}.max' {high}")
+    if "values" in value:
+        listed = expect(source, f"{key}.values", value["values"], (list, tuple), "a list of lengths")
+        if not listed:
+            raise ConfigError(f"{source}: '{key}.values' holds no length")
+        values = tuple(_int(source, f"{key}.values[{i}]", v, 1) for i, v in enumerate(listed))
+    elif "file" in value:
+        values = load_empirical(source, f"{key}.file", _path(source, f"{key}.file", value["file"], base))
+    else:
+        values = reply_lengths(source, key, value, base)
+    kept = tuple(v for v in values if low <= v <= high)
+    if not kept:
+        raise ConfigError(
+            f"{source}: '{key}' has no length in [{low}, {high}] (its min, max): "
+            f"its lengths are in [{min(values)}, {max(values)}]"
+        )
+    return Lengths("empirical", min(kept), max(kept), values=kept)
+
+
+def _path(source: str, key: str, value: Any, base: Path | None) -> Path:
+    """A file path key's value, relative to `base` (the config file's directory) when given."""
+    expect(source, key, value, (str,), "a file path")
+    if not value.strip():
+        raise ConfigError(f"{source}: '{key}' must be a file path, got {shown(value)}")
+    path = Path(value)
+    return path if base is None or path.is_absolute() else base / path
+
+
+def reply_lengths(source: str, key: str, value: dict[str, Any], base: Path | None) -> tuple[int, ...]:
+    """The token lengths of a prompt file's replies (`{dist: empirical, replies: FILE}`, `format`
+    the file's, default auto), each counted by llmload's model of a BPE tokenizer
+    (`llmload.core.token_count`, the simulator's). `replies: true`, the run's own prompt_file,
+    is made `replies: <prompt_file>` by the configuration (`llmload.core.config`) before this."""
+    replies = value["replies"]
+    if replies is True:
+        raise ConfigError(
+            f"{source}: '{key}.replies' true takes the replies of 'prompt_file', which is not set "
+            "(set 'prompt_file', or give the file: 'replies: FILE')"
+        )
+    if not isinstance(replies, str):
+        raise ConfigError(
+            f"{source}: '{key}.replies' must be true (the prompt_file's replies) or a file path, "
+            f"got {shown(replies)}"
+        )
+    fmt = value.get("format", "auto")
+    if fmt not in PROMPT_FORMATS:
+        raise ConfigError(
+            f"{source}: '{key}.format' must be one of {', '.join(PROMPT_FORMATS)}, got {shown(fmt)}"
+        )
+    path = _path(source, f"{key}.replies", replies, base)
+    lengths = []
+    for text in load_replies(source, f"{key}.replies", path, fmt):
+        tokens = max(1, count_text_tokens(text))
+        if tokens > MAX_LENGTH:
+            raise ConfigError(
+                f"{source}: '{key}.replies' {shown(str(path))} holds a reply of {tokens} tokens, "
+                f"above {MAX_LENGTH}"
+            )
+        lengths.append(tokens)
+    return tuple(lengths)
 
 
 _SCENARIO = re.compile(r"^\s*([NUD])\s*\(([^()]*)\)\s*(?:/\s*\(([^()]*)\))?\s*$")

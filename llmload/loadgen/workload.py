@@ -19,9 +19,10 @@ Sources (config keys):
   request (a system-prompt-like prefix a prefix cache can reuse); the rest differ per prompt.
 - `prompt_file`: text (one prompt per non-empty line), JSONL (objects with a "prompt" field), or
   ShareGPT JSON (a list of {"conversations": [{"from": "human", "value": ...}, ...]}; the first
-  human turn is the prompt). `prompt_format: auto` picks by content. The ShareGPT replies are not
-  used as output lengths: every request asks for `max_tokens` with `ignore_eos`, so rungs stay
-  comparable (vLLM's ShareGPT dataset uses the reply's length instead).
+  human turn is the prompt), read by `llmload.core.prompt_files.load_prompt_file`.
+  `prompt_format: auto` picks by content. Every request asks for `max_tokens` with `ignore_eos`,
+  so rungs stay comparable; `max_tokens: {dist: empirical, replies: true}` draws it from the
+  lengths of the file's replies (`llmload.core.lengths`), independently of the prompt.
 - `unique_prompts: true`: a per-request tag makes every prompt unique (defeats prefix caching);
   it goes right after the shared prefix, so the prefix stays shared. In a synthetic prompt the tag
   is `TAG_WORDS` one-token words (picked by a hash of the request id) counted inside N; in other
@@ -43,11 +44,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from llmload.core.config import ConfigError, SweepConfig
 from llmload.core.lengths import as_lengths
+from llmload.core.prompt_files import load_prompt_file as load_prompt_file  # its home before core
 from llmload.loadgen.payload import endpoint_path
 
 # Common English words; real BPE tokenizers give about one token each (with the leading space).
@@ -176,54 +177,6 @@ def calibrate(
     raise ConfigError(
         f"{host}: cannot measure prompt lengths for 'prompt_tokens' (no /tokenize, no usage.prompt_tokens)"
     )
-
-
-def _sharegpt(data: Any) -> list[str]:
-    prompts = []
-    for conv in data if isinstance(data, list) else []:
-        turns = conv.get("conversations") if isinstance(conv, dict) else None
-        for turn in turns if isinstance(turns, list) else []:
-            if (
-                isinstance(turn, dict)
-                and turn.get("from") == "human"
-                and str(turn.get("value") or "").strip()
-            ):
-                prompts.append(str(turn["value"]))
-                break
-    return prompts
-
-
-def _jsonl(lines: list[str]) -> list[str]:
-    prompts = []
-    for line in lines:
-        obj = json.loads(line)
-        if isinstance(obj, dict) and isinstance(obj.get("prompt"), str) and obj["prompt"].strip():
-            prompts.append(obj["prompt"])
-    return prompts
-
-
-def load_prompt_file(path: str | Path, fmt: str = "auto") -> list[str]:
-    """The prompts of a file; ConfigError (naming the file and key) if unreadable or empty."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(
-            f"{path}: 'prompt_file' cannot be read: {getattr(e, 'strerror', None) or e}"
-        ) from None
-    stripped = text.lstrip()
-    if fmt == "auto":
-        fmt = "sharegpt" if stripped.startswith("[") else "jsonl" if stripped.startswith("{") else "lines"
-    lines = [line for line in text.splitlines() if line.strip()]
-    try:
-        prompts = {"sharegpt": lambda: _sharegpt(json.loads(text)), "jsonl": lambda: _jsonl(lines)}.get(
-            fmt, lambda: lines
-        )()
-    except ValueError as e:
-        raise ConfigError(f"{path}: 'prompt_file' is not valid {fmt}: {e}") from None
-    if not prompts:
-        raise ConfigError(f"{path}: 'prompt_file' holds no prompt (format {fmt})")
-    return prompts
 
 
 class Workload:

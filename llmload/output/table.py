@@ -14,6 +14,7 @@ import io
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
+from typing import Any
 
 from tabulate import tabulate
 
@@ -109,6 +110,7 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
             )
     notes += _uncertainty_notes(rows)
     notes += _input_notes(rows)
+    notes += _output_notes(rows)
     opened = [r for r in rows if r.new_connections is not None]
     if opened:
         notes.append(
@@ -152,26 +154,7 @@ def _input_notes(rows: Sequence[SweepRow]) -> list[str]:
     sent = [(r, r.input_tokens) for r in rows if r.input_tokens is not None and r.input_tokens["asked"]]
     if not sent:
         return []
-    first = sent[0][1]
-    mixed = first["asked_p50"] != first["asked_p99"] or first["asked"] != first["asked_p50"]
-    if mixed:  # drawn lengths: the asked mix against the sent mix, and the requests off their own ask
-        notes = [
-            f"input tokens asked mean {first['asked']:.1f} p50 {first['asked_p50']} "
-            f"p99 {first['asked_p99']}, sent: "
-            + ", ".join(
-                f"{rung_name(r.rung, r.conc)} mean {i['mean']:.1f} p50 {i['p50']} p99 {i['p99']}"
-                + (f" ({i['off']} off their ask by > 1)" if i["off"] else "")
-                for r, i in sent
-            )
-        ]
-    else:
-        notes = [
-            f"input tokens (asked {first['asked']}): "
-            + ", ".join(
-                f"{rung_name(r.rung, r.conc)} mean {i['mean']:.1f} min {i['min']} max {i['max']}"
-                for r, i in sent
-            )
-        ]
+    notes = [_length_note("input tokens", "", sent, "off their ask by > 1")]
     limit = 100.0 * INPUT_TOLERANCE
     missed = [(r, i) for r, i in sent if i["miss_pct"] is not None and abs(i["miss_pct"]) > limit]
     if missed:
@@ -181,6 +164,58 @@ def _input_notes(rows: Sequence[SweepRow]) -> list[str]:
             + " (every latency and rate is for a different input length than asked)"
         )
     return notes
+
+
+def _output_notes(rows: Sequence[SweepRow]) -> list[str]:
+    """Runs whose outputs were drawn (`max_tokens` a distribution), or where some output was not
+    exactly its max_tokens: the output tokens each rung asked and sent, by whose count. (JSON has
+    them for every run; a run of one max_tokens served exactly needs no note.)"""
+    sent = [(r, r.output_tokens) for r in rows if r.output_tokens is not None and r.output_tokens["asked"]]
+    if not any(_mixed(i) or i["off"] for _, i in sent):
+        return []
+    counted = any(i.get("client_counted") for _, i in sent)
+    by = " by usage.completion_tokens" + (", or the client's count where there was none" if counted else "")
+    return [_length_note("output tokens", by, sent, "off their ask")]
+
+
+def _mixed(summary: dict[str, Any]) -> bool:
+    """Whether a length summary's requests asked different lengths."""
+    return bool(summary["asked_p50"] != summary["asked_p99"] or summary["asked"] != summary["asked_p50"])
+
+
+def _length_note(label: str, by: str, sent: Sequence[tuple[SweepRow, dict[str, Any]]], off_words: str) -> str:
+    """One note of asked against sent lengths (`llmload.analysis.reconcile.length_summary`), the
+    input and the output note alike: one ask (`(asked N)`, each rung's sent mean, min, max), one
+    drawn mix for every rung (stated once, then each rung's sent mean, p50, p99), or each rung
+    its own mix; each rung's requests off their ask, and those the client counted."""
+    asks = {(i["asked"], i["asked_p50"], i["asked_p99"]) for _, i in sent}
+    mixed = any(_mixed(i) for _, i in sent)
+
+    def extra(i: dict[str, Any]) -> str:
+        parts = [f"{i['off']} {off_words}"] if i["off"] else []
+        if i.get("client_counted"):
+            parts.append(f"{i['client_counted']} counted by the client: no usage")
+        return f" ({'; '.join(parts)})" if parts else ""
+
+    def sent_mix(i: dict[str, Any]) -> str:
+        return f"mean {i['mean']:.1f} p50 {i['p50']} p99 {i['p99']}"
+
+    first = sent[0][1]
+    if not mixed and len(asks) == 1:
+        return f"{label} (asked {first['asked']}){by}: " + ", ".join(
+            f"{rung_name(r.rung, r.conc)} mean {i['mean']:.1f} min {i['min']} max {i['max']}{extra(i)}"
+            for r, i in sent
+        )
+    if len(asks) == 1:
+        return (
+            f"{label} asked mean {first['asked']:.1f} p50 {first['asked_p50']} p99 {first['asked_p99']}, "
+            f"sent{by}: " + ", ".join(f"{rung_name(r.rung, r.conc)} {sent_mix(i)}{extra(i)}" for r, i in sent)
+        )
+    return f"{label} asked, sent{by}: " + ", ".join(
+        f"{rung_name(r.rung, r.conc)} asked mean {i['asked']:.1f} p50 {i['asked_p50']} p99 {i['asked_p99']}, "
+        f"sent {sent_mix(i)}{extra(i)}"
+        for r, i in sent
+    )
 
 
 def _grid(header: Sequence[str], body: Sequence[Sequence[str]], fmt: str) -> str:

@@ -2,8 +2,8 @@
 
 The model (the same one `llmload trace-stats` uses to predict hit rates):
 - A prompt is a sequence of token units (`prompt_units`): the BOS unit, then the simulator's
-  tokens of a completions prompt (`llmload.sim.tokens.text_tokens`), or for chat, per message
-  three template units then the tokens of its content; so unit i is the prompt's token i, and
+  tokens of a completions prompt (`llmload.core.token_count.text_tokens`), or for chat, per
+  message three template units then the tokens of its content; so unit i is the prompt's token i, and
   the units count exactly the tokens `count_tokens` / `chat_prompt` count.
 - Its full blocks of `block_size` units get keys chained over the prefix (a block's key hashes
   its parent's key and its own units), so a block hits only when the whole prompt before it is
@@ -23,7 +23,8 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
-from llmload.sim.tokens import BOS_TOKENS, CHAT_TEMPLATE_TOKENS_PER_MESSAGE, text_tokens
+from llmload.core.token_count import text_tokens
+from llmload.sim.tokens import BOS_TOKENS, CHAT_TEMPLATE_TOKENS_PER_MESSAGE
 
 TEMPLATE_UNITS = ("<|start|>", "<|sep|>")  # with the role unit: 3 per chat message
 assert len(TEMPLATE_UNITS) + 1 == CHAT_TEMPLATE_TOKENS_PER_MESSAGE

@@ -1,10 +1,11 @@
 """The simulator's toy tokenizer and its deterministic "model output".
 
 Prompts are counted like a byte-pair-encoding tokenizer counts them, so a client that assumes
-one token per word is caught: the text is cut into pieces as GPT-2's pre-tokenizer does (a run
-of letters with its leading space, each digit, each other character, runs of whitespace), a
-letters piece costs one token per started `LETTERS_PER_TOKEN` letters (common short words: 1,
-"government": 2), every other piece 1, and a prompt starts with one BOS token; a chat prompt adds
+one token per word is caught: by llmload's model of one (`llmload.core.token_count`: the text cut
+into pieces as GPT-2's pre-tokenizer does, a run of letters with its leading space, each digit,
+each other character, runs of whitespace; a letters piece costs one token per started
+`LETTERS_PER_TOKEN` letters, common short words: 1, "government": 2, every other piece 1), and a
+prompt starts with one BOS token; a chat prompt adds
 `CHAT_TEMPLATE_TOKENS_PER_MESSAGE` per message. A tag like `[1f3a9c0b2d4e]` costs ~10 tokens, as
 on a real tokenizer. Every generated token is `" " + word` from a fixed vocabulary of short
 words, so `len(text.split())` of a completion equals its `usage.completion_tokens` exactly, and
@@ -23,9 +24,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
 import zlib
 from collections.abc import Collection, Sequence
+
+from llmload.core.token_count import text_tokens
 
 # Plain ASCII words with no characters JSON would escape, so a chunk's text can be built by
 # concatenation and the token count survives any client-side whitespace split; none longer than
@@ -40,27 +42,11 @@ _WORDS = (
 VOCAB: tuple[str, ...] = tuple(_WORDS.split())
 CHAT_TEMPLATE_TOKENS_PER_MESSAGE = 3  # role header + separators a real chat template adds
 BOS_TOKENS = 1  # the beginning-of-sequence token every prompt starts with
-LETTERS_PER_TOKEN = 6  # a run of letters costs one token per started 6 letters
-_PIECES = re.compile(r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]|\s+")
 NATURAL_MIN_TOKENS = 16
 NATURAL_MAX_TOKENS = 511
 TOKEN_ID_SPACE = 32000  # ids returned by /tokenize are crc32(word) modulo this
 
 _MASK64 = (1 << 64) - 1
-
-
-def text_tokens(text: str) -> list[str]:
-    """The tokens of `text` (without BOS), as strings."""
-    out: list[str] = []
-    for piece in _PIECES.findall(text):
-        letters = piece.lstrip(" ")
-        if letters.isalpha() and len(letters) > LETTERS_PER_TOKEN:
-            lead = piece[: len(piece) - len(letters)]
-            cuts = range(0, len(letters), LETTERS_PER_TOKEN)
-            out.extend((lead if i == 0 else "") + letters[i : i + LETTERS_PER_TOKEN] for i in cuts)
-        else:
-            out.append(piece)
-    return out
 
 
 def count_tokens(text: str) -> int:

@@ -101,6 +101,38 @@ def test_bad_option_value(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("prompts", "value", "message"),
+    [
+        (
+            "one prompt\nanother\n",
+            "true",
+            r"'max_tokens\.replies' '.*p\.txt' holds no reply \(format lines: .*\)",
+        ),
+        ('{"prompt": "a"}\n', "true", r"'max_tokens\.replies' '.*' holds no reply \(format jsonl: .*\)"),
+        (
+            '[{"conversations": [{"from": "human", "value": 1}',
+            "true",
+            r"'max_tokens\.replies' '.*' is not valid sharegpt: .*",
+        ),
+        (None, "true", r"'max_tokens\.replies' true takes the replies of 'prompt_file', which is not set .*"),
+        (None, "nope.json", r"'max_tokens\.replies' cannot read '.*nope\.json': No such file or directory"),
+    ],
+    ids=["lines-file", "jsonl-without-replies", "garbage", "no-prompt-file", "missing-file"],
+)
+def test_outputs_from_a_prompt_file_without_replies(tmp_path, prompts, value, message):
+    """`max_tokens: {dist: empirical, replies: ...}` is checked with the config: one line naming
+    the key, exit 2, before the preflight (no server here)."""
+    ladder = tmp_path / "ladder.yaml"
+    text = f"rungs: [1]\nmax_tokens: {{dist: empirical, replies: {value}}}\n"
+    if prompts is not None:
+        (tmp_path / "p.txt").write_text(prompts)
+        text += "prompt_file: p.txt\n"
+    ladder.write_text(text)
+    proc = run_locust(tmp_path, ["--ladder", str(ladder)])
+    assert_one_line_error(proc, re.escape(f"{ladder}: ") + message, tmp_path / "out")
+
+
 @pytest.mark.parametrize("case", ["missing", "directory", "not-utf8"])
 def test_unreadable_prompt_file(tmp_path, sim_start, case):
     """Checked after the preflight (the workload is prepared then), still before any request."""

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from llmload.analysis.postprocess import load_run
 from llmload.analysis.reconcile import issues, tally
 from llmload.analysis.rung_tally import tally_rungs
 from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.records import read_records
+from llmload.output.run_table import render_run
 from llmload.sim.truth import load_truth
 
 MAX_TOKENS = 600  # above the simulator's longest natural answer (511): every request stops early
@@ -86,3 +88,32 @@ def test_threshold_lets_a_run_pass_and_still_reports(tmp_path):
     assert [r.metrics().stopped_early for r in tally_rungs(records)] == list(
         truth_stopped_by_rung(run).values()
     )
+
+
+def test_drawn_outputs_off_their_ask_are_the_ones_the_check_fails(tmp_path):
+    """Drawn max_tokens on a server that ignores ignore_eos: the requests whose draw is above the
+    simulator's natural answer stop early. The rung's output summary counts as `off` exactly the
+    requests the truth log says stopped short of their own draw, and the failure message names the
+    same number: the summary and the check that fails the run agree."""
+    config = tmp_path / "drawn.yaml"
+    config.write_text(
+        "rungs: [2]\nrequests_per_user: 8\nwarmup_requests: 0\nseed: 4\n"
+        "max_tokens: {dist: uniform, min: 16, max: 600}\n"
+    )
+    run = run_sweep(
+        run_dir=tmp_path,
+        locust_args=["--ladder", str(config)],
+        sim={"ignore_eos_unsupported": True, "accept_len": 4, "base_ms": 1, "per_seq_ms": 0.1},
+        timeout=120,
+    )
+    log = run.log.read_text()
+    assert run.returncode == 3, log[-3000:]
+    truth, _ = load_truth(run.truth_log)
+    records, _ = read_records(run.records)
+    short = sum(truth[r.request_id]["completion_tokens"] < r.max_tokens for r in records)
+    assert 0 < short < len(records) == 16  # some draws are below the natural answer, some above
+    (row,) = load_run(run.prefix).rows
+    assert row.output_tokens["off"] == short
+    assert row.output_tokens["mean"] == sum(truth[r.request_id]["completion_tokens"] for r in records) / 16
+    assert f"rung01 c2: {short} of 16 requests stopped before max_tokens although ignore_eos was sent" in log
+    assert f"({short} off their ask)" in render_run(load_run(run.prefix))

@@ -1,7 +1,7 @@
 """Drawn lengths against the real llama.cpp server (SmolLM2-135M): normal(128, 32) inputs and
 uniform(16, 64) outputs over 200 requests. Every request's `usage` is its own drawn lengths
-(input within a token, output exact), and the sent mix is the asked one (mean within 2 %, a
-Kolmogorov-Smirnov test does not reject at 1 %)."""
+(input within a token, output exact), the sent mix is the asked one (mean within 2 %, a
+Kolmogorov-Smirnov test does not reject at 1 %), and the rung's length summaries say so."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import statistics
 import pytest
 from fixtures.length_stats import KS_1PCT, ks_statistic, truncated_normal_cdf, uniform_cdf
 
+from llmload.analysis.postprocess import load_run
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.config import parse_config
 from llmload.core.lengths import Lengths
@@ -65,3 +66,8 @@ def test_each_request_is_served_its_drawn_lengths(llama_server, tmp_path):
     assert abs(statistics.fmean(asked_out) - 40) < 3 * (48 / math.sqrt(12)) / math.sqrt(REQUESTS)
     assert math.sqrt(REQUESTS) * ks_statistic(sent_in, truncated_normal_cdf(128, 32, 16, 512)) < KS_1PCT
     assert math.sqrt(REQUESTS) * ks_statistic(sent_out, uniform_cdf(16, 64)) < KS_1PCT
+    # the rung's summaries (table note, JSON) say the same: none off its ask, outputs by usage
+    (row,) = load_run(run.prefix).rows
+    assert row.output_tokens["off"] == 0 and row.output_tokens["client_counted"] == 0
+    assert row.output_tokens["mean"] == pytest.approx(statistics.fmean(sent_out))
+    assert row.input_tokens["off"] == 0

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 
 import pytest
 
-from llmload.analysis.reconcile import check_inputs, input_summary, tally
+from llmload.analysis.reconcile import check_inputs, length_summary, tally
 from llmload.analysis.rung_tally import sweep_rows, tally_rungs
 from llmload.core.config import ConfigError, parse_config
 from llmload.core.records import RequestRecord
@@ -35,6 +36,10 @@ def record(i: int, prompt_tokens: int, asked: int | None = 64) -> RequestRecord:
     )
 
 
+def input_summary(sent: list[int], asked: list[int], off: int = 0) -> dict | None:
+    return length_summary(Counter(sent), Counter(asked), off)
+
+
 def test_summary_and_miss():
     assert input_summary([64, 64, 65, 63], [64] * 4) == {
         "asked": 64,
@@ -56,7 +61,7 @@ def test_summary_and_miss():
 def test_drawn_lengths_are_summarised_against_each_request_s_own_ask():
     records = [record(0, 100, 100), record(1, 41, 40), record(2, 23, 20)]
     counts = tally(r.to_dict() for r in records)
-    summary = input_summary(counts.inputs, counts.inputs_asked, counts.inputs_off)
+    summary = counts.inputs.summary()
     assert summary["asked"] == pytest.approx(160 / 3) and summary["asked_p50"] == 40
     assert summary["off"] == 1  # 23 for 20; 41 for 40 is within a token
     table = render(sweep_rows(tally_rungs(records)))

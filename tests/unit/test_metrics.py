@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from llmload.analysis.metrics import itl_gaps_us, itl_is_per_chunk, itl_ms, meets_slo, tpot_ms
 from llmload.analysis.rung_tally import (
     GapHistogram,
-    _summarize_ints,
     summarize_array,
     tally_records,
     tally_rungs,
@@ -228,5 +227,5 @@ def test_numpy_summary_rejects_what_summarize_rejects():
 
 
 def test_input_token_summary_of_ints_beyond_int64():
-    values = [2**70, 1, 128]
-    assert _summarize_ints(values, [90.0]) == summarize(values, [90.0])
+    values = [2**70, 1, 128]  # the input lengths are a histogram (reconcile.LengthTally)
+    assert summarize_counts(Counter(values), [90.0]) == summarize(values, [90.0])
