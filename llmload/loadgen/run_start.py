@@ -21,6 +21,7 @@ from llmload.analysis.capacity import CapacitySearch
 from llmload.analysis.health import health_path
 from llmload.core.config import SweepConfig
 from llmload.core.lengths import as_lengths
+from llmload.core.prompt_files import load_prompt_file
 from llmload.core.records import RecordWriter
 from llmload.core.run_files import RunFiles
 from llmload.loadgen.capacity_probes import CapacityProbes
@@ -30,7 +31,7 @@ from llmload.loadgen.record_sinks import FirstBadRequest, RungReconciler, count_
 from llmload.loadgen.run_state import RecordSink, RunState
 from llmload.loadgen.stage_plan import check_users_per_process, plan_stages, stall_limit
 from llmload.loadgen.stage_protocol import StageProtocol
-from llmload.loadgen.workload import calibrate, load_prompt_file, workload_for
+from llmload.loadgen.workload import calibrate, workload_for
 
 log = logging.getLogger("llmload")
 

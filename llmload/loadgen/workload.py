@@ -48,7 +48,7 @@ from typing import Any
 
 from llmload.core.config import ConfigError, SweepConfig
 from llmload.core.lengths import as_lengths
-from llmload.core.prompt_files import load_prompt_file as load_prompt_file  # its home before core
+from llmload.core.prompt_files import load_prompt_file
 from llmload.loadgen.payload import endpoint_path
 
 # Common English words; real BPE tokenizers give about one token each (with the leading space).
