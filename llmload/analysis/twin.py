@@ -12,7 +12,10 @@ model (llmload.analysis.twin_fit), the verdict, and predictions after a change.
   waits for the step in progress to end, and which step each request of a rung's burst joins is
   a sub-millisecond race, so the same server's TTFT median of such a rung moves by up to a step
   from run to run (the simulator's own c10 of the default ladder: 66, 82, 128 and 129 ms in four
-  runs of the same model, 2026-12-02). The other figures are shown, not judged: per-request tok/s
+  runs of the same model, 2026-12-02); and never under `TTFT_FLOOR_MS`: on a 2-core machine running
+  the replay and the prediction side by side, the client and the simulator read a chunk some ms
+  late now and then (a c1 TTFT of 24 ms read 28 ms with the prediction's burst beside it). The
+  other figures are shown, not judged: per-request tok/s
   follows agg tok/s, TPOT p50 follows the steps, and TTFT p99 of a rung is its slowest request.
 - a change (`Change`): a component of the step `C` ms (constant, or a + b x batch) made `K`
   times faster removes `C x (1 - 1/K)` from every step (base_ms and per_seq_ms); `step_scale`
@@ -39,6 +42,7 @@ from llmload.core.names import rung_name
 
 FIGURES = ("agg_tok_s", "per_req_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "goodput_req_s")
 TOLERANCES_PCT = {"agg_tok_s": 3.0, "ttft_p50_ms": 10.0}
+TTFT_FLOOR_MS = 5.0  # a loaded event loop (the client's, the server's) reads a chunk this late now and then
 SHOWN = {
     "agg_tok_s": "agg_tok/s",
     "per_req_tok_s": "per_req_tok/s",
@@ -135,7 +139,7 @@ class Verdict:
         if self.fits:
             return (
                 f"verdict: the twin fits (every rung: agg_tok/s within {TOLERANCES_PCT['agg_tok_s']:g} %, "
-                f"ttft_p50 within {TOLERANCES_PCT['ttft_p50_ms']:g} % or one step)"
+                f"ttft_p50 within {TOLERANCES_PCT['ttft_p50_ms']:g} %, {TTFT_FLOOR_MS:g} ms or one step)"
             )
         return "verdict: does not fit: " + "; ".join(self.breaks)
 
@@ -143,6 +147,10 @@ class Verdict:
 def ttft_tolerance_ms(measured_ms: float, conc: int, params: TwinParams) -> tuple[float, str]:
     """(tolerance in ms, what it is) of a rung's TTFT p50 (module docstring)."""
     pct = abs(measured_ms) * TOLERANCES_PCT["ttft_p50_ms"] / 100.0
+    if pct < TTFT_FLOOR_MS:
+        pct = TTFT_FLOOR_MS
+        if conc <= 1:
+            return pct, f"{TTFT_FLOOR_MS:g} ms (10 % is less)"
     if conc <= 1:
         return pct, f"{TOLERANCES_PCT['ttft_p50_ms']:g} %"
     batch = min(conc, params.max_num_seqs or conc)
