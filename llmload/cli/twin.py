@@ -179,14 +179,17 @@ def fit_run(result: RunResult, info: dict[str, Any]) -> TwinFit:
 
 
 def ladder_of(info: dict[str, Any], rungs: list[int | float] | None, source: str) -> dict[str, Any]:
-    """The run's own ladder (its run file's config), with other rungs when asked; checked."""
+    """The run's own ladder (its run file's config), with other rungs when asked; checked (a bad
+    --rungs is named as the flag)."""
     config = dict(info["config"])
     if rungs is not None:
         config["rungs"] = rungs
     try:
         parse_config(config, source=source)
     except ConfigError as e:
-        raise ConfigError(str(e).replace(f"{source}: 'rungs'", "--rungs")) from None
+        if rungs is None:
+            raise
+        raise ConfigError(f"--rungs {','.join(map(str, rungs))}: {str(e).removeprefix(source + ': ')}") from None
     return config
 
 
