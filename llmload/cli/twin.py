@@ -189,7 +189,8 @@ def ladder_of(info: dict[str, Any], rungs: list[int | float] | None, source: str
     except ConfigError as e:
         if rungs is None:
             raise
-        raise ConfigError(f"--rungs {','.join(map(str, rungs))}: {str(e).removeprefix(source + ': ')}") from None
+        given = ",".join(map(str, rungs))
+        raise ConfigError(f"--rungs {given}: {str(e).removeprefix(source + ': ')}") from None
     return config
 
 
