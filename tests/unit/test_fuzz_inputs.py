@@ -701,9 +701,9 @@ def cli_dir(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 SLO_FLAGS = ["--slo-ttft-ms", "--slo-tpot-ms", "--slo-e2el-ms"]
-SWEEP_FLAGS = ["--host", "--ladder", "--run-dir", "--sim", "--endpoint", "--format", "--fail-on-divergence",
-               "--rungs", "--max-tokens", "--requests-per-user", "--records", "--csv", "--html",
-               "--api-key", "--slo-ttft-ms", "--users", "--"]  # fmt: skip
+SWEEP_FLAGS = ["--host", "--ladder", "--run-dir", "--sim", "--sim-file", "--endpoint", "--format",
+               "--fail-on-divergence", "--rungs", "--max-tokens", "--requests-per-user", "--records",
+               "--csv", "--html", "--api-key", "--slo-ttft-ms", "--users", "--"]  # fmt: skip
 # name -> (positional arguments, flags, the exit codes of an accepted command line)
 COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {
     "sweep": ([], SWEEP_FLAGS, (0,)),
