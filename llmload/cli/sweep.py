@@ -119,7 +119,8 @@ def sim_file_flags(path: Path) -> list[tuple[str, str]]:
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"{where}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+        why = " ".join(str(getattr(e, "strerror", None) or e).split())  # YAML's message spans lines
+        raise ConfigError(f"{where}: cannot read: {why[:200]}") from None
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
         raise ConfigError(f"{where}: expected a mapping of simulator settings (base_ms: 27.2, ...)")
     pairs = []
