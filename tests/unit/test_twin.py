@@ -160,6 +160,8 @@ def test_ttft_tolerance():
     assert ttft_tolerance_ms(30, 1, params)[0] == 5.0
     assert ttft_tolerance_ms(100, 4, params) == (22, "one step at batch 4, 22.0 ms")
     assert ttft_tolerance_ms(100, 4, TwinParams(10, 3, 0, 1, 2))[0] == 16  # the batch limit's batch
+    queued = ttft_tolerance_ms(800, 8, TwinParams(27.2, 6, 0, 4.5, 3), step_spread=5)  # requests waited
+    assert queued[0] == pytest.approx(6 * 45.2) and queued[1].startswith("6 steps at batch 3")
 
 
 def test_prediction_rows_mark_the_rungs_not_measured():
