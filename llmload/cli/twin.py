@@ -53,6 +53,7 @@ from llmload.analysis.twin import (
     run_figures,
 )
 from llmload.analysis.twin_fit import TwinFit, TwinFitError, TwinParams, fit_accept_len, fit_twin, usable
+from llmload.cli.budget import budget_file
 from llmload.core.checks import flag_type
 from llmload.core.config import ConfigError, parse_config
 from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED, NO_FIT, OK
@@ -66,12 +67,6 @@ from llmload.servers.process import die_with_parent
 PROG = "llmload twin"
 STOP_POLL_S = 0.2
 CALIBRATION_STEP_MS = 2.0
-
-
-def _path(text: str) -> Path:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("empty path")
-    return Path(text)
 
 
 def _rungs(text: str) -> list[int | float]:
@@ -98,7 +93,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--format", choices=["table", "markdown", "json"], default="table")
     p.add_argument("--fit-only", action="store_true", help="fit and write twin_sim.yaml; no replay")
     p.add_argument(
-        "--config", type=_path, default=None, help="a budget YAML (config/budget.yaml): the component"
+        "--config", type=budget_file, default=None, help="a budget YAML (config/budget.yaml): the component"
     )
     p.add_argument("--component", default="", help="the component's name")
     p.add_argument(
