@@ -185,3 +185,12 @@ def test_a_change_removes_the_component_from_every_step():
         apply_change(params, Change(cost=CostModel(constant_ms=30), speedup=1e9))
     with pytest.raises(ConfigError, match="table"):
         apply_change(params, Change(cost=CostModel(table=((1, 1.0), (8, 2.0))), speedup=2))
+
+
+def test_the_fits_defaults_are_the_simulators():
+    """analysis/ imports only core/: the two simulator defaults the fit writes are copies, kept equal here."""
+    from llmload.analysis.twin_fit import MAX_DRAFT, SIM_DEFAULT_MAX_NUM_SEQS
+    from llmload.sim.config import SimConfig
+    from llmload.sim.engine import StepModel
+
+    assert (MAX_DRAFT, SIM_DEFAULT_MAX_NUM_SEQS) == (StepModel().max_draft, SimConfig().max_num_seqs)
