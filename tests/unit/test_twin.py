@@ -193,4 +193,4 @@ def test_the_fits_defaults_are_the_simulators():
     from llmload.sim.config import SimConfig
     from llmload.sim.engine import StepModel
 
-    assert (MAX_DRAFT, SIM_DEFAULT_MAX_NUM_SEQS) == (StepModel().max_draft, SimConfig().max_num_seqs)
+    assert (StepModel().max_draft, SimConfig().max_num_seqs) == (MAX_DRAFT, SIM_DEFAULT_MAX_NUM_SEQS)
