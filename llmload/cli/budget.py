@@ -31,7 +31,8 @@ from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.records import RecordFileError
 
 
-def _path(text: str) -> Path:
+def budget_file(text: str) -> Path:
+    """--config: the budget YAML's path (also `llmload twin --config`)."""
     if not text.strip():  # Path("") is the current folder: "cannot read ." would not name the flag
         raise argparse.ArgumentTypeError("empty path; give the budget YAML file")
     return Path(text)
@@ -57,7 +58,7 @@ def _config(args: argparse.Namespace) -> BudgetConfig:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llmload budget", description=__doc__.split("\n\n")[0])
     p.add_argument("sweep", help="a run or a sweep-table file")
-    p.add_argument("--config", type=_path, default=None, help="budget YAML (see config/budget.yaml)")
+    p.add_argument("--config", type=budget_file, default=None, help="budget YAML (see config/budget.yaml)")
     p.add_argument("--component", default="", help="the component's name")
     # each flag is checked by its budget-file key's own check
     p.add_argument(

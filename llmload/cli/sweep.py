@@ -4,6 +4,7 @@
     llmload sweep --host http://127.0.0.1:8000 [--ladder config/sweep.yaml]
     llmload sweep --rungs 1,2 --max-tokens 16             # any ladder option of the locustfile
     llmload sweep --sim accept_len=1 --sim base_ms=10 -- --rungs 1,2,4
+    llmload sweep --sim-file reports/twin-X/twin_sim.yaml  # the simulator `llmload twin` fitted
 
 Without --host it starts the simulator on a free loopback port and stops it afterwards.
 Options this command does not know (the ladder options: --rungs, --max-tokens, ...; see
@@ -28,6 +29,8 @@ import sys
 from argparse import Namespace
 from collections.abc import Sequence
 from pathlib import Path
+
+import yaml
 
 from llmload.analysis.determinism import diverged
 from llmload.analysis.postprocess import load_run
@@ -110,13 +113,33 @@ def _api_key(locust_args: Sequence[str]) -> str:
     return given[-1] if given else os.environ.get("LOCUST_API_KEY") or os.environ.get("OPENAI_API_KEY", "")
 
 
+def sim_file_flags(path: Path) -> list[tuple[str, str]]:
+    """`--sim-file`: a YAML mapping of simulator settings (KEY: VALUE, as `--sim KEY=VALUE`)."""
+    where = f"--sim-file {shown(str(path))}"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        why = " ".join(str(getattr(e, "strerror", None) or e).split())  # YAML's message spans lines
+        raise ConfigError(f"{where}: cannot read: {why[:200]}") from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise ConfigError(f"{where}: expected a mapping of simulator settings (base_ms: 27.2, ...)")
+    pairs = []
+    for key, value in data.items():
+        if isinstance(value, dict | list) or value is None:
+            raise ConfigError(f"{where}: {shown(key)}: expected a number, a word or true/false")
+        pairs.append((key.replace("-", "_"), str(value).lower() if isinstance(value, bool) else str(value)))
+    return pairs
+
+
 def check_input(args: argparse.Namespace, run_dir: Path, locust_args: Sequence[str]) -> list[str]:
     """Everything checkable before a process starts, Locust's own parse of its command line
-    included; returns the simulator's flags."""
+    included; returns the simulator's flags (--sim-file's, then --sim's: a key in both is refused)."""
+    sim = [*(sim_file_flags(args.sim_file) if getattr(args, "sim_file", None) else []), *args.sim]
     if args.host:
         check_host(args.host)
-        if args.sim:
-            raise ConfigError(f"--sim {args.sim[0][0]}: with --host no simulator is started")
+        if sim:
+            flag = "--sim-file" if getattr(args, "sim_file", None) else "--sim"
+            raise ConfigError(f"{flag} {sim[0][0]}: with --host no simulator is started")
     check_api_key(_api_key(locust_args))
     if args.ladder:
         load_config(args.ladder)
@@ -124,7 +147,7 @@ def check_input(args: argparse.Namespace, run_dir: Path, locust_args: Sequence[s
     options = locust_options(run_dir, locust_args, args.host)  # and every output path Locust writes
     if options is not None:
         run_config(options)  # the llmload flags' values, as the Locust process will check them
-    return sim_args(args.sim)
+    return sim_args(sim)
 
 
 def locust_errors(log: Path) -> list[str]:
@@ -191,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--sim", type=_sim_flag, action="append", default=[], help="simulator flag KEY=VALUE, repeatable"
+    )
+    p.add_argument(
+        "--sim-file",
+        type=Path,
+        default=None,
+        help="simulator settings from a YAML mapping (KEY: VALUE, e.g. `llmload twin`'s twin_sim.yaml)",
     )
     p.add_argument(
         "--endpoint",

@@ -17,6 +17,7 @@ INTERRUPTED = 4
 DIVERGED = 5  # --fail-on-divergence (llmload.analysis.determinism)
 OUTPUT_CHANGED = 6  # llmload compare --fail-on-output-change (llmload.analysis.output_identity)
 REGRESSED = 1  # llmload compare --fail-on-regression: a rung regressed (compare runs no requests)
+NO_FIT = 1  # llmload twin: the fitted simulator does not reproduce the run (the verdict says why)
 SERVER_UNUSABLE = 1  # llmload llama-server: no flavour builds, starts or generates tokens here
 
 EXIT_CODES: dict[int, str] = {

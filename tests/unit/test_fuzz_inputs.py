@@ -701,9 +701,9 @@ def cli_dir(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 SLO_FLAGS = ["--slo-ttft-ms", "--slo-tpot-ms", "--slo-e2el-ms"]
-SWEEP_FLAGS = ["--host", "--ladder", "--run-dir", "--sim", "--endpoint", "--format", "--fail-on-divergence",
-               "--rungs", "--max-tokens", "--requests-per-user", "--records", "--csv", "--html",
-               "--api-key", "--slo-ttft-ms", "--users", "--"]  # fmt: skip
+SWEEP_FLAGS = ["--host", "--ladder", "--run-dir", "--sim", "--sim-file", "--endpoint", "--format",
+               "--fail-on-divergence", "--rungs", "--max-tokens", "--requests-per-user", "--records",
+               "--csv", "--html", "--api-key", "--slo-ttft-ms", "--users", "--"]  # fmt: skip
 # name -> (positional arguments, flags, the exit codes of an accepted command line)
 COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {
     "sweep": ([], SWEEP_FLAGS, (0,)),
@@ -716,6 +716,8 @@ COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {
     "report": (["done"], ["--out"], (0,)),
     "budget": (["done"], ["--config", "--component", "--component-ms", "--accept-len", "--speedup",
                           "--format"], (0,)),
+    "twin": (["done"], ["--run-dir", "--format", "--fit-only", "--config", "--component", "--component-ms",
+                        "--speedup", "--step-scale", "--accept-len", "--rungs"], (0, 1)),
     "soak-report": (["done"], ["--config", "--format", "--no-files", "--no-png"], (0, 1)),
     "trace-stats": (["TRACE"], ["--speed", "--start-s", "--duration-s", "--bin-s", "--block-size",
                                 "--cache-blocks", "--format"], (0,)),
@@ -727,11 +729,11 @@ COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {
 def _main(name: str, monkeypatch: pytest.MonkeyPatch) -> Callable[[list[str]], int]:
     """The subcommand's `main`, with what it would start (a run, a server, a report's plots)
     replaced by `_start`."""
-    from llmload.cli import COMMANDS, capacity, llama_server, report, soak_report, sweep
+    from llmload.cli import COMMANDS, capacity, llama_server, report, soak_report, sweep, twin
 
     started = [(sweep, "run_sweep"), (capacity, "run_sweep"), (capacity, "capacity_plot"),
                (report, "write_report"), (llama_server, "_serve"),
-               (soak_report, "write_outputs")]  # fmt: skip
+               (soak_report, "write_outputs"), (twin, "start_sweep")]  # fmt: skip
     for module, attribute in started:
         monkeypatch.setattr(module, attribute, _start)
     return importlib.import_module(COMMANDS[name][0]).main  # type: ignore[no-any-return]
@@ -742,7 +744,7 @@ REPO_TRACE = Path(__file__).resolve().parents[2] / "config" / "sample-trace.json
 
 @pytest.mark.parametrize(
     "name",
-    ["sweep", "table", "compare", "capacity", "report", "budget", "soak-report", "trace-stats",
+    ["sweep", "table", "compare", "capacity", "report", "budget", "twin", "soak-report", "trace-stats",
      "llama-server", "locustfile"],
 )  # fmt: skip
 def test_command_line_flags(cli_dir, monkeypatch, name):

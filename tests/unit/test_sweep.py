@@ -180,3 +180,38 @@ def test_a_long_sim_flag_is_quoted_short(flags):
     with pytest.raises(ConfigError) as refused:
         sim_args(flags)
     assert len(str(refused.value)) <= 300 and "\n" not in str(refused.value)
+
+
+def test_a_sim_file_gives_the_settings_of_sim_flags(tmp_path):
+    """`--sim-file` (llmload twin's twin_sim.yaml): each KEY: VALUE is `--sim KEY=VALUE`, checked
+    by the simulator's parser; a key also given with --sim, a file that is not a mapping of plain
+    values, or a value the simulator refuses is one line naming the flag."""
+    import argparse
+
+    from llmload.cli.sweep import check_input, sim_file_flags
+    from llmload.core.config import ConfigError
+
+    good = tmp_path / "twin_sim.yaml"
+    good.write_text("base_ms: 10.5\nper_seq_ms: 3\nignore_eos_unsupported: true\n")
+    assert sim_file_flags(good) == [
+        ("base_ms", "10.5"),
+        ("per_seq_ms", "3"),
+        ("ignore_eos_unsupported", "true"),
+    ]
+
+    def check(sim_file, sim=()):
+        args = argparse.Namespace(host="", sim=list(sim), sim_file=sim_file, ladder="")
+        return check_input(args, tmp_path / "run", [])
+
+    assert check(good) == ["--base-ms", "10.5", "--per-seq-ms", "3", "--ignore-eos-unsupported"]
+    with pytest.raises(ConfigError, match="base_ms given twice"):
+        check(good, [("base_ms", "2")])
+    for text, why in (("- 1\n", "expected a mapping"), ("base_ms: [1]\n", "expected a number"),
+                      ("base_ms: -1\n", "base_ms"), ("a: [\n", "cannot read")):  # fmt: skip
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=why) as refused:
+            check(bad)
+        assert "\n" not in str(refused.value) and str(refused.value).startswith("--sim")
+    with pytest.raises(ConfigError, match="^--sim-file .*: cannot read"):
+        check(tmp_path / "missing.yaml")

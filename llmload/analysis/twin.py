@@ -1,0 +1,371 @@
+"""The what-if twin's tables: a measured run beside the simulator's replay of it with the fitted
+model (llmload.analysis.twin_fit), the verdict, and predictions after a change.
+
+- figures per rung, under the sweep JSON's keys: `agg_tok_s`, `per_req_tok_s`, `ttft_p50_ms`
+  (the sweep row), `ttft_p99_ms`, `tpot_p50_ms` (the rung's latency metrics) and, when the run
+  has SLOs, `goodput_req_s` (requests meeting every SLO per second);
+- rows: measured, twin and the twin's error in % ((twin - measured) / measured), rung by rung;
+- verdict: the twin fits when the fit found nothing the model cannot express and every rung's
+  errors are within `TOLERANCES_PCT`; else "does not fit", naming each figure that breaks it.
+  Agg tok/s is judged at 3 %: the decode step model sets it directly. TTFT p50 at 10 %, or, in a
+  rung of more than one user, one decode step at the rung's batch when that is more: a request
+  waits for the step in progress to end, and which step each request of a rung's burst joins is
+  a sub-millisecond race, so the same server's TTFT median of such a rung moves by up to a step
+  from run to run (the simulator's own c10 of the default ladder: 66, 82, 128 and 129 ms in four
+  runs of the same model, 2026-12-02); and never under `TTFT_FLOOR_MS`: on a 2-core machine running
+  the replay and the prediction side by side, the client and the simulator read a chunk some ms
+  late now and then (a c1 TTFT of 24 ms read 28 ms with the prediction's burst beside it). In a
+  rung above the batch limit the admission order is the same race, and swapping two requests
+  moves every later admission by their difference in steps: there the step count is one plus
+  the rung's spread of steps per request (most minus fewest chunks). The other figures are shown,
+  not judged: per-request tok/s follows agg tok/s, TPOT p50 follows the steps, and TTFT p99 of a
+  rung is its slowest request.
+- a change (`Change`): a component of the step `C` ms (constant, or a + b x batch) made `K`
+  times faster removes `C x (1 - 1/K)` from every step (base_ms and per_seq_ms); `step_scale`
+  multiplies every step cost; `accept_len` replaces the acceptance length. The prediction's rows
+  hold the measured rung of the same concurrency where there is one, else they are extrapolated,
+  and the Amdahl bound of `llmload budget` (the same component, the measured step time) beside.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tabulate import tabulate
+
+from llmload.analysis.budget import CostModel, amdahl_gain
+from llmload.analysis.postprocess import RunResult
+from llmload.analysis.twin_fit import TwinFit, TwinParams, usable
+from llmload.core.config import ConfigError
+from llmload.core.names import rung_name
+
+FIGURES = ("agg_tok_s", "per_req_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "goodput_req_s")
+TOLERANCES_PCT = {"agg_tok_s": 3.0, "ttft_p50_ms": 10.0}
+TTFT_FLOOR_MS = 5.0  # a loaded event loop (the client's, the server's) reads a chunk this late now and then
+SHOWN = {
+    "agg_tok_s": "agg_tok/s",
+    "per_req_tok_s": "per_req_tok/s",
+    "ttft_p50_ms": "ttft_p50",
+    "ttft_p99_ms": "ttft_p99",
+    "tpot_p50_ms": "tpot_p50",
+    "goodput_req_s": "goodput/s",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RungFigures:
+    rung: int
+    conc: int
+    figures: dict[str, float | None]
+    partial: bool = False
+    step_spread: int = 0  # most minus fewest steps (chunks) of the rung's completed requests
+
+
+def run_figures(result: RunResult) -> list[RungFigures]:
+    """A run's figures per rung (it must have been loaded with its metrics)."""
+    if result.metrics is None:
+        raise ValueError("load the run with with_metrics=True")
+    steps: dict[int, list[int]] = {}
+    for rec in result.iter_records():
+        if usable(rec):
+            steps.setdefault(rec.rung, []).append(len(rec.chunk_times))
+    out = []
+    for row, m in zip(result.rows, result.metrics, strict=True):
+        ttft, tpot = m.latencies.get("ttft"), m.latencies.get("tpot")
+        figures: dict[str, float | None] = {
+            "agg_tok_s": row.agg_tok_s,
+            "per_req_tok_s": row.per_req_tok_s,
+            "ttft_p50_ms": row.ttft_p50_ms,
+            "ttft_p99_ms": None if ttft is None else ttft.percentiles.get(99.0),
+            "tpot_p50_ms": None if tpot is None else tpot.median,
+        }
+        if m.slo:
+            figures["goodput_req_s"] = m.goodput_request_s
+        counts = steps.get(row.rung) or [0]
+        spread = max(counts) - min(counts)
+        out.append(RungFigures(row.rung, row.conc, figures, row.partial or bool(row.failures), spread))
+    return out
+
+
+def error_pct(measured: float | None, other: float | None) -> float | None:
+    if measured is None or other is None or measured == 0:
+        return None
+    return (other - measured) / measured * 100.0
+
+
+@dataclass(frozen=True, slots=True)
+class TwinRow:
+    """One rung: the measured figures (None: not measured, extrapolated) and the model's."""
+
+    rung: int
+    conc: int
+    measured: dict[str, float | None] | None
+    model: dict[str, float | None]
+    partial: bool = False
+    step_spread: int = 0  # of the measured rung (RungFigures)
+
+    @property
+    def extrapolated(self) -> bool:
+        return self.measured is None
+
+    def errors(self) -> dict[str, float | None]:
+        if self.measured is None:
+            return {}
+        return {k: error_pct(self.measured.get(k), v) for k, v in self.model.items()}
+
+
+def replay_rows(measured: Sequence[RungFigures], twin: Sequence[RungFigures]) -> list[TwinRow]:
+    """The replay beside the run, rung by rung (the same ladder: the same rung indices)."""
+    theirs = {r.rung: r for r in twin}
+    rows = []
+    for m in measured:
+        t = theirs.get(m.rung)
+        model = t.figures if t is not None else dict.fromkeys(m.figures)
+        partial = m.partial or t is None or t.partial
+        rows.append(TwinRow(m.rung, m.conc, m.figures, model, partial, m.step_spread))
+    return rows
+
+
+def prediction_rows(measured: Sequence[RungFigures], predicted: Sequence[RungFigures]) -> list[TwinRow]:
+    """The prediction's rungs beside the measured rung of the same concurrency, if any."""
+    by_conc: dict[int, RungFigures] = {}
+    for m in measured:
+        by_conc.setdefault(m.conc, m)
+    rows = []
+    for p in predicted:
+        same = by_conc.get(p.conc)
+        rows.append(TwinRow(p.rung, p.conc, None if same is None else same.figures, p.figures, p.partial))
+    return rows
+
+
+@dataclass(slots=True)
+class Verdict:
+    fits: bool
+    breaks: list[str] = field(default_factory=list)  # each figure (or fit check) that breaks it
+
+    def line(self) -> str:
+        if self.fits:
+            return (
+                f"verdict: the twin fits (every rung: agg_tok/s within {TOLERANCES_PCT['agg_tok_s']:g} %, "
+                f"ttft_p50 within {TOLERANCES_PCT['ttft_p50_ms']:g} %, {TTFT_FLOOR_MS:g} ms or a step's race)"
+            )
+        return "verdict: does not fit: " + "; ".join(self.breaks)
+
+
+def ttft_tolerance_ms(
+    measured_ms: float, conc: int, params: TwinParams, step_spread: int = 0
+) -> tuple[float, str]:
+    """(tolerance in ms, what it is) of a rung's TTFT p50 (module docstring)."""
+    ten = f"{TOLERANCES_PCT['ttft_p50_ms']:g} %"
+    pct = abs(measured_ms) * TOLERANCES_PCT["ttft_p50_ms"] / 100.0
+    if pct < TTFT_FLOOR_MS:
+        pct, ten = TTFT_FLOOR_MS, f"{TTFT_FLOOR_MS:g} ms (10 % is less)"
+    if conc <= 1:
+        return pct, ten
+    batch = min(conc, params.max_num_seqs or conc)
+    step = params.base_ms + params.per_seq_ms * batch
+    steps, what = 1, f"one step at batch {batch}"
+    if params.max_num_seqs is not None and conc > params.max_num_seqs and step_spread > 0:
+        steps, what = 1 + step_spread, f"{1 + step_spread} steps at batch {batch} (queued: one + the spread)"
+    if step * steps <= pct:
+        return pct, ten
+    return step * steps, f"{what}, {step * steps:.1f} ms"
+
+
+def judge(fit: TwinFit, rows: Sequence[TwinRow]) -> Verdict:
+    """Fits when the fit found no problem and every replayed rung is within the tolerances."""
+    breaks = list(fit.problems)
+    for row in rows:
+        name = rung_name(row.rung, row.conc)
+        if row.partial:
+            breaks.append(f"{name}: not every request completed (measured or twin)")
+            continue
+        errors = row.errors()
+        for key in TOLERANCES_PCT:
+            err = errors.get(key)
+            if err is None:
+                breaks.append(f"{name}: no {SHOWN[key]} to compare")
+                continue
+            if key == "ttft_p50_ms":
+                measured = (row.measured or {})[key] or 0.0
+                off_ms = (row.model[key] or 0.0) - measured
+                limit_ms, what = ttft_tolerance_ms(measured, row.conc, fit.params, row.step_spread)
+                if abs(off_ms) > limit_ms:
+                    breaks.append(
+                        f"{name} {SHOWN[key]} off by {off_ms:+.1f} ms ({err:+.1f} %; tolerance {what})"
+                    )
+            elif abs(err) > TOLERANCES_PCT[key]:
+                breaks.append(
+                    f"{name} {SHOWN[key]} off by {err:+.1f} % (tolerance {TOLERANCES_PCT[key]:g} %)"
+                )
+    return Verdict(not breaks, breaks)
+
+
+# --- changes ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What the prediction changes in the fitted model (every field optional)."""
+
+    cost: CostModel | None = None  # a component of the step ...
+    speedup: float | None = None  # ... made this many times faster
+    step_scale: float | None = None
+    accept_len: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.cost is None and self.step_scale is None and self.accept_len is None
+
+    def describe(self) -> str:
+        parts = []
+        if self.cost is not None:
+            parts.append(f"{self.cost.name} ({self.cost.describe()}) {self.speedup:g}x faster")
+        if self.step_scale is not None:
+            parts.append(f"every step x {self.step_scale:g}")
+        if self.accept_len is not None:
+            parts.append(f"accept_len {self.accept_len:g}")
+        return ", ".join(parts) or "no change"
+
+
+def _linear(cost: CostModel) -> tuple[float, float]:
+    if cost.constant_ms is not None:
+        return cost.constant_ms, 0.0
+    if cost.linear is not None:
+        return cost.linear
+    raise ConfigError(
+        f"{cost.name}: a cost table by batch size is not a step the simulator runs; give cost_ms as a "
+        "number or {linear: {a, b}}"
+    )
+
+
+def apply_change(params: TwinParams, change: Change) -> TwinParams:
+    """The fitted model after the change (module docstring); ConfigError when a step cost would
+    go below zero or the accept length is outside the simulator's range."""
+    base, per_seq, prefill = params.base_ms, params.per_seq_ms, params.prefill_ms_per_token
+    if change.cost is not None:
+        if change.speedup is None:
+            raise ConfigError("--speedup K: how many times faster the component becomes")
+        a, b = _linear(change.cost)
+        saved = 1.0 - 1.0 / change.speedup
+        base, per_seq = base - a * saved, per_seq - b * saved
+        if base < 0 or per_seq < 0:
+            raise ConfigError(
+                f"{change.cost.name}: {change.cost.describe()} is more than the fitted step "
+                f"({params.base_ms:.2f} + {params.per_seq_ms:.2f} x batch ms)"
+            )
+    if change.step_scale is not None:
+        base, per_seq, prefill = (v * change.step_scale for v in (base, per_seq, prefill))
+    accept, sim_accept = params.accept_len, params.sim_accept_len
+    if change.accept_len is not None:
+        accept = change.accept_len
+        if not 1.0 <= accept <= 1 + params.max_draft:
+            raise ConfigError(
+                f"--accept-len: {accept:g} is outside the simulator's [1, {1 + params.max_draft}]"
+            )
+        if sim_accept is not None and params.accept_len > 1.0:  # the same calibration of the draws
+            sim_accept = 1.0 + (accept - 1.0) * (sim_accept - 1.0) / (params.accept_len - 1.0)
+    return replace(
+        params,
+        base_ms=base,
+        per_seq_ms=per_seq,
+        prefill_ms_per_token=prefill,
+        accept_len=accept,
+        sim_accept_len=sim_accept,
+    )
+
+
+def amdahl_bound(row: TwinRow, params: TwinParams, change: Change) -> float | None:
+    """`llmload budget`'s gain for the row's measured rung (its step time from agg tok/s and the
+    fitted accept length), when the change is a component made faster."""
+    if change.cost is None or change.speedup is None or row.measured is None:
+        return None
+    agg = row.measured.get("agg_tok_s")
+    if not agg:
+        return None
+    step_ms = row.conc * params.accept_len / agg * 1000.0
+    try:
+        return amdahl_gain(step_ms, change.cost.cost_ms(row.conc), change.speedup)
+    except (ConfigError, ZeroDivisionError):
+        return None
+
+
+# --- presentation ----------------------------------------------------------------------------
+
+
+def _num(value: float | None, decimals: int = 1) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.{decimals}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}"
+
+
+def _keys(rows: Sequence[TwinRow]) -> list[str]:
+    present = {k for r in rows for k in r.model} | {k for r in rows for k in (r.measured or {})}
+    return [k for k in FIGURES if k in present]
+
+
+def params_line(params: TwinParams) -> str:
+    limit = params.max_num_seqs if params.max_num_seqs is not None else "none reached"
+    return (
+        f"step_ms = {params.base_ms:.2f} + {params.per_seq_ms:.3f} x batch + "
+        f"{params.prefill_ms_per_token:.4f} x prompt tokens admitted; accept_len {params.accept_len:.2f}; "
+        f"max_num_seqs {limit}"
+    )
+
+
+def replay_table(rows: Sequence[TwinRow], fmt: str) -> str:
+    keys = _keys(rows)
+    header = ["conc"] + [f"{SHOWN[k]} {part}" for k in keys for part in ("meas", "twin", "err%")]
+    body = []
+    for r in rows:
+        errors = r.errors()
+        cells = [str(r.conc) + ("!" if r.partial else "")]
+        for k in keys:
+            cells += [_num((r.measured or {}).get(k)), _num(r.model.get(k)), _pct(errors.get(k))]
+        body.append(cells)
+    return tabulate(body, headers=header, tablefmt=_TABLEFMT[fmt], disable_numparse=True, stralign="right")
+
+
+def prediction_table(rows: Sequence[TwinRow], params: TwinParams, change: Change, fmt: str) -> str:
+    keys = _keys(rows)
+    header = ["conc"] + [f"{SHOWN[k]} {part}" for k in keys for part in ("meas", "pred", "gain%")]
+    if change.cost is not None:
+        header.append("amdahl%")
+    body = []
+    for r in rows:
+        errors = r.errors()
+        cells = [str(r.conc) + (" (extrapolated)" if r.extrapolated else "")]
+        for k in keys:
+            cells += [_num((r.measured or {}).get(k)), _num(r.model.get(k)), _pct(errors.get(k))]
+        if change.cost is not None:
+            bound = amdahl_bound(r, params, change)
+            cells.append(_pct(None if bound is None else bound * 100.0))
+        body.append(cells)
+    return tabulate(body, headers=header, tablefmt=_TABLEFMT[fmt], disable_numparse=True, stralign="right")
+
+
+_TABLEFMT = {"table": "simple", "markdown": "github"}
+
+
+def row_dict(row: TwinRow, model_key: str) -> dict[str, Any]:
+    return {
+        "rung": row.rung,
+        "conc": row.conc,
+        "extrapolated": row.extrapolated,
+        "partial": row.partial,
+        "measured": row.measured,
+        model_key: row.model,
+        "error_pct" if model_key == "twin" else "gain_pct": row.errors()
+        if row.measured is not None
+        else None,
+    }
+
+
+def render_json(document: Mapping[str, Any]) -> str:
+    return json.dumps(document, indent=2, allow_nan=False, default=str)

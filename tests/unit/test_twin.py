@@ -1,0 +1,196 @@
+"""The twin's fit and verdict on records made by a small engine of known steps (a step function
+of batch and time, the simulator's acceptance draws), and its arithmetic (llmload.analysis.twin,
+llmload.analysis.twin_fit). The end-to-end tests (tests/e2e/test_twin.py) run the real simulator."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+
+from llmload.analysis.budget import CostModel
+from llmload.analysis.twin import (
+    Change,
+    RungFigures,
+    apply_change,
+    judge,
+    prediction_rows,
+    replay_rows,
+    ttft_tolerance_ms,
+)
+from llmload.analysis.twin_fit import TwinFitError, TwinParams, expected_steps, fit_accept_len, fit_twin
+from llmload.core.config import ConfigError
+from llmload.core.records import RequestRecord
+
+
+def engine_records(
+    rungs: list[int],
+    step_ms: Callable[[int, float], float],
+    *,
+    tokens: int = 64,
+    accept_len: float = 1.0,
+    prompt_tokens: int = 100,
+    prefill_ms_per_token: float = 0.0,
+    limit: int = 1000,
+    seed: int = 1,
+) -> list[RequestRecord]:
+    """What the simulator's engine gives a ladder of `rungs` (all users of a rung send at once,
+    one request each): steps of `step_ms(batch, seconds since start)` plus the prefill of what
+    they admit, k = 1 + Binomial(7, p) tokens a step, at most `limit` running."""
+    rng = random.Random(seed)
+    p = (accept_len - 1) / 7
+    out: list[RequestRecord] = []
+    now = 1000.0
+    for index, users in enumerate(rungs):
+        waiting = list(range(users))
+        running: dict[int, int] = {}  # user -> tokens so far
+        chunks: dict[int, list[float]] = {u: [] for u in waiting}
+        sent = now
+        while waiting or running:
+            admitted = []
+            while waiting and len(running) < limit:
+                u = waiting.pop(0)
+                running[u] = 0
+                admitted.append(u)
+            now += (
+                step_ms(len(running), now - 1000.0) + prefill_ms_per_token * prompt_tokens * len(admitted)
+            ) / 1000
+            for u in list(running):
+                k = min(1 + sum(rng.random() < p for _ in range(7)), tokens - running[u])
+                running[u] += k
+                chunks[u].append(now)
+                if running[u] >= tokens:
+                    del running[u]
+        for u, times in chunks.items():
+            out.append(
+                RequestRecord(
+                    request_id=f"{index}-{u}",
+                    rung=index,
+                    users=users,
+                    phase="measure",
+                    endpoint="completions",
+                    stream=True,
+                    max_tokens=tokens,
+                    t_start=sent,
+                    t_end=times[-1],
+                    t_first=times[0],
+                    prompt_tokens=prompt_tokens,
+                    output_tokens=tokens,
+                    chunks=len(times),
+                    chunk_times=[t - sent for t in times],
+                )
+            )
+        now += 1.0
+    return out
+
+
+def linear(base: float, per_seq: float) -> Callable[[int, float], float]:
+    return lambda batch, _t: base + per_seq * batch
+
+
+def test_a_linear_engine_is_fitted_exactly_and_fits():
+    fit = fit_twin(engine_records([1, 2, 4, 8], linear(10, 3), prefill_ms_per_token=0.05, limit=1000))
+    p = fit.params
+    assert (p.base_ms, p.per_seq_ms) == (pytest.approx(10), pytest.approx(3))
+    assert p.accept_len == 1.0 and p.max_num_seqs is None
+    assert fit.fits, fit.problems
+
+
+def test_the_prefill_of_requests_joining_a_running_batch_is_recovered():
+    # the batch limit makes requests join a running batch (when one of unequal length ends)
+    records = engine_records([1, 2, 6], linear(10, 3), accept_len=2, prefill_ms_per_token=0.05, limit=2)
+    fit = fit_twin(records)
+    assert fit.params.prefill_ms_per_token == pytest.approx(0.05, rel=1e-6)
+    assert fit.params.max_num_seqs == 2 and fit.queued_requests > 0
+
+
+def test_a_step_cost_not_linear_in_batch_does_not_fit():
+    fit = fit_twin(engine_records([1, 2, 4, 8, 16], lambda b, _t: 10 + 0.5 * b * b))
+    assert not fit.fits
+    assert any("not linear in batch" in p for p in fit.problems), fit.problems
+
+
+def test_a_step_time_that_drifts_does_not_fit():
+    fit = fit_twin(engine_records([1, 2, 4, 8], lambda b, t: (10 + 3 * b) * (1 + t / 60)))
+    assert any("drifts" in p for p in fit.problems), fit.problems
+
+
+def test_one_batch_size_is_not_enough():
+    with pytest.raises(TwinFitError, match="two"):
+        fit_twin(engine_records([1], linear(10, 3)))
+
+
+@pytest.mark.parametrize("accept", [1.5, 2.0, 4.5, 7.0])
+def test_the_accept_length_inverts_the_capped_steps(accept):
+    """Tokens per chunk read low (the last chunk is capped); the expected steps do not."""
+    records = engine_records([1, 2, 4, 8, 16, 32], linear(10, 3), tokens=40, accept_len=accept, seed=3)
+    pairs = [(r.output_tokens, r.chunks) for r in records]
+    assert fit_accept_len(pairs) == pytest.approx(accept, rel=0.03)
+    assert sum(t for t, _ in pairs) / sum(n for _, n in pairs) < accept  # the naive reading
+
+
+def test_expected_steps_of_the_plain_cases():
+    assert expected_steps(5, 1.0) == [0, 1, 2, 3, 4, 5]
+    assert expected_steps(16, 8.0)[16] == pytest.approx(2.0)  # every draft accepted: 8 a step
+
+
+def figures(agg: float, ttft: float, conc: int = 4, rung: int = 0) -> RungFigures:
+    return RungFigures(rung, conc, {"agg_tok_s": agg, "per_req_tok_s": agg / conc, "ttft_p50_ms": ttft})
+
+
+def test_the_verdict_names_each_figure_that_breaks_it():
+    fit = fit_twin(engine_records([1, 2, 4, 8], linear(10, 3)))
+    measured = [figures(100, 50, 1, 0), figures(300, 200, 8, 1)]
+    good = replay_rows(measured, [figures(102, 53, 1, 0), figures(295, 230, 8, 1)])
+    assert judge(fit, good).fits  # 2 %, +3 ms at c1 (the 5 ms floor), +30 ms at c8 (one step: 34 ms)
+    bad = replay_rows(measured, [figures(104, 50, 1, 0), figures(300, 250, 8, 1)])
+    verdict = judge(fit, bad)
+    assert not verdict.fits
+    assert verdict.breaks == [
+        "rung01 c1 agg_tok/s off by +4.0 % (tolerance 3 %)",
+        "rung02 c8 ttft_p50 off by +50.0 ms (+25.0 %; tolerance one step at batch 8, 34.0 ms)",
+    ]
+    assert verdict.line().startswith("verdict: does not fit: rung01 c1 agg_tok/s")
+
+
+def test_ttft_tolerance():
+    params = TwinParams(10, 3, 0, 1, None)
+    assert ttft_tolerance_ms(200, 1, params) == (20, "10 %")
+    assert ttft_tolerance_ms(30, 1, params)[0] == 5.0
+    assert ttft_tolerance_ms(100, 4, params) == (22, "one step at batch 4, 22.0 ms")
+    assert ttft_tolerance_ms(100, 4, TwinParams(10, 3, 0, 1, 2))[0] == 16  # the batch limit's batch
+    queued = ttft_tolerance_ms(800, 8, TwinParams(27.2, 6, 0, 4.5, 3), step_spread=5)  # requests waited
+    assert queued[0] == pytest.approx(6 * 45.2) and queued[1].startswith("6 steps at batch 3")
+
+
+def test_prediction_rows_mark_the_rungs_not_measured():
+    rows = prediction_rows(
+        [figures(100, 50, 1), figures(200, 60, 2, 1)], [figures(210, 55, 2), figures(380, 70, 4, 1)]
+    )
+    assert [(r.conc, r.extrapolated) for r in rows] == [(2, False), (4, True)]
+    assert rows[0].errors()["agg_tok_s"] == pytest.approx(5.0)
+
+
+def test_a_change_removes_the_component_from_every_step():
+    params = TwinParams(27.2, 6.0, 0.01, 4.5, None, sim_accept_len=4.6)
+    faster = apply_change(params, Change(cost=CostModel(constant_ms=0.8), speedup=470))
+    assert faster.base_ms == pytest.approx(27.2 - 0.8 * (1 - 1 / 470)) and faster.per_seq_ms == 6.0
+    lin = apply_change(params, Change(cost=CostModel(linear=(1.0, 0.5)), speedup=2))
+    assert (lin.base_ms, lin.per_seq_ms) == (pytest.approx(26.7), pytest.approx(5.75))
+    scaled = apply_change(params, Change(step_scale=0.5, accept_len=5.5))
+    assert (scaled.base_ms, scaled.per_seq_ms, scaled.prefill_ms_per_token) == (13.6, 3.0, 0.005)
+    assert scaled.accept_len == 5.5 and scaled.sim_accept_len == pytest.approx(1 + 4.5 * 3.6 / 3.5)
+    with pytest.raises(ConfigError, match="more than the fitted step"):
+        apply_change(params, Change(cost=CostModel(constant_ms=30), speedup=1e9))
+    with pytest.raises(ConfigError, match="table"):
+        apply_change(params, Change(cost=CostModel(table=((1, 1.0), (8, 2.0))), speedup=2))
+
+
+def test_the_fits_defaults_are_the_simulators():
+    """analysis/ imports only core/: the two simulator defaults the fit writes are copies, kept equal here."""
+    from llmload.analysis.twin_fit import MAX_DRAFT, SIM_DEFAULT_MAX_NUM_SEQS
+    from llmload.sim.config import SimConfig
+    from llmload.sim.engine import StepModel
+
+    assert (StepModel().max_draft, SimConfig().max_num_seqs) == (MAX_DRAFT, SIM_DEFAULT_MAX_NUM_SEQS)
