@@ -55,12 +55,10 @@ def _config(args: argparse.Namespace) -> BudgetConfig:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="llmload budget", description=__doc__.split("\n\n")[0])
-    p.add_argument("sweep", help="a run or a sweep-table file")
+def add_component_arguments(p: argparse.ArgumentParser) -> None:
+    """The component flags `budget` and `twin` share, each checked by its budget-file key's check."""
     p.add_argument("--config", type=budget_file, default=None, help="budget YAML (see config/budget.yaml)")
     p.add_argument("--component", default="", help="the component's name")
-    # each flag is checked by its budget-file key's own check
     p.add_argument(
         "--component-ms",
         type=flag_type(check_number, "cost_ms"),
@@ -79,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="what if the component were this many times faster",
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="llmload budget", description=__doc__.split("\n\n")[0])
+    p.add_argument("sweep", help="a run or a sweep-table file")
+    add_component_arguments(p)
     p.add_argument("--format", choices=["table", "markdown"], default="table")
     args = p.parse_args(argv)
     try:

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from llmload.analysis.budget import CostModel, check_number, check_positive, load_budget_config
+from llmload.analysis.budget import CostModel, check_positive, load_budget_config
 from llmload.analysis.postprocess import RunResult, load_run
 from llmload.analysis.server_metrics import load_server_metrics, metrics_path, read_samples
 from llmload.analysis.twin import (
@@ -53,7 +53,7 @@ from llmload.analysis.twin import (
     run_figures,
 )
 from llmload.analysis.twin_fit import TwinFit, TwinFitError, TwinParams, fit_accept_len, fit_twin, usable
-from llmload.cli.budget import budget_file
+from llmload.cli.budget import add_component_arguments
 from llmload.core.checks import flag_type
 from llmload.core.config import ConfigError, parse_config
 from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED, NO_FIT, OK
@@ -92,33 +92,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--format", choices=["table", "markdown", "json"], default="table")
     p.add_argument("--fit-only", action="store_true", help="fit and write twin_sim.yaml; no replay")
-    p.add_argument(
-        "--config", type=budget_file, default=None, help="a budget YAML (config/budget.yaml): the component"
-    )
-    p.add_argument("--component", default="", help="the component's name")
-    p.add_argument(
-        "--component-ms",
-        type=flag_type(check_number, "cost_ms"),
-        default=None,
-        help="the component's cost per step, ms (removed: C x (1 - 1/K))",
-    )
-    p.add_argument(
-        "--speedup",
-        type=flag_type(check_positive, "speedup"),
-        default=None,
-        help="K: the component K times faster",
-    )
+    add_component_arguments(p)  # --accept-len: predict with it (a better draft model)
     p.add_argument(
         "--step-scale",
         type=flag_type(check_positive, "step_scale"),
         default=None,
         help="every step cost times S (a faster GPU or kernel: S < 1)",
-    )
-    p.add_argument(
-        "--accept-len",
-        type=flag_type(check_positive, "accept_len"),
-        default=None,
-        help="predict with this acceptance length (a better draft model)",
     )
     p.add_argument(
         "--rungs",
