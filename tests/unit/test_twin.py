@@ -1,6 +1,6 @@
 """The twin's fit and verdict on records made by a small engine of known steps (a step function
 of batch and time, the simulator's acceptance draws), and its arithmetic (llmload.analysis.twin,
-llmload.analysis.twin_fit). The end-to-end tests (tests/e2e/test_twin.py) run the real simulator."""
+llmload.analysis.twin_fit). The end-to-end tests (tests/e2e/test_twin_e2e.py) run the real simulator."""
 
 from __future__ import annotations
 
