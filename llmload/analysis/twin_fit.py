@@ -12,7 +12,7 @@ those parameters, under the simulator's own names, from a run's records alone:
   (the engine starts the next step when one ends, as long as a sequence runs), so when some
   request has chunks in both, the time between the two clusters is the step's duration.
 - `base_ms`, `per_seq_ms`: least squares of duration against batch over the decode steps (steps
-  that admitted no request).
+  that admitted no request), both held >= 0 (a term the free fit puts below 0 is 0, noted).
 - `prefill_ms_per_token`: what the steps that admitted requests took beyond that line, against
   the prompt tokens they admitted (least squares through the origin; uncached tokens when the
   records say how many were cached).
@@ -279,6 +279,22 @@ def _lstsq(columns: Sequence[Sequence[float]], y: Sequence[float]) -> tuple[np.n
     return coef, se, math.sqrt(float(resid @ resid) / len(yv))
 
 
+def _nonnegative_line(batch: Sequence[float], dur: Sequence[float]) -> tuple[tuple[float, float], float, str]:
+    """(base, per_seq), rms residual, and which term was held at 0 ('' none): least squares of
+    duration on batch with both terms >= 0, as the simulator needs them. When the free line's
+    term is negative the constrained optimum has it at 0 (one active bound of a two-term fit): a
+    step nearly proportional to batch (a compute-bound CPU server) reads a base of a few ms
+    below 0 by noise."""
+    (base, per_seq), _, rms = _lstsq([[1.0] * len(dur), batch], dur)
+    if base < 0:
+        (per_seq,), _, rms = _lstsq([batch], dur)
+        return (0.0, float(per_seq)), rms, f"base_ms (free fit {base:.2f})"
+    if per_seq < 0:
+        (base,), _, rms = _lstsq([[1.0] * len(dur)], dur)
+        return (float(base), 0.0), rms, f"per_seq_ms (free fit {per_seq:.3f})"
+    return (float(base), float(per_seq)), rms, ""
+
+
 def _limit_from_metrics(samples: Iterable[dict[str, float]]) -> int | None:
     """The most requests running in a scrape where some waited (None: none waited)."""
     seen = [s["running"] for s in samples if s.get("waiting", 0) > 0 and "running" in s]
@@ -315,7 +331,7 @@ def fit_twin(
     batch = [float(s.batch) for s in decode]
     dur = [float(s.duration_ms or 0.0) for s in decode]
     ones = [1.0] * len(decode)
-    (base, per_seq), _, rms = _lstsq([ones, batch], dur)
+    (base, per_seq), rms, bound = _nonnegative_line(batch, dur)
     # drift: duration on batch and time together
     t0 = min(s.end for s in decode)
     minutes = [(s.end - t0) / 60.0 for s in decode]
@@ -376,6 +392,8 @@ def fit_twin(
         accept_from_counters=accept_from_counters,
         limit_from_metrics=_limit_from_metrics(scrapes),
     )
+    if bound:
+        fit.notes.append(f"{bound} is below 0: held at 0, the line fitted with the other term alone")
     _judge(fit)
     return fit
 
@@ -405,10 +423,6 @@ def _judge(fit: TwinFit) -> None:
             f"steps at batch {b} take {m:.1f} ms, the line {p.base_ms:.1f} + {p.per_seq_ms:.2f} x batch "
             f"says {p.base_ms + p.per_seq_ms * (b or 0):.1f} ({fit.linearity_pct:+.1f} %, limit "
             f"{LINEARITY_PCT:g} %): step cost not linear in batch"
-        )
-    if p.base_ms < 0 or p.per_seq_ms < 0:
-        fit.problems.append(
-            f"the fitted line has a negative term (base_ms {p.base_ms:.2f}, per_seq_ms {p.per_seq_ms:.2f})"
         )
     if fit.admit_steps == 0:
         fit.notes.append("no step admitted a request into a running batch: prefill_ms_per_token is 0")
