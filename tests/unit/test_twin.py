@@ -105,6 +105,17 @@ def test_the_prefill_of_requests_joining_a_running_batch_is_recovered():
     assert fit.params.max_num_seqs == 2 and fit.queued_requests > 0
 
 
+def test_with_no_request_joining_a_running_batch_the_idle_starts_give_the_prefill():
+    """Every user sends at once and all outputs are one token a step of equal length: no step
+    admits into a running batch; the first step of each rung starts an idle server, and its time
+    from the sends beyond the line is the prefill of the prompts it admitted."""
+    records = engine_records([1, 2, 4], linear(10, 3), prefill_ms_per_token=0.05)
+    fit = fit_twin(records)
+    assert fit.admit_steps == 0 and fit.idle_steps == 3
+    assert fit.params.prefill_ms_per_token == pytest.approx(0.05, rel=1e-6)
+    assert any("started an idle server" in n for n in fit.notes), fit.notes
+
+
 def test_a_step_cost_not_linear_in_batch_does_not_fit():
     fit = fit_twin(engine_records([1, 2, 4, 8, 16], lambda b, _t: 10 + 0.5 * b * b))
     assert not fit.fits
