@@ -12,10 +12,14 @@ those parameters, under the simulator's own names, from a run's records alone:
   (the engine starts the next step when one ends, as long as a sequence runs), so when some
   request has chunks in both, the time between the two clusters is the step's duration.
 - `base_ms`, `per_seq_ms`: least squares of duration against batch over the decode steps (steps
-  that admitted no request).
+  that admitted no request), both held >= 0 (a term the free fit puts below 0 is 0, noted).
 - `prefill_ms_per_token`: what the steps that admitted requests took beyond that line, against
   the prompt tokens they admitted (least squares through the origin; uncached tokens when the
-  records say how many were cached).
+  records say how many were cached). When no step admitted a request into a running batch (every
+  user of a rung sends together, requests of equal length end together), the steps that started
+  an idle server stand in: their time from the last of their sends to their end, beyond the line.
+  That time also holds the server's handling of the request, which a real server has and the
+  simulator's replay adds again, so this estimate reads high by that much (noted in the fit).
 - `accept_len`: the accept length whose expected number of steps (chunks) for each request's
   output length, the last step capped as the simulator caps it, adds up to the chunks received
   (`expected_steps`). Tokens per chunk alone would read low: the capped last chunk is short.
@@ -106,6 +110,7 @@ class Step:
     admitted: int  # requests whose first chunk came at its end
     prompt_tokens: int  # uncached prompt tokens of those
     duration_ms: float | None  # None when the step before it is not known to be its start
+    idle_ms: float | None = None  # a step that started an idle server: from the last send to its end
 
 
 @dataclass(slots=True)
@@ -115,6 +120,7 @@ class TwinFit:
     params: TwinParams
     decode_steps: int
     admit_steps: int
+    idle_steps: int  # steps that started an idle server, read for prefill when admit_steps is 0
     batches: dict[int, tuple[int, float]]  # decode steps by batch: (count, mean duration ms)
     residual_ms: float  # rms of the decode steps around the line
     drift_pct_per_min: float | None
@@ -137,6 +143,7 @@ class TwinFit:
             "parameters": self.params.as_dict(),
             "decode_steps": self.decode_steps,
             "admit_steps": self.admit_steps,
+            "idle_steps": self.idle_steps,
             "step_ms_by_batch": {str(b): {"steps": n, "mean_ms": m} for b, (n, m) in self.batches.items()},
             "residual_ms": self.residual_ms,
             "drift_pct_per_min": self.drift_pct_per_min,
@@ -206,7 +213,12 @@ def rung_steps(rung: int, records: Sequence[RequestRecord]) -> _Rung:
         new = [records[i] for i, j in members if j == 0]
         prompt = sum(max((r.prompt_tokens or 0) - (r.cached_tokens or 0), 0) for r in new)
         duration = (ends[k] - ends[k - 1]) * 1000.0 if k and follows[k] else None
-        steps.append(Step(rung, ends[k], len(members), len(new), prompt, duration))
+        idle = None
+        if len(new) == len(members):
+            last_send = max(r.t_start for r in new)
+            if k == 0 or ends[k - 1] < last_send:  # nothing ran when the last of them was sent
+                idle = (ends[k] - last_send) * 1000.0
+        steps.append(Step(rung, ends[k], len(members), len(new), prompt, duration, idle))
     largest = max((s.batch for s in steps), default=0)
     queued = 0
     for i, rec in enumerate(records):
@@ -279,6 +291,22 @@ def _lstsq(columns: Sequence[Sequence[float]], y: Sequence[float]) -> tuple[np.n
     return coef, se, math.sqrt(float(resid @ resid) / len(yv))
 
 
+def _nonnegative_line(batch: Sequence[float], dur: Sequence[float]) -> tuple[tuple[float, float], float, str]:
+    """(base, per_seq), rms residual, and which term was held at 0 ('' none): least squares of
+    duration on batch with both terms >= 0, as the simulator needs them. When the free line's
+    term is negative the constrained optimum has it at 0 (one active bound of a two-term fit): a
+    step nearly proportional to batch (a compute-bound CPU server) reads a base of a few ms
+    below 0 by noise."""
+    (base, per_seq), _, rms = _lstsq([[1.0] * len(dur), batch], dur)
+    if base < 0:
+        (per_seq,), _, rms = _lstsq([batch], dur)
+        return (0.0, float(per_seq)), rms, f"base_ms (free fit {base:.2f})"
+    if per_seq < 0:
+        (base,), _, rms = _lstsq([[1.0] * len(dur)], dur)
+        return (float(base), 0.0), rms, f"per_seq_ms (free fit {per_seq:.3f})"
+    return (float(base), float(per_seq)), rms, ""
+
+
 def _limit_from_metrics(samples: Iterable[dict[str, float]]) -> int | None:
     """The most requests running in a scrape where some waited (None: none waited)."""
     seen = [s["running"] for s in samples if s.get("waiting", 0) > 0 and "running" in s]
@@ -315,7 +343,7 @@ def fit_twin(
     batch = [float(s.batch) for s in decode]
     dur = [float(s.duration_ms or 0.0) for s in decode]
     ones = [1.0] * len(decode)
-    (base, per_seq), _, rms = _lstsq([ones, batch], dur)
+    (base, per_seq), rms, bound = _nonnegative_line(batch, dur)
     # drift: duration on batch and time together
     t0 = min(s.end for s in decode)
     minutes = [(s.end - t0) / 60.0 for s in decode]
@@ -338,15 +366,16 @@ def fit_twin(
                 continue  # within the scatter
             if worst_pct is None or abs(off) > abs(worst_pct):
                 worst_pct, worst_batch = off, b
-    # prefill: the admitting steps beyond the line, against their prompt tokens
+    # prefill: the admitting steps beyond the line, against their prompt tokens (or, when none
+    # admitted into a running batch, the steps that started an idle server: module docstring)
+    idle = [s for s in steps if s.idle_ms is not None and s.prompt_tokens > 0]
+    beyond = [(s.duration_ms, s) for s in admit] or [(s.idle_ms, s) for s in idle]
     prefill = 0.0
-    tokens = [float(s.prompt_tokens) for s in admit]
-    if admit and sum(t * t for t in tokens) > 0:
-        excess = [float(s.duration_ms or 0.0) - (base + per_seq * s.batch) for s in admit]
-        prefill = max(
-            sum(e * t for e, t in zip(excess, tokens, strict=True)) / sum(t * t for t in tokens), 0.0
-        )
-        prefill = float(prefill)
+    tokens = [float(s.prompt_tokens) for _, s in beyond]
+    if sum(t * t for t in tokens) > 0:
+        excess = [float(d or 0.0) - (base + per_seq * s.batch) for d, s in beyond]
+        through_origin = sum(e * t for e, t in zip(excess, tokens, strict=True)) / sum(t * t for t in tokens)
+        prefill = max(through_origin, 0.0)
     # the batch limit
     largest = max(r.largest for r in rungs)
     queued = sum(r.queued for r in rungs)
@@ -365,6 +394,7 @@ def fit_twin(
         params=params,
         decode_steps=len(decode),
         admit_steps=len(admit),
+        idle_steps=0 if admit else len(idle),
         batches=batches,
         residual_ms=float(rms),
         drift_pct_per_min=drift_pct,
@@ -376,6 +406,8 @@ def fit_twin(
         accept_from_counters=accept_from_counters,
         limit_from_metrics=_limit_from_metrics(scrapes),
     )
+    if bound:
+        fit.notes.append(f"{bound} is below 0: held at 0, the line fitted with the other term alone")
     _judge(fit)
     return fit
 
@@ -406,11 +438,12 @@ def _judge(fit: TwinFit) -> None:
             f"says {p.base_ms + p.per_seq_ms * (b or 0):.1f} ({fit.linearity_pct:+.1f} %, limit "
             f"{LINEARITY_PCT:g} %): step cost not linear in batch"
         )
-    if p.base_ms < 0 or p.per_seq_ms < 0:
-        fit.problems.append(
-            f"the fitted line has a negative term (base_ms {p.base_ms:.2f}, per_seq_ms {p.per_seq_ms:.2f})"
+    if fit.admit_steps == 0 and fit.idle_steps:
+        fit.notes.append(
+            f"no step admitted a request into a running batch: prefill_ms_per_token from {fit.idle_steps} "
+            "steps that started an idle server (it holds the server's request handling too)"
         )
-    if fit.admit_steps == 0:
+    elif fit.admit_steps == 0:
         fit.notes.append("no step admitted a request into a running batch: prefill_ms_per_token is 0")
     if p.max_num_seqs is None:
         fit.notes.append("no batch limit reached: max_num_seqs is the simulator's default")

@@ -255,9 +255,10 @@ def replayed(folder: Path) -> RunResult:
 
 def fit_lines(fit: TwinFit, sim_file: Path) -> list[str]:
     lines = [f"fitted: {params_line(fit.params)}"]
+    idle = f" ({fit.idle_steps} steps that started an idle server)" if fit.idle_steps else ""
     lines.append(
         f"  from {fit.decode_steps} decode steps (rms {fit.residual_ms:.2f} ms around the line) and "
-        f"{fit.admit_steps} admitting steps; {fit.queued_requests} requests waited for a place"
+        f"{fit.admit_steps} admitting steps{idle}; {fit.queued_requests} requests waited for a place"
     )
     if fit.params.sim_accept_len is not None:
         lines.append(

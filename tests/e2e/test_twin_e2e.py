@@ -35,6 +35,8 @@ MODELS: dict[str, dict[str, Any]] = {
     "limited": {"base_ms": 27.2, "per_seq_ms": 6.0, "accept_len": 4.5, "max_num_seqs": 3},
 }
 LLMLOAD = [sys.executable, "-m", "llmload"]
+# the default model's runs carry a goodput SLO: every request of rungs 1-4 meets it, few of rung 8's
+SLO = {"slo": {"e2el_ms": 950}}
 
 
 def sweep(folder: Path, sim: dict[str, Any], **ladder: Any) -> SweepRun:
@@ -61,7 +63,10 @@ def twin(run: SweepRun, folder: Path, *flags: str) -> tuple[int, dict[str, Any],
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SweepRun]:
     """One run of the ladder against each known model."""
-    return {name: sweep(tmp_path_factory.mktemp(name), sim) for name, sim in MODELS.items()}
+    return {
+        name: sweep(tmp_path_factory.mktemp(name), sim, **(SLO if name == "default" else {}))
+        for name, sim in MODELS.items()
+    }
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -147,16 +152,20 @@ def test_a_5ms_component_removal_predicts_the_changed_simulator(twins, tmp_path)
     assert code == 0
     predicted = {r["conc"]: r["predicted"] for r in doc["prediction"]["rows"]}
     changed = {**MODELS["default"], "base_ms": MODELS["default"]["base_ms"] - 5}
-    actual = sweep(tmp_path / "changed", changed)
+    actual = sweep(tmp_path / "changed", changed, **SLO)
     result, _ = load_measured(str(actual.prefix))
     assert result.metrics is not None
-    for row in result.rows:
+    for row, m in zip(result.rows, result.metrics, strict=True):
         pred = predicted[row.conc]
+        # goodput at the run's SLO: requests meeting it per second, within 5 % and two requests
+        two_requests = 2 / row.wall_s
+        assert abs(pred["goodput_req_s"] - m.goodput_request_s) <= 0.05 * m.goodput_request_s + two_requests
         assert pred["agg_tok_s"] == pytest.approx(row.agg_tok_s, rel=0.03), row.conc
         tolerance = max(
             0.10 * row.ttft_p50_ms, TTFT_FLOOR_MS, step_ms(changed, row.conc) if row.conc > 1 else 0
         )
         assert abs(pred["ttft_p50_ms"] - row.ttft_p50_ms) <= tolerance, (row.conc, pred, row.ttft_p50_ms)
+    assert all("goodput_req_s" in r["gain_pct"] for r in doc["prediction"]["rows"])
     gains = [r["gain_pct"]["agg_tok_s"] for r in doc["prediction"]["rows"]]
     assert all(g > 0 for g in gains) and gains == sorted(gains, reverse=True)  # less gain at larger batch
 

@@ -105,6 +105,17 @@ def test_the_prefill_of_requests_joining_a_running_batch_is_recovered():
     assert fit.params.max_num_seqs == 2 and fit.queued_requests > 0
 
 
+def test_with_no_request_joining_a_running_batch_the_idle_starts_give_the_prefill():
+    """Every user sends at once and all outputs are one token a step of equal length: no step
+    admits into a running batch; the first step of each rung starts an idle server, and its time
+    from the sends beyond the line is the prefill of the prompts it admitted."""
+    records = engine_records([1, 2, 4], linear(10, 3), prefill_ms_per_token=0.05)
+    fit = fit_twin(records)
+    assert fit.admit_steps == 0 and fit.idle_steps == 3
+    assert fit.params.prefill_ms_per_token == pytest.approx(0.05, rel=1e-6)
+    assert any("started an idle server" in n for n in fit.notes), fit.notes
+
+
 def test_a_step_cost_not_linear_in_batch_does_not_fit():
     fit = fit_twin(engine_records([1, 2, 4, 8, 16], lambda b, _t: 10 + 0.5 * b * b))
     assert not fit.fits
@@ -114,6 +125,16 @@ def test_a_step_cost_not_linear_in_batch_does_not_fit():
 def test_a_step_time_that_drifts_does_not_fit():
     fit = fit_twin(engine_records([1, 2, 4, 8], lambda b, t: (10 + 3 * b) * (1 + t / 60)))
     assert any("drifts" in p for p in fit.problems), fit.problems
+
+
+def test_a_line_whose_base_falls_below_zero_is_fitted_through_the_origin():
+    """Steps of 11.5 ms at batch 1 and 24 ms at batch 2: the free line is -1 + 12.5 x batch; the
+    simulator needs base >= 0, and the least squares with base held at 0 is sum(b d) / sum(b b)."""
+    from llmload.analysis.twin_fit import _nonnegative_line
+
+    (base, per_seq), _, bound = _nonnegative_line([1, 1, 2, 2], [11.0, 12.0, 23.5, 24.5])
+    assert base == 0.0 and per_seq == pytest.approx((11 + 12 + 2 * 23.5 + 2 * 24.5) / 10)
+    assert bound.startswith("base_ms (free fit -1.00")
 
 
 def test_one_batch_size_is_not_enough():
