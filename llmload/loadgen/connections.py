@@ -39,6 +39,13 @@ from geventhttpclient.connectionpool import SSLConnectionPool
 
 from llmload.core.config import CONNECTION_CLOSE, CONNECTION_KEEP_ALIVE
 from llmload.loadgen.send_gate import send_gate
+from llmload.loadgen.transport.ghc_adapter import (
+    idle_sockets,
+    new_socket,
+    pool_closed,
+    pool_of,
+    pool_semaphore,
+)
 
 EXPIRY_MARGIN_S = 0.25  # a connection this close to the server's Keep-Alive timeout is not reused
 _select = get_original("select", "select")  # a real non-blocking poll, not gevent's cooperative one
@@ -98,18 +105,20 @@ class UserConnections:
     """The connection pool of one user's HTTPClient, under llmload's rules (module docstring)."""
 
     def __init__(self, http: HTTPClient, mode: str = CONNECTION_KEEP_ALIVE) -> None:
-        pool = http._connection_pool
+        pool = pool_of(http)
         self.mode = mode
         self.lease: Lease | None = None
         self._pool = pool
+        self._semaphore = pool_semaphore(pool)
+        self._idle = idle_sockets(pool)
         self._conns: dict[Any, _Conn] = {}
         self._current: Any = None
         self._lost: str | None = None  # why the user's last connection ended
         self._had_connection = False
         self._tls_s = 0.0
-        pool.get_socket = self._get_socket  # type: ignore[method-assign]
-        pool.return_socket = self._return_socket  # type: ignore[method-assign]
-        pool.release_socket = self._release_socket  # type: ignore[method-assign]
+        pool.get_socket = self._get_socket
+        pool.return_socket = self._return_socket
+        pool.release_socket = self._release_socket
         if isinstance(pool, SSLConnectionPool):
             wrap = pool.ssl_context.wrap_socket
 
@@ -158,14 +167,13 @@ class UserConnections:
         return CLOSED if is_dropped(sock) else None
 
     def _get_socket(self) -> Any:
-        pool = self._pool
-        pool._semaphore.acquire()
-        if pool._closed:
-            pool._semaphore.release()
+        self._semaphore.acquire()
+        if pool_closed(self._pool):
+            self._semaphore.release()
             raise RuntimeError("connection pool closed")
         while True:
             try:
-                sock = pool._socket_queue.get(block=False)
+                sock = self._idle.get(block=False)
             except gevent.queue.Empty:
                 break
             conn = self._conns.pop(sock, None)
@@ -186,9 +194,9 @@ class UserConnections:
         self._tls_s = 0.0
         t0 = time.perf_counter()
         try:
-            sock = pool._create_socket()
+            sock = new_socket(pool)
         except BaseException:
-            pool._semaphore.release()
+            self._semaphore.release()
             raise
         setup = time.perf_counter() - t0
         tls = self._tls_s if isinstance(pool, SSLConnectionPool) else None
@@ -216,20 +224,20 @@ class UserConnections:
         conn = self._conns.get(sock)
         if conn is not None:
             conn.idle_since = time.monotonic()
-        if self._pool._closed:
+        if pool_closed(self._pool):
             self._conns.pop(sock, None)
             _close(sock)
             return
-        self._pool._socket_queue.put(sock)
-        self._pool._semaphore.release()
+        self._idle.put(sock)
+        self._semaphore.release()
 
     def _release_socket(self, sock: Any) -> None:
         """The connection is done (the server said close, or the message broke): close it."""
         if self._conns.pop(sock, None) is not None:
             self._lost = CLOSED
         _close(sock)
-        if not self._pool._closed:
-            self._pool._semaphore.release()
+        if not pool_closed(self._pool):
+            self._semaphore.release()
 
 
 def _close(sock: Any) -> None:

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from llmload.core.config import ConfigError, SweepConfig, load_config
 from llmload.core.output_paths import check_output_file
 from llmload.core.schema import add_flags, flag_overrides
+from llmload.loadgen.argparse_adapter import parser_actions
 
 
 def add_arguments(parser: Any) -> None:
@@ -225,7 +226,7 @@ def guard_output_paths(parser: Any) -> None:
     a file in the way or a folder it cannot write is its traceback (and --records fails only once
     the run began): check them while the command line is parsed (one `locust: error: argument
     --csv: ...` line, exit 2)."""
-    for action in getattr(parser, "_actions", ()):
+    for action in parser_actions(parser):
         if action.dest in OUTPUT_OPTIONS and action.type is None:
             action.type = _output_type(action.dest, OUTPUT_OPTIONS[action.dest])
 

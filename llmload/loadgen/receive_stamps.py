@@ -29,6 +29,7 @@ from geventhttpclient.client import HTTPClient
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
 
 from llmload.core.kernel_stamps import ANCILLARY_SIZE, enable_stamps, stamp_of
+from llmload.loadgen.transport.ghc_adapter import patch_socket_factory, pool_of
 
 CLOCK_SLACK_S = 0.001  # time.time() vs perf_counter() disagreement tolerated before a stamp is distrusted
 KERNEL, USER = "kernel", "user"
@@ -104,16 +105,14 @@ def _create_stamped_socket(family: int, socktype: int, protocol: int) -> gevent.
 def stamp_receive_times(http: HTTPClient) -> bool:
     """Make `http`'s new connections record kernel receive times; False where they cannot
     (not Linux, TLS, or a geventhttpclient whose pool lacks the socket factory hook)."""
-    pool = getattr(http, "_connection_pool", None)
+    pool = pool_of(http)
     if (
         not sys.platform.startswith("linux")
         or not isinstance(pool, ConnectionPool)
         or isinstance(pool, SSLConnectionPool)
-        or not hasattr(pool, "_create_tcp_socket")
     ):
         return False
-    pool._create_tcp_socket = _create_stamped_socket  # type: ignore[method-assign]
-    return True
+    return patch_socket_factory(pool, _create_stamped_socket)
 
 
 class ReceiveClock:

@@ -40,18 +40,24 @@ from typing import Any
 from gevent import get_hub
 from gevent.hub import Waiter
 from gevent.monkey import get_original
-from geventhttpclient._parser import HTTPResponseParser
 
 from llmload.core.kernel_stamps import ANCILLARY_SIZE
 from llmload.loadgen.receive_stamps import ReceiveClock, StampedSocket
 from llmload.loadgen.send_gate import send_gate
 from llmload.loadgen.sse import StreamAccumulator
+from llmload.loadgen.transport.ghc_adapter import (
+    body_buffer,
+    raw_socket,
+    read_timeout,
+    response_parser_class,
+    response_socket,
+)
 
 READ_SIZE = 65536  # bytes asked of one recvmsg: one read takes everything a stream has waiting
 IDLE_CHECK_S = 0.1  # how often the silence limits are checked (a limit is exceeded by at most this)
 COLLECT_S = 0.0002  # after a busy loop turn, let the streams' next chunks gather this long
 COLLECT_MIN_READS = 8  # a turn is busy from this many reads on
-_parse = HTTPResponseParser.feed
+_parse = response_parser_class().feed
 _blocking_sleep = get_original("time", "sleep")  # holds the whole process, as libev's collect interval
 
 
@@ -66,7 +72,7 @@ class _Stream:
 
     def __init__(self, resp: Any, acc: StreamAccumulator, clock: ReceiveClock, idle_s: float) -> None:
         self.resp = resp
-        self.raw = resp._sock._sock  # the non-blocking OS socket under the gevent socket
+        self.raw = raw_socket(resp)
         self.acc = acc
         self.clock = clock
         self.waiter = Waiter()
@@ -79,8 +85,8 @@ class _Stream:
 def _take_lines(stream: _Stream, t: float) -> bool:
     """Feed every complete line of the response's body buffer, taken by one read stamped `t`, to
     the accumulator; True at [DONE]. An incomplete last line stays in the buffer for the next read."""
-    buf = stream.resp._body_buffer
-    lines = buf.split(b"\n")
+    buf = body_buffer(stream.resp)
+    lines: list[Any] = buf.split(b"\n")  # list[bytearray] fits no invariant list[bytes | bytearray]
     rest = lines.pop()
     if rest:
         buf[:] = rest
@@ -106,7 +112,7 @@ class StreamReader:
         """Read `resp`'s SSE body into `acc` until [DONE]; raises what a line-by-line read would:
         `MalformedStream`, `StreamErrorEvent`, `TimeoutError`, `OSError`, `HTTPParseError`, or
         `StreamEnded` when the message ended before [DONE]."""
-        idle_s = resp._sock.gettimeout()
+        idle_s = read_timeout(resp)
         stream = _Stream(resp, acc, clock, idle_s if idle_s else float("inf"))
         if _take_lines(stream, clock.now()):  # body bytes that came with the headers
             return
@@ -184,7 +190,7 @@ _READERS: dict[Any, StreamReader] = {}  # gevent hub -> its reader
 def reader_for(resp: Any) -> StreamReader | None:
     """The `StreamReader` of the current hub if `resp` can be read by it (a response on a plain,
     stamped TCP socket, Linux), else None."""
-    if not isinstance(getattr(resp, "_sock", None), StampedSocket):
+    if not isinstance(response_socket(resp), StampedSocket):
         return None
     hub = get_hub()
     reader = _READERS.get(hub)

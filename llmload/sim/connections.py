@@ -28,6 +28,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from llmload.core.kernel_stamps import ANCILLARY_SIZE, enable_stamps, stamp_of
+from llmload.sim.aiohttp_adapter import requests_parsed, transport_socket
 from llmload.sim.config import SimConfig
 from llmload.sim.truth import TruthLog
 
@@ -53,8 +54,8 @@ class StampingListener(socket.socket):
     """A listening socket whose accepted connections carry kernel receive stamps."""
 
     def accept(self) -> tuple[socket.socket, Any]:
-        fd, addr = self._accept()  # type: ignore[attr-defined]
-        conn = _StampedConnection(self.family, self.type, self.proto, fileno=fd)
+        plain, addr = super().accept()
+        conn = _StampedConnection(self.family, self.type, self.proto, fileno=plain.detach())
         enable_stamps(conn)
         return conn, addr
 
@@ -70,9 +71,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 def _rx_time(handler: RequestHandler) -> float | None:
     """The kernel receive stamp of the connection's latest read, if it has stamps."""
-    transport = handler.transport
-    sock = None if transport is None else transport.get_extra_info("socket")
-    return getattr(getattr(sock, "_sock", None), "rx_time", None)
+    return getattr(transport_socket(handler), "rx_time", None)
 
 
 @dataclass(slots=True)
@@ -111,9 +110,9 @@ class ConnectionTracker:
         received = self._received
 
         def stamped(handler: RequestHandler, data: bytes) -> None:
-            t, before = time.time(), handler._request_count
+            t, before = time.time(), requests_parsed(handler)
             data_received(handler, data)
-            if handler._request_count > before:  # these bytes completed a request's headers
+            if requests_parsed(handler) > before:  # these bytes completed a request's headers
                 stamp = _rx_time(handler)
                 received.setdefault(handler, t if stamp is None else stamp)
 
