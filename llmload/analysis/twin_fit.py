@@ -17,9 +17,11 @@ those parameters, under the simulator's own names, from a run's records alone:
   the prompt tokens they admitted (least squares through the origin; uncached tokens when the
   records say how many were cached). When no step admitted a request into a running batch (every
   user of a rung sends together, requests of equal length end together), the steps that started
-  an idle server stand in: their time from the last of their sends to their end, beyond the line.
-  That time also holds the server's handling of the request, which a real server has and the
-  simulator's replay adds again, so this estimate reads high by that much (noted in the fit).
+  an idle server stand in: the median over them of their time from the last of their sends to
+  their end, beyond the line, per prompt token (the median: such a start also waits for anything
+  else that holds the server or the machine). That time also holds the server's handling of the
+  request, which a real server has and the simulator's replay adds again, so this estimate reads
+  high by that much (noted in the fit).
 - `accept_len`: the accept length whose expected number of steps (chunks) for each request's
   output length, the last step capped as the simulator caps it, adds up to the chunks received
   (`expected_steps`). Tokens per chunk alone would read low: the capped last chunk is short.
@@ -368,14 +370,18 @@ def fit_twin(
                 worst_pct, worst_batch = off, b
     # prefill: the admitting steps beyond the line, against their prompt tokens (or, when none
     # admitted into a running batch, the steps that started an idle server: module docstring)
-    idle = [s for s in steps if s.idle_ms is not None and s.prompt_tokens > 0]
-    beyond = [(s.duration_ms, s) for s in admit] or [(s.idle_ms, s) for s in idle]
     prefill = 0.0
-    tokens = [float(s.prompt_tokens) for _, s in beyond]
-    if sum(t * t for t in tokens) > 0:
-        excess = [float(d or 0.0) - (base + per_seq * s.batch) for d, s in beyond]
-        through_origin = sum(e * t for e, t in zip(excess, tokens, strict=True)) / sum(t * t for t in tokens)
-        prefill = max(through_origin, 0.0)
+    if admit:
+        tokens = [float(s.prompt_tokens) for s in admit]
+        excess = [float(s.duration_ms or 0.0) - (base + per_seq * s.batch) for s in admit]
+        squares = sum(t * t for t in tokens)
+        if squares > 0:
+            prefill = max(sum(e * t for e, t in zip(excess, tokens, strict=True)) / squares, 0.0)
+    idle = [s for s in steps if s.idle_ms is not None and s.prompt_tokens > 0]
+    if not admit and idle:
+        # the median: an idle start also waits for whatever else holds the server or the machine
+        per_token = [(float(s.idle_ms or 0.0) - (base + per_seq * s.batch)) / s.prompt_tokens for s in idle]
+        prefill = max(float(np.median(per_token)), 0.0)
     # the batch limit
     largest = max(r.largest for r in rungs)
     queued = sum(r.queued for r in rungs)
