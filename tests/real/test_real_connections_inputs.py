@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import pytest
+from fixtures.real_runs import sweep_ladder
 
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.records import read_records
@@ -54,18 +55,11 @@ def test_inputs_as_asked(llama_server, tmp_path, tokens, endpoint, unique):
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_keep_alive_across_an_idle_gap(llama_server, tmp_path, stream):
-    config = tmp_path / "gap.yaml"
-    config.write_text(  # seed 3: arrivals 0, 0.7, 4.2, 12.6, 16.0 s (an 8.4 s gap)
+    ladder = (  # seed 3: arrivals 0, 0.7, 4.2, 12.6, 16.0 s (an 8.4 s gap)
         "mode: rate\nrungs: [0.25]\nrequests_per_rung: 5\nmax_concurrency: 1\nseed: 3\n"
         f"warmup_requests: 1\nmax_tokens: 4\nstream: {str(stream).lower()}\n"
     )
-    run = run_sweep(
-        host=llama_server.url,
-        run_dir=tmp_path,
-        locust_args=["--ladder", str(config), "--scrape-interval", "0"],
-        timeout=300,
-    )
-    assert run.returncode == 0, run.log.read_text()[-3000:]
+    run = sweep_ladder(llama_server.url, tmp_path / "run", ladder)
     records, _ = read_records(run.records)
     records.sort(key=lambda r: r.t_start)
     assert len(records) == 6 and all(r.ok for r in records), [(r.outcome, r.error) for r in records]

@@ -9,10 +9,10 @@ it is. docs/capacity-and-determinism.md records the result.
 from __future__ import annotations
 
 import pytest
+from fixtures.real_runs import sweep_ladder
 
 from llmload.analysis.determinism import divergence, divergence_notes
 from llmload.analysis.postprocess import load_run
-from llmload.cli.sweep_run import run_sweep
 
 pytestmark = pytest.mark.real
 
@@ -20,15 +20,7 @@ LADDER = "rungs: [1, 2, 4]\nrequests_per_user: 2\nmax_tokens: 32\nprompt_tokens:
 
 
 def test_determinism_check_runs_on_llama_cpp(llama_server, tmp_path):
-    ladder = tmp_path / "ladder.yaml"
-    ladder.write_text(LADDER)
-    run = run_sweep(
-        host=llama_server.url,
-        run_dir=tmp_path / "run",
-        locust_args=["--ladder", str(ladder), "--scrape-interval", "0"],
-        timeout=300,
-    )
-    assert run.returncode == 0, run.log.read_text()[-3000:]
+    run = sweep_ladder(llama_server.url, tmp_path / "run", LADDER)
     result = load_run(run.prefix)
     rungs = result.record_rungs()
     records = [r for rung in rungs for r in rung.records]

@@ -10,9 +10,9 @@ import statistics
 
 import pytest
 from fixtures.length_stats import KS_1PCT, ks_statistic, truncated_normal_cdf, uniform_cdf
+from fixtures.real_runs import sweep_ladder
 
 from llmload.analysis.postprocess import load_run
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.config import parse_config
 from llmload.core.lengths import Lengths
 from llmload.core.records import read_records
@@ -25,18 +25,11 @@ OUTPUTS = {"dist": "uniform", "min": 16, "max": 64}
 
 
 def test_each_request_is_served_its_drawn_lengths(llama_server, tmp_path):
-    config = tmp_path / "mix.yaml"
-    config.write_text(
+    ladder = (
         "rungs: [4]\nrequests_per_user: 50\nwarmup_requests: 0\nseed: 5\n"
         f"prompt_tokens: {INPUTS}\nmax_tokens: {OUTPUTS}\n".replace("'", "")
     )
-    run = run_sweep(
-        host=llama_server.url,
-        run_dir=tmp_path,
-        locust_args=["--ladder", str(config), "--scrape-interval", "0"],
-        timeout=600,
-    )
-    assert run.returncode == 0, run.log.read_text()[-3000:]
+    run = sweep_ladder(llama_server.url, tmp_path / "run", ladder, timeout=600)
     records, _ = read_records(run.records)
     assert len(records) == REQUESTS and all(r.ok for r in records), [r.error for r in records if not r.ok]
     asked = parse_config({"prompt_tokens": INPUTS, "max_tokens": OUTPUTS, "seed": 5}, "t")

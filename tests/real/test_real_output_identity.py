@@ -12,10 +12,10 @@ import sys
 
 import pytest
 from fixtures.paths import REPO
+from fixtures.real_runs import sweep_ladder
 
 from llmload.analysis.output_identity import IDENTICAL, output_identity
 from llmload.analysis.postprocess import load_run
-from llmload.cli.sweep_run import run_sweep
 
 pytestmark = pytest.mark.real
 
@@ -23,18 +23,7 @@ LADDER = "rungs: [1]\nrequests_per_user: 6\nmax_tokens: 32\nprompt_tokens: 32\n"
 
 
 def test_two_runs_at_concurrency_1_are_identical(llama_server, tmp_path):
-    ladder = tmp_path / "ladder.yaml"
-    ladder.write_text(LADDER)
-    prefixes = []
-    for name in ("base", "cand"):
-        run = run_sweep(
-            host=llama_server.url,
-            run_dir=tmp_path / name,
-            locust_args=["--ladder", str(ladder), "--scrape-interval", "0"],
-            timeout=300,
-        )
-        assert run.returncode == 0, run.log.read_text()[-3000:]
-        prefixes.append(run.prefix)
+    prefixes = [sweep_ladder(llama_server.url, tmp_path / name, LADDER).prefix for name in ("base", "cand")]
     base, cand = (load_run(p, keep_records=True) for p in prefixes)
     for res in (base, cand):
         records = [r for rung in res.record_rungs() for r in rung.records]

@@ -5,9 +5,9 @@ llama.cpp sends with every final chunk, also as timings.cache_n)."""
 from __future__ import annotations
 
 import pytest
+from fixtures.real_runs import sweep_ladder
 
 from llmload.analysis.production_traffic import turn_metrics
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.records import read_records
 
 pytestmark = pytest.mark.real
@@ -26,16 +26,7 @@ sessions:
 
 
 def test_turn_two_reports_cached_tokens(llama_server, tmp_path):
-    ladder = tmp_path / "sessions.yaml"
-    ladder.write_text(LADDER)
-    run = run_sweep(
-        host=llama_server.url,
-        run_dir=tmp_path,
-        endpoint="chat",
-        locust_args=["--ladder", str(ladder), "--scrape-interval", "0"],
-        timeout=300,
-    )
-    assert run.returncode == 0, run.log.read_text()[-3000:]
+    run = sweep_ladder(llama_server.url, tmp_path / "run", LADDER, endpoint="chat")
     records, skipped = read_records(run.records)
     assert not skipped and len(records) == 6 and all(r.ok for r in records)
     assert len({r.session for r in records}) == 2

@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from fixtures.real_runs import sweep_ladder
 
 from llmload.analysis.metrics import itl_ms
 from llmload.analysis.postprocess import load_run
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.prometheus_text import scrape_metrics
 from llmload.core.records import read_records
 
@@ -50,19 +50,10 @@ def test_tokens_chunks_and_itl_are_what_the_server_sent(llama_server, tmp_path, 
     texts = server_chunks(llama_server.url, llama_server.model, prompt)
     content = [t for t in texts if t]
     assert texts[-1] == ""  # llama.cpp's closing chunk: finish_reason and usage, no text
-    ladder = tmp_path / "ladder.yaml"
-    ladder.write_text(
-        yaml.safe_dump({"rungs": [1, 2], "max_tokens": MAX_TOKENS, "prompt": prompt, "requests_per_user": 2})
-    )
+    ladder = {"rungs": [1, 2], "max_tokens": MAX_TOKENS, "prompt": prompt, "requests_per_user": 2}
     before = scrape_metrics(llama_server.metrics_url)[PREDICTED]
-    run = run_sweep(
-        host=llama_server.url,
-        run_dir=tmp_path / "run",
-        locust_args=["--ladder", str(ladder), "--scrape-interval", "0"],
-        timeout=300,
-    )
+    run = sweep_ladder(llama_server.url, tmp_path / "run", yaml.safe_dump(ladder))
     after = scrape_metrics(llama_server.metrics_url)[PREDICTED]
-    assert run.returncode == 0, run.log.read_text()[-3000:]
     records, skipped = read_records(run.records)
     assert not skipped and records
     assert sum(r.output_tokens for r in records) == after - before  # the server's own count

@@ -13,9 +13,9 @@ import subprocess
 import sys
 
 import pytest
+from fixtures.real_runs import sweep_ladder
 
 from llmload.analysis.postprocess import load_run
-from llmload.cli.sweep_run import run_sweep
 
 pytestmark = pytest.mark.real
 
@@ -31,17 +31,7 @@ REASONS = (  # the verdict's documented breaks: the fit's checks, then a rung's 
 
 
 def sweep(llama_server, folder, rungs: str):
-    folder.mkdir(parents=True, exist_ok=True)
-    ladder = folder / "ladder.yaml"
-    ladder.write_text(f"rungs: [{rungs}]\n" + LADDER)
-    run = run_sweep(
-        host=llama_server.url,
-        run_dir=folder / "run",
-        locust_args=["--ladder", str(ladder), "--scrape-interval", "0"],
-        timeout=300,
-    )
-    assert run.returncode == 0, run.log.read_text()[-3000:]
-    return run
+    return sweep_ladder(llama_server.url, folder / "run", f"rungs: [{rungs}]\n" + LADDER)
 
 
 def test_the_twin_of_rungs_1_2_predicts_rung_4_or_says_why_not(llama_server, tmp_path):
