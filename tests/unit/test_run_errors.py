@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from fixtures.paths import REPO
 from fixtures.runs import make_record
 
 from llmload.analysis.postprocess import read_run_info
@@ -156,3 +158,10 @@ def test_the_sweep_prints_every_error_under_the_table_in_order(tmp_path, capsys)
         "llmload sweep: the server answered HTTP 400 (bad request): x",
         f"llmload sweep: {tokens}",
     ]
+
+
+def test_the_docs_list_every_kind():
+    page = (REPO / "docs" / "configuration.md").read_text()
+    table = page.split("The kinds (`llmload/core/run_errors.py`")[1].split("\n\n")[1]
+    listed = re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE)
+    assert listed == list(KINDS)
