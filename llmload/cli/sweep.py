@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 from argparse import Namespace
@@ -33,12 +32,13 @@ from pathlib import Path
 import yaml
 
 from llmload.analysis.determinism import diverged
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.postprocess import load_run, read_run_info
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, default_run_dir, locust_command, run_sweep
 from llmload.core.config import ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, EXIT_CODES, INTERRUPTED, OK
 from llmload.core.output_paths import check_output_folder
 from llmload.core.records import RecordFileError
+from llmload.core.run_errors import RunError, errors_of
 from llmload.core.run_files import RunFiles
 from llmload.core.schema import shown
 from llmload.core.stop_signals import STOPS
@@ -50,8 +50,6 @@ from llmload.sim.__main__ import SimFlagError, config_from_args
 PROG = "llmload sweep"
 SIM_CHOSEN = ("host", "port", "port_file", "truth_log")  # the sweep sets these itself
 SIM_REPEATABLE = ("fault",)
-# the cause Locust logged: a config error (plugin) or the ladder's repeated last line
-CAUSE = re.compile(r"(?:ERROR/llmload: llmload: |^llmload: error: )(.*)$", re.MULTILINE)
 
 
 def _sim_flag(text: str) -> tuple[str, str]:
@@ -150,10 +148,17 @@ def check_input(args: argparse.Namespace, run_dir: Path, locust_args: Sequence[s
     return sim_args(sim)
 
 
-def locust_errors(log: Path) -> list[str]:
-    """The error lines llmload logged in Locust's output, each once, in order: why the run did
-    not start, the server's first HTTP 400 reason, a failed reconciliation, a stalled rung."""
-    return list(dict.fromkeys(CAUSE.findall(log.read_text(errors="replace")))) if log.exists() else []
+def run_errors(run: SweepRun) -> list[RunError]:
+    """The errors this run's Locust recorded in its run file, each once, in order: why the run did
+    not start, the server's first HTTP 400 reason, a failed reconciliation, a stalled rung, ...
+    (`llmload.core.run_errors.KINDS`). None when it wrote no run file (it died first, or refused
+    its configuration before writing any file) or left one older than its start (another run's)."""
+    path = run.files.run
+    try:
+        fresh = run.started_at is not None and path.stat().st_mtime >= run.started_at
+    except OSError:
+        return []
+    return errors_of(read_run_info(run.files.prefix)) if fresh else []
 
 
 def report(run: SweepRun, fmt: str, *, fail_on_divergence: bool = False) -> int:
@@ -161,7 +166,7 @@ def report(run: SweepRun, fmt: str, *, fail_on_divergence: bool = False) -> int:
     returns the exit code (with `fail_on_divergence`, DIVERGED for a clean run whose greedy texts
     differ across rungs)."""
     code = run.returncode if run.returncode in EXIT_CODES else INTERRUPTED  # killed, crashed
-    errors = locust_errors(run.log)
+    errors = run_errors(run)
     if run.stopped_by is not None or run.time_limit is not None:
         code = INTERRUPTED
         cause = (
@@ -171,7 +176,8 @@ def report(run: SweepRun, fmt: str, *, fail_on_divergence: bool = False) -> int:
         )
         print(f"{PROG}: stopped by {cause}: Locust and the simulator were stopped", file=sys.stderr)
     elif code == BAD_INPUT:
-        cause = errors[-1] if errors else f"locust exited with code {run.returncode}; see {run.log}"
+        refused = [e.message for e in errors if e.exit_code == BAD_INPUT]
+        cause = refused[-1] if refused else f"locust exited with code {run.returncode}; see {run.log}"
         print(f"{PROG}: error: {cause}", file=sys.stderr)
         return BAD_INPUT
     elif run.returncode not in EXIT_CODES:
@@ -186,8 +192,8 @@ def report(run: SweepRun, fmt: str, *, fail_on_divergence: bool = False) -> int:
     print(render_run(result, fmt))
     for line in result.warnings:
         print(f"warning: {line}", file=sys.stderr)
-    for line in errors:
-        print(f"{PROG}: {line}", file=sys.stderr)
+    for error in errors:
+        print(f"{PROG}: {error.message}", file=sys.stderr)
     if fail_on_divergence and code == OK and diverged(result.divergence):
         code = DIVERGED
     if code == INTERRUPTED:

@@ -66,6 +66,7 @@ class SweepRun:
     stopped_by: int | None = None  # the signal (SIGINT, SIGTERM, SIGHUP) that stopped the run, if any
     records_file: Path | None = None  # the records, when not at <prefix>_records.jsonl (--records)
     time_limit: float | None = None  # run_sweep's `timeout` (s), when that cap stopped the run
+    started_at: float | None = None  # when Locust was started (time.time()); None: it was not
 
     @property
     def files(self) -> RunFiles:
@@ -229,7 +230,7 @@ def run_sweep(
     prefix = run_dir / "run"
     files = records or RunFiles(prefix)
     log = run_dir / "locust.log"
-    returncode, truth_log, stopped_by, time_limit = INTERRUPTED, None, None, None
+    returncode, truth_log, stopped_by, time_limit, started_at = INTERRUPTED, None, None, None, None
     with STOPS as signals:
         try:
             with target(host, run_dir, sim or {}, sim_args, signals) as (url, truth), log.open("wb") as out:
@@ -238,6 +239,7 @@ def run_sweep(
                     stopped_by = signals.first
                 else:
                     cmd = locust_command(url, prefix, LOCUSTFILES[endpoint], locust_args)
+                    started_at = time.time()
                     proc = _start_locust(cmd, out)
                     why = _wait(proc, signals, timeout, files if progress else None)
                     # a signal after Locust ended on its own only hurries the simulator's stop
@@ -258,4 +260,5 @@ def run_sweep(
         stopped_by=stopped_by,
         records_file=files.records_file,
         time_limit=time_limit,
+        started_at=started_at,
     )

@@ -42,16 +42,19 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError
+from llmload.core.run_files import RunFiles
 from llmload.loadgen.health_sampler import MSG_HEALTH
 from llmload.loadgen.messages import MSG_RECORD, MSG_STAGE, MSG_USER_DONE, MSG_USER_READY
 from llmload.loadgen.preflight import PreflightError
 from llmload.loadgen.run_end import RunEnd, may_end
-from llmload.loadgen.run_start import begin_run
+from llmload.loadgen.run_start import begin_run, records_path
 from llmload.loadgen.run_state import RecordSink, RunState
 from llmload.loadgen.stage_protocol import Announced, Finished, LadderDone, Stalled, Started
 from llmload.loadgen.worker_state import process_state
 
 log = logging.getLogger("llmload")
+# why a run cannot start, as the kind of its error (llmload.core.run_errors.KINDS)
+START_ERRORS = ((ConfigError, "bad_config"), (PreflightError, "preflight"), (OSError, "io"))
 
 
 class LadderShape(LoadTestShape):
@@ -99,18 +102,26 @@ class LadderShape(LoadTestShape):
             self.run = None
         self.end.failed = False
 
-    def _fail(self, message: str, code: int = exit_codes.BAD_INPUT) -> None:
-        self.end.fail(self._runner.environment, message, code)
+    def _begin(self) -> RunState | None:
+        """Begin a run: its errors first (so a failed start is in its run file), then the run;
+        None when it cannot start (the shape then ticks no more)."""
+        env = self._runner.environment
+        path = records_path(env.parsed_options)
+        errors = self.end.begin(env, RunFiles.of_records(path).run)
+        self.end.unfinished = True
+        try:
+            return begin_run(self._runner, self.record_hooks, errors, path)
+        except (ConfigError, PreflightError, OSError) as e:
+            kind = next(k for error, k in START_ERRORS if isinstance(e, error))
+            self.end.fail(kind, str(e))
+            return None
 
     def tick(self) -> tuple[int, float] | None:
         if self.end.failed:
             return None
         if self.run is None:
-            self.end.unfinished = True
-            try:
-                self.run = begin_run(self._runner, self.record_hooks)
-            except (ConfigError, PreflightError, OSError) as e:
-                self._fail(str(e))
+            self.run = self._begin()
+            if self.run is None:
                 return None
             self.end.soak = self.run.config.soak is not None
         run = self.run
@@ -135,17 +146,17 @@ class LadderShape(LoadTestShape):
             if isinstance(event, Stalled):
                 # every request ends within timeouts.total, so users were lost (a worker died or
                 # Locust moved users mid-request): stop instead of waiting forever
-                self._fail(
+                self.end.fail(
+                    "stalled_rung",
                     f"{stage.name}: no progress for {event.idle_s:.0f} s ({event.progress.users_done} of "
                     f"{stage.users} users done); the run stops, the rung is partial",
                     exit_codes.INTERRUPTED,
-                )
-                run.write_run_file()
+                )  # the run file is written with the error
                 return None
             assert isinstance(event, Finished)
             run.write_run_file()
             log.info("llmload: %s done: %d requests", stage.name, event.progress.records)
-            self.end.rung_failed(self._runner.environment, run.reconciler.problems(event.progress))
+            self.end.rung_failed(run.reconciler.problems(event.progress))
             if run.probes is not None:
                 run.probes.finished(run, event.progress)  # may plan the next probe
         current = run.current

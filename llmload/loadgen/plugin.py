@@ -6,7 +6,6 @@ plugins do; locustfiles import it once.
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
@@ -17,6 +16,7 @@ from llmload.core.config import ConfigError
 from llmload.loadgen.health_sampler import start_sampling
 from llmload.loadgen.ladder import register_messages
 from llmload.loadgen.options import register_options, run_config
+from llmload.loadgen.run_errors import RunErrors
 from llmload.loadgen.run_monitor import RunMonitor
 from llmload.loadgen.shutdown import install as install_shutdown
 from llmload.loadgen.soak_monitor import SoakMonitor
@@ -40,6 +40,6 @@ def _on_init(environment: Any, **_: Any) -> None:
     if options is not None and getattr(options, "headless", False) and not getattr(options, "worker", False):
         try:  # fail fast on a bad ladder file, before any user starts
             run_config(options)
-        except ConfigError as e:
-            logging.getLogger("llmload").error("llmload: %s", e)
+        except ConfigError as e:  # before any file of the run: logged, no run file (run_errors)
+            RunErrors(environment).record("bad_config", str(e), exit_codes.BAD_INPUT)
             sys.exit(exit_codes.BAD_INPUT)

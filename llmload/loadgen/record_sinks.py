@@ -4,13 +4,12 @@ A run holds its sinks as a list (`RunState.sinks`, made by `llmload.loadgen.run_
 in this order: `write_record` (the records file), `RungReconciler` (the token accounts of each
 measured rung, checked when the rung finishes), the capacity search's probe judge (capacity mode:
 `llmload.loadgen.capacity_probes`), `FirstBadRequest` (the server's reason for the first HTTP 400,
-logged once), `count_record` (the stage protocol's count, which a stage waits on to finish), then
-the ones added from outside (`LadderShape.record_hooks`: the web UI's `LiveSweep`).
+recorded once as an error of the run), `count_record` (the stage protocol's count, which a stage
+waits on to finish), then the ones added from outside (`LadderShape.record_hooks`: the web UI's `LiveSweep`).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -22,8 +21,6 @@ from llmload.loadgen.stage_protocol import StageProgress
 
 if TYPE_CHECKING:
     from llmload.loadgen.run_state import RunState
-
-log = logging.getLogger("llmload")
 
 
 def write_record(run: RunState, data: dict[str, Any], rec: RequestRecord) -> None:
@@ -49,22 +46,22 @@ class RungReconciler:
         if rec.rung != WARMUP_RUNG:
             self.tallies.setdefault(rec.rung, Tally()).add(data)
 
-    def problems(self, progress: StageProgress) -> list[str]:
-        """What does not add up in a finished stage (none for the warm-up)."""
+    def problems(self, progress: StageProgress) -> list[tuple[str, str]]:
+        """What does not add up in a finished stage, as (error kind, message); none for the warm-up."""
         tally = self.tallies.get(progress.stage.rung)
         if progress.stage.rung == WARMUP_RUNG or tally is None:
             return []
         config, name = self.config, progress.stage.name
         found = []
         if problem := check_rung(name, tally, config.reconcile, ignore_eos=config.ignore_eos):
-            found.append(f"token reconciliation failed: {problem}")
+            found.append(("reconciliation", f"token reconciliation failed: {problem}"))
         if missed := check_inputs(name, tally, config.input_tolerance):
-            found.append(f"input lengths not as asked: {missed}")
+            found.append(("input_lengths", f"input lengths not as asked: {missed}"))
         return found
 
 
 class FirstBadRequest:
-    """Logs the server's reason for the run's first HTTP 400, once (the records hold every one)."""
+    """Records the server's reason for the run's first HTTP 400, once (the records hold every one)."""
 
     def __init__(self) -> None:
         self.told = False
@@ -73,4 +70,4 @@ class FirstBadRequest:
         if rec.outcome == "http_400" and not self.told:
             self.told = True
             reason = " ".join(str(rec.error or "no reason given").split())
-            log.error("llmload: the server answered HTTP 400 (bad request): %s", reason)
+            run.errors.record("http_400", f"the server answered HTTP 400 (bad request): {reason}")

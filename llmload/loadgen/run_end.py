@@ -1,9 +1,11 @@
 """How a ladder run ends on the master (or the local process): its exit code and its last wait.
 
-Owns `RunEnd`: the exit code of a run that could not start or stalled (`fail`), of a rung whose
-accounts do not add up (`rung_failed`), and of a run stopped before its last rung (`on_quitting`:
-the interrupted code, whatever Locust's own would be; a soak run's code is its verdict), and the
-reason repeated as the last line under Locust's summary (`on_quit`). And the last wait of a
+Owns `RunEnd`: each run's errors (`begin`: a `llmload.loadgen.run_errors.RunErrors`, kept after the
+run closed for what is said at quitting), the exit code of a run that could not start or stalled
+(`fail`), of a rung whose accounts do not add up (`rung_failed`), and of a run stopped before its
+last rung (`on_quitting`: the interrupted code, whatever Locust's own would be; a soak run's code
+is its verdict), each recorded as an error of the run; and the reason repeated as the last line
+under Locust's summary (`on_quit`). And the last wait of a
 finished ladder (`may_end`): Locust's own stats of a distributed run come from the workers every
 3 s, so the shape waits until they hold every record (at most `STATS_CATCH_UP_S`), and the final
 CSVs hold every request.
@@ -11,19 +13,18 @@ CSVs hold every request.
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from locust.runners import MasterRunner
 
 from llmload.core import exit_codes
 from llmload.core.names import REQUEST_TYPE
+from llmload.loadgen.run_errors import RunErrors
 from llmload.loadgen.run_state import RunState
 from llmload.loadgen.stage_protocol import StageProgress
-
-log = logging.getLogger("llmload")
 
 STATS_CATCH_UP_S = 12.0  # workers report stats every 3 s; wait at most this for the last ones
 
@@ -36,27 +37,41 @@ class RunEnd:
         self.error = ""  # why the run could not start (bad config, failed preflight) or stopped
         self.unfinished = False  # a run began (preflight included) and has not finished every rung
         self.soak = False  # a soak run: its verdict (llmload.loadgen.soak_monitor) is the exit code
+        self._errors: RunErrors | None = None
 
-    def fail(self, environment: Any, message: str, code: int = exit_codes.BAD_INPUT) -> None:
-        log.error("llmload: %s", message)
-        environment.process_exit_code = code
+    def begin(self, environment: Any, run_file: Path) -> RunErrors:
+        """A run begins: its errors, none yet, go to `run_file` (and to its log)."""
+        self._errors = RunErrors(environment, run_file)
+        return self._errors
+
+    @property
+    def errors(self) -> RunErrors:
+        """The errors of the run begun last (one has begun before anything can fail)."""
+        assert self._errors is not None
+        return self._errors
+
+    def fail(self, kind: str, message: str, code: int = exit_codes.BAD_INPUT) -> None:
+        """The run could not start, or stops (a stalled rung): the shape ticks no more."""
+        self.errors.record(kind, message, code)
         self.failed = True
         self.unfinished = False  # the exit code already says why
         self.error = message
 
-    def rung_failed(self, environment: Any, problems: list[str]) -> None:
-        """A finished rung's reconciliation problems fail the run (exit code 3); it goes on."""
-        for problem in problems:
-            log.error("llmload: %s", problem)
-            environment.process_exit_code = exit_codes.RECONCILIATION
+    def rung_failed(self, problems: list[tuple[str, str]]) -> None:
+        """A finished rung's reconciliation problems (kind, message) fail the run (exit code 3);
+        it goes on."""
+        for kind, problem in problems:
+            self.errors.record(kind, problem, exit_codes.RECONCILIATION)
 
     def on_quitting(self, environment: Any, **_: Any) -> None:
         """A run stopped before its last rung (SIGINT, SIGTERM, the web UI's STOP, preflight cut
         short) exits with the interrupted code, whatever Locust's own would be; a soak run's code is
         its verdict ("incomplete" is the interrupted code too, a breach stays a breach)."""
         if self.unfinished and not self.soak:
-            code = environment.process_exit_code = exit_codes.INTERRUPTED
-            log.error("llmload: the run stopped before its last rung finished (exit code %d)", code)
+            code = exit_codes.INTERRUPTED
+            self.errors.record(
+                "interrupted", f"the run stopped before its last rung finished (exit code {code})", code
+            )
 
     def on_quit(self, **_: Any) -> None:
         """Repeat why the run never started as the last line, under Locust's (empty) summary."""

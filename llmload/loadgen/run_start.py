@@ -28,6 +28,7 @@ from llmload.loadgen.capacity_probes import CapacityProbes
 from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.preflight import auth_headers, preflight, tls_context
 from llmload.loadgen.record_sinks import FirstBadRequest, RungReconciler, count_record, write_record
+from llmload.loadgen.run_errors import RunErrors
 from llmload.loadgen.run_state import RecordSink, RunState
 from llmload.loadgen.stage_plan import check_users_per_process, plan_stages, stall_limit
 from llmload.loadgen.stage_protocol import StageProtocol
@@ -44,10 +45,11 @@ def records_path(options: Any) -> Path:
     return RunFiles(Path(prefix)).records
 
 
-def begin_run(runner: Any, record_hooks: list[RecordSink]) -> RunState:
-    """A new run of the runner's configuration, its stages planned and its files open; each record
-    goes to the run's own sinks, then to `record_hooks`. Raises ConfigError, PreflightError or
-    OSError when the run cannot start."""
+def begin_run(runner: Any, record_hooks: list[RecordSink], errors: RunErrors, path: Path) -> RunState:
+    """A new run of the runner's configuration, its stages planned and its files open (its records
+    at `path`: `records_path`); each record goes to the run's own sinks, then to `record_hooks`;
+    its errors are `errors` (attached to the run). Raises ConfigError, PreflightError or OSError
+    when the run cannot start."""
     env = runner.environment
     options = env.parsed_options
     config = run_config(options)
@@ -64,14 +66,14 @@ def begin_run(runner: Any, record_hooks: list[RecordSink]) -> RunState:
         prompt_tokens=None if config.prompt_tokens is None else as_lengths(config.prompt_tokens).high,
     )
     prompt_words, prompt_vocab, prompt_overhead = prepare_workload(env, config, model, ctx)
-    path = records_path(options)
     files = RunFiles.of_records(path)
     prompts = len(workload_for(config, prompt_words, prompt_vocab).pool)
     stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, prompt_overhead)
     protocol = StageProtocol(stages, duration=config.duration, stall_limit=stall_limit(config))
     reconciler = RungReconciler(config)
     writer = RecordWriter(path, fsync=False, truncate=True, chunk_index=True)
-    state = RunState(config, env.host, model, writer, files, stages, protocol, reconciler)
+    state = RunState(config, env.host, model, writer, files, stages, protocol, reconciler, errors)
+    errors.attach(state)
     state.workload = {
         "prompt_words": prompt_words,
         "prompt_vocab": prompt_vocab,

@@ -4,7 +4,8 @@ Owns `RunState`: the run's configuration, model and files, its stages and their 
 (`llmload.loadgen.stage_protocol`), its id (`run_id`, made once at the run's start and stamped on
 every record and on the run file, so a file holding two runs, or a run file of another run, is told
 apart from one run), and the list of sinks each record goes to (`receive`); and `<prefix>_run.json`
-(`write_run_file`), rewritten whole at every stage boundary and once more, finished, at the end.
+(`write_run_file`, through `write_run_json`), rewritten whole at every stage boundary, once more,
+finished, at the end, and at every error the run records (`llmload.loadgen.run_errors`: its `errors`).
 A run is made by `llmload.loadgen.run_start.begin_run`; its sinks are `llmload.loadgen.record_sinks`'s,
 the capacity search's (`llmload.loadgen.capacity_probes`) and the web UI's (`LadderShape.record_hooks`).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmload.core.config import SweepConfig
@@ -26,6 +28,7 @@ from llmload.loadgen.stage_protocol import StageProgress, StageProtocol, start_s
 if TYPE_CHECKING:
     from llmload.loadgen.capacity_probes import CapacityProbes
     from llmload.loadgen.record_sinks import RungReconciler
+    from llmload.loadgen.run_errors import RunErrors
 
 RecordSink = Callable[["RunState", dict[str, Any], RequestRecord], None]
 """One thing the master does with every record: called with the run, the record's dict (as written,
@@ -44,12 +47,14 @@ class RunState:
     stages: list[Stage]
     protocol: StageProtocol
     reconciler: RungReconciler  # token reconciliation per rung (also one of the sinks)
+    errors: RunErrors  # what the run ended with or reported, in its run file
     sinks: list[RecordSink] = field(default_factory=list)  # what happens to each record, in order
     all_done_at: float | None = None
     health: RecordWriter | None = None  # the generator's health samples (llmload.analysis.health)
     probes: CapacityProbes | None = None  # mode: capacity: the search and its running probe
     workload: dict[str, Any] = field(default_factory=dict)  # the Stage fields of the calibration
     run_id: str = field(default_factory=new_run_id)  # every record's and the run file's `run_id`
+    finished: bool = False  # the ladder's last stage finished (kept by every later rewrite)
 
     @property
     def progress(self) -> list[StageProgress]:
@@ -68,13 +73,15 @@ class RunState:
             sink(self, data, rec)
 
     def write_run_file(self, finished: bool = False) -> None:
+        """The run file as the run stands; `finished`: the ladder is done (from now on)."""
+        self.finished = self.finished or finished
         data = {
             "run_id": self.run_id,
             "host": self.host,
             "model": self.model,
             "config": config_to_dict(self.config),
             "records": str(self.writer.path),
-            "finished": finished,
+            "finished": self.finished,
             "stages": [
                 {
                     "rung": p.stage.rung,
@@ -89,10 +96,9 @@ class RunState:
                 for p in self.progress
                 if p.stage.start_at is not None  # announced only: no request was sent
             ],
+            "errors": self.errors.as_json(),
         }
-        tmp = self.files.run.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(self.files.run)
+        write_run_json(self.files.run, data)
 
     def close(self) -> None:
         """End the run's files. A rung whose users were all done with every record in when the
@@ -102,3 +108,10 @@ class RunState:
         self.writer.close()
         if self.health is not None:
             self.health.close()
+
+
+def write_run_json(path: Path, data: dict[str, Any]) -> None:
+    """A run file, replaced whole (a reader never sees half of one)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)

@@ -9,7 +9,8 @@ On the master (or the local process), when a run whose configuration has a `soak
   HTML report charts, one row per 5 s) is thinned to at most `HISTORY_MAX` rows by dropping every
   other row of its older half, so the charts still span the whole run at a coarser step.
 At `quitting` (a finished run, or one stopped by SIGTERM/SIGINT) the run is judged from its files
-(`llmload.analysis.soak`), the outputs are written next to them, the verdict is logged, and
+(`llmload.analysis.soak`), the outputs are written next to them, the verdict is logged (one that
+is not a pass, and its reasons, as errors of the run: `llmload.loadgen.run_errors`), and
 `environment.process_exit_code` is set: 0 pass, 1 breached, 2 not run, 4 incomplete. It is set to
 0 explicitly on a pass, since Locust otherwise exits 1 when any request failed.
 """
@@ -75,16 +76,21 @@ class SoakMonitor(LadderHook):
             self._trimmer.kill(block=False)
         if self.prefix is None:
             return
+        errors = self.environment.shape_class.end.errors  # the soak run's (a LadderHook's shape)
         try:
             report = soak_report(self.prefix)
             paths = write_outputs(report)
         except (ConfigError, RecordFileError, OSError, ValueError) as e:
-            log.error("llmload: soak: cannot judge the run: %s", e)
-            environment.process_exit_code = EXIT_NOT_RUN
+            errors.record("soak", f"soak: cannot judge the run: {e}", EXIT_NOT_RUN)
             return
-        level = logging.INFO if report.exit_code == 0 else logging.ERROR
-        log.log(level, "llmload: soak verdict %s (exit code %d)", report.status.upper(), report.exit_code)
-        for line in (*report.reasons, *report.warnings):
-            log.log(level, "llmload: soak: %s", line)
+        verdict = f"soak verdict {report.status.upper()} (exit code {report.exit_code})"
+        lines = [f"soak: {line}" for line in (*report.reasons, *report.warnings)]
+        if report.exit_code == 0:
+            for line in (verdict, *lines):
+                log.info("llmload: %s", line)
+        else:  # errors of the run: in its run file too
+            errors.record("soak", verdict, report.exit_code)
+            for line in lines:
+                errors.record("soak", line)
         log.info("llmload: soak report: %s", ", ".join(map(str, paths)))
         environment.process_exit_code = report.exit_code

@@ -14,28 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from llmload.core.names import WARMUP_RUNG
 from llmload.loadgen.arrivals import slot_ranges
 
 GO_MARGIN_S = 0.25  # start_at is this far ahead of the "go" announcement, so it reaches every worker
 READY_TIMEOUT_S = 60.0  # a stage starts with the users that are ready after this long
-
-
-class StageLike(Protocol):
-    """What the protocol reads of a stage (llmload.loadgen.messages.Stage)."""
-
-    @property
-    def seq(self) -> int: ...
-    @property
-    def rung(self) -> int: ...
-    @property
-    def users(self) -> int: ...
-    @property
-    def rate(self) -> float | None: ...
-    @property
-    def start_at(self) -> float | None: ...
 
 
 @dataclass(slots=True)
