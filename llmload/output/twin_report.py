@@ -62,34 +62,37 @@ def fit_lines(fit: TwinFit, sim_file: Path) -> list[str]:
     return lines
 
 
+def _header(keys: Sequence[str], model: str, change: str) -> list[str]:
+    return ["conc"] + [f"{SHOWN[k]} {part}" for k in keys for part in ("meas", model, change)]
+
+
+def _figure_cells(row: TwinRow, keys: Sequence[str]) -> list[str]:
+    """Each figure's measured, model and change-% cells."""
+    errors = row.errors()
+    cells = []
+    for k in keys:
+        cells += [_num((row.measured or {}).get(k)), _num(row.model.get(k)), _pct(errors.get(k))]
+    return cells
+
+
 def replay_table(rows: Sequence[TwinRow], fmt: str) -> str:
     """Measured, twin and error % of each figure, rung by rung (`!`: a rung not every request of
     which completed)."""
     keys = _keys(rows)
-    header = ["conc"] + [f"{SHOWN[k]} {part}" for k in keys for part in ("meas", "twin", "err%")]
-    body = []
-    for r in rows:
-        errors = r.errors()
-        cells = [str(r.conc) + ("!" if r.partial else "")]
-        for k in keys:
-            cells += [_num((r.measured or {}).get(k)), _num(r.model.get(k)), _pct(errors.get(k))]
-        body.append(cells)
-    return report_grid(header, body, fmt, stralign="right")
+    body = [[str(r.conc) + ("!" if r.partial else ""), *_figure_cells(r, keys)] for r in rows]
+    return report_grid(_header(keys, "twin", "err%"), body, fmt, stralign="right")
 
 
 def prediction_table(rows: Sequence[TwinRow], params: TwinParams, change: Change, fmt: str) -> str:
     """Measured, predicted and gain % of each figure, and the Amdahl bound when the change is a
     component made faster."""
     keys = _keys(rows)
-    header = ["conc"] + [f"{SHOWN[k]} {part}" for k in keys for part in ("meas", "pred", "gain%")]
+    header = _header(keys, "pred", "gain%")
     if change.cost is not None:
         header.append("amdahl%")
     body = []
     for r in rows:
-        errors = r.errors()
-        cells = [str(r.conc) + (" (extrapolated)" if r.extrapolated else "")]
-        for k in keys:
-            cells += [_num((r.measured or {}).get(k)), _num(r.model.get(k)), _pct(errors.get(k))]
+        cells = [str(r.conc) + (" (extrapolated)" if r.extrapolated else ""), *_figure_cells(r, keys)]
         if change.cost is not None:
             bound = amdahl_bound(r, params, change)
             cells.append(_pct(None if bound is None else bound * 100.0))
