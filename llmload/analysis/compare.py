@@ -35,8 +35,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
-from tabulate import tabulate
-
 from llmload.analysis.metrics import tpot_ms, ttft_ms
 from llmload.analysis.postprocess import RunResult
 from llmload.analysis.sweep_rows import Rung, SweepRow
@@ -273,31 +271,3 @@ def comparison_dict(cmp: Comparison) -> dict[str, object]:
         "threshold": cmp.threshold,
         "resamples": cmp.resamples,
     }
-
-
-def _cell(c: Change) -> str:
-    if c.change is None:
-        return "-"
-    if c.low is None or c.high is None:
-        return f"{c.change * 100:+.1f}% [no interval]"
-    mark = {IMPROVED: " +", REGRESSED: " !", NOISE: ""}[c.verdict]
-    return f"{c.change * 100:+.1f}% [{c.low * 100:+.1f}, {c.high * 100:+.1f}]{mark}"
-
-
-def render_comparison(cmp: Comparison, fmt: str = "table") -> str:
-    """Per rung: each figure's change with its interval, and the verdict."""
-    header = ["rung", "n base/cand", *(f.name for f in FIGURES), "verdict"]
-    body = [
-        [rung_name(r.rung, r.conc), f"{r.base_requests}/{r.cand_requests}", *map(_cell, r.changes), r.verdict]
-        for r in cmp.rungs
-    ]
-    tablefmt = {"table": "simple", "markdown": "github"}[fmt]
-    lines = [tabulate(body, headers=header, tablefmt=tablefmt, disable_numparse=True)]
-    lines.append(
-        f"change = candidate / base - 1 [{cmp.confidence * 100:g} % interval: bootstrap over requests, "
-        f"{cmp.resamples} resamples, widened by repeated rungs]; a verdict needs the whole interval on "
-        f"one side of 0 and |change| >= {cmp.threshold * 100:g} %; TTFT only with repeated rungs"
-        "  (+ improved, ! regressed)"
-    )
-    lines += [f"note: {u}" for u in cmp.unmatched]
-    return "\n".join(lines)

@@ -24,11 +24,8 @@ the M matched differ).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from tabulate import tabulate
 
 from llmload.analysis.postprocess import RunResult
 from llmload.analysis.sweep_rows import Rung
@@ -168,29 +165,3 @@ def output_identity(base: RunResult, cand: RunResult) -> OutputIdentity:
             "rung (other prompts: another seed, prompt file or ladder?)"
         )
     return OutputIdentity(rungs, reasons)
-
-
-def render_outputs(result: OutputIdentity, fmt: str = "table") -> list[str]:
-    """The section under the speed comparison: a row per matched rung, then the verdict."""
-    lines = [
-        "",
-        "outputs: each candidate request against the base request with the same prompt at the same place",
-    ]
-    if not result.reasons:
-        header = ["rung", "compared", "differing", "first_diff_p50", "unmatched cand/base"]
-        body = [_row(r) for r in result.rungs]
-        tablefmt = {"table": "simple", "markdown": "github"}[fmt]
-        lines.append(tabulate(body, headers=header, tablefmt=tablefmt, disable_numparse=True))
-    lines.append(result.summary())
-    return lines
-
-
-def _row(r: RungOutputs) -> Sequence[str]:
-    median = "-" if r.first_diff_median is None else f"{r.first_diff_median:g} {r.unit}"
-    return [
-        rung_name(r.rung, r.conc),
-        str(r.compared),
-        str(r.differing),
-        median,
-        f"{r.cand_unmatched}/{r.base_unmatched}",
-    ]

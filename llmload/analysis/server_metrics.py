@@ -30,8 +30,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from tabulate import tabulate
-
 from llmload.core.jsonl import iter_jsonl
 from llmload.core.names import WARMUP_RUNG, rung_name
 from llmload.core.prometheus_text import scrape_metrics
@@ -347,53 +345,3 @@ def load_server_metrics(
         run_accept_len=run_accept_len(samples),
         warnings=token_warnings(metrics, failed),
     )
-
-
-SERVER_COLUMNS = (
-    "rung",
-    "server_tokens",
-    "client_tokens",
-    "running",
-    "waiting",
-    "kv_usage_%",
-    "accept_len",
-    "samples",
-)
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def server_rows(metrics: Sequence[ServerRungMetrics]) -> list[list[str]]:
-    """One row of preformatted cells per stage, in SERVER_COLUMNS order."""
-    return [
-        [
-            rung_name(m.rung, m.conc),
-            _fmt(m.generation_tokens, ".0f") + (" ~" if m.overlap else ""),
-            str(m.client_tokens),
-            _fmt(m.running, ".2f"),
-            _fmt(m.waiting, ".2f"),
-            _fmt(None if m.kv_usage is None else m.kv_usage * 100, ".2f"),
-            _fmt(m.accept_len, ".2f"),
-            str(m.samples),
-        ]
-        for m in metrics
-    ]
-
-
-def server_notes(server: ServerMetrics) -> list[str]:
-    """Lines printed under the server table: what it shows, the overlap mark, the warnings."""
-    notes = [f"server metrics ({server.family}); running, waiting, kv usage: means over the rung's scrapes"]
-    if any(m.overlap for m in server.rungs):
-        notes.append("~ the scrapes around this rung also cover another stage: an upper bound")
-    return notes + [f"warning: {w}" for w in server.warnings]
-
-
-def render_server_metrics(server: ServerMetrics, fmt: str = "table") -> str:
-    """The per-stage server table (table or markdown) followed by its notes."""
-    tablefmt = {"table": "simple", "markdown": "github"}[fmt]
-    table = tabulate(
-        server_rows(server.rungs), headers=list(SERVER_COLUMNS), tablefmt=tablefmt, disable_numparse=True
-    )
-    return "\n".join([table, *server_notes(server)])

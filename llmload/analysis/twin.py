@@ -1,5 +1,6 @@
-"""The what-if twin's tables: a measured run beside the simulator's replay of it with the fitted
-model (llmload.analysis.twin_fit), the verdict, and predictions after a change.
+"""The what-if twin's figures: a measured run beside the simulator's replay of it with the fitted
+model (llmload.analysis.twin_fit), the verdict, and predictions after a change (their tables are
+llmload.output.twin_report's).
 
 - figures per rung, under the sweep JSON's keys: `agg_tok_s`, `per_req_tok_s`, `ttft_p50_ms`
   (the sweep row), `ttft_p99_ms`, `tpot_p50_ms` (the rung's latency metrics) and, when the run
@@ -29,13 +30,9 @@ model (llmload.analysis.twin_fit), the verdict, and predictions after a change.
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
-
-from tabulate import tabulate
 
 from llmload.analysis.budget import CostModel, amdahl_gain
 from llmload.analysis.postprocess import RunResult
@@ -294,65 +291,6 @@ def amdahl_bound(row: TwinRow, params: TwinParams, change: Change) -> float | No
         return None
 
 
-# --- presentation ----------------------------------------------------------------------------
-
-
-def _num(value: float | None, decimals: int = 1) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{value:.{decimals}f}"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.1f}"
-
-
-def _keys(rows: Sequence[TwinRow]) -> list[str]:
-    present = {k for r in rows for k in r.model} | {k for r in rows for k in (r.measured or {})}
-    return [k for k in FIGURES if k in present]
-
-
-def params_line(params: TwinParams) -> str:
-    limit = params.max_num_seqs if params.max_num_seqs is not None else "none reached"
-    return (
-        f"step_ms = {params.base_ms:.2f} + {params.per_seq_ms:.3f} x batch + "
-        f"{params.prefill_ms_per_token:.4f} x prompt tokens admitted; accept_len {params.accept_len:.2f}; "
-        f"max_num_seqs {limit}"
-    )
-
-
-def replay_table(rows: Sequence[TwinRow], fmt: str) -> str:
-    keys = _keys(rows)
-    header = ["conc"] + [f"{SHOWN[k]} {part}" for k in keys for part in ("meas", "twin", "err%")]
-    body = []
-    for r in rows:
-        errors = r.errors()
-        cells = [str(r.conc) + ("!" if r.partial else "")]
-        for k in keys:
-            cells += [_num((r.measured or {}).get(k)), _num(r.model.get(k)), _pct(errors.get(k))]
-        body.append(cells)
-    return tabulate(body, headers=header, tablefmt=_TABLEFMT[fmt], disable_numparse=True, stralign="right")
-
-
-def prediction_table(rows: Sequence[TwinRow], params: TwinParams, change: Change, fmt: str) -> str:
-    keys = _keys(rows)
-    header = ["conc"] + [f"{SHOWN[k]} {part}" for k in keys for part in ("meas", "pred", "gain%")]
-    if change.cost is not None:
-        header.append("amdahl%")
-    body = []
-    for r in rows:
-        errors = r.errors()
-        cells = [str(r.conc) + (" (extrapolated)" if r.extrapolated else "")]
-        for k in keys:
-            cells += [_num((r.measured or {}).get(k)), _num(r.model.get(k)), _pct(errors.get(k))]
-        if change.cost is not None:
-            bound = amdahl_bound(r, params, change)
-            cells.append(_pct(None if bound is None else bound * 100.0))
-        body.append(cells)
-    return tabulate(body, headers=header, tablefmt=_TABLEFMT[fmt], disable_numparse=True, stralign="right")
-
-
-_TABLEFMT = {"table": "simple", "markdown": "github"}
-
-
 def row_dict(row: TwinRow, model_key: str) -> dict[str, Any]:
     return {
         "rung": row.rung,
@@ -365,7 +303,3 @@ def row_dict(row: TwinRow, model_key: str) -> dict[str, Any]:
         if row.measured is not None
         else None,
     }
-
-
-def render_json(document: Mapping[str, Any]) -> str:
-    return json.dumps(document, indent=2, allow_nan=False, default=str)

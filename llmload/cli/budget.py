@@ -23,12 +23,12 @@ from llmload.analysis.budget import (
     check_positive,
     load_budget_config,
     load_points,
-    render_budget,
 )
 from llmload.core.checks import flag_type
 from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.records import RecordFileError
+from llmload.output.budget_report import render_budget
 
 
 def budget_file(text: str) -> Path:

@@ -16,13 +16,14 @@ import argparse
 import json
 import sys
 
-from llmload.analysis.compare import compare_runs, comparison_dict, render_comparison
-from llmload.analysis.output_identity import output_identity, render_outputs
+from llmload.analysis.compare import compare_runs, comparison_dict
+from llmload.analysis.output_identity import output_identity
 from llmload.analysis.postprocess import load_run
 from llmload.core.checks import any_integer, flag_type, integer, non_negative_number, open_unit_interval
 from llmload.core.exit_codes import BAD_INPUT, OK, OUTPUT_CHANGED, REGRESSED
 from llmload.core.records import RecordFileError
 from llmload.core.run_files import RunFiles
+from llmload.output.compare_report import render_comparison, render_outputs
 
 
 def main(argv: list[str] | None = None) -> int:

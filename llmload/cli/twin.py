@@ -43,12 +43,8 @@ from llmload.analysis.twin import (
     Verdict,
     apply_change,
     judge,
-    params_line,
     prediction_rows,
-    prediction_table,
-    render_json,
     replay_rows,
-    replay_table,
     row_dict,
     run_figures,
 )
@@ -62,6 +58,7 @@ from llmload.core.records import RecordFileError
 from llmload.core.run_files import RunFiles
 from llmload.core.schema import shown
 from llmload.core.stop_signals import STOPS
+from llmload.output.twin_report import fit_lines, params_line, prediction_table, render_json, replay_table
 from llmload.servers.process import die_with_parent
 
 PROG = "llmload twin"
@@ -250,30 +247,6 @@ def replayed(folder: Path) -> RunResult:
         ) from None
 
 
-# --- output -------------------------------------------------------------------------------------
-
-
-def fit_lines(fit: TwinFit, sim_file: Path) -> list[str]:
-    lines = [f"fitted: {params_line(fit.params)}"]
-    idle = f" ({fit.idle_steps} steps that started an idle server)" if fit.idle_steps else ""
-    lines.append(
-        f"  from {fit.decode_steps} decode steps (rms {fit.residual_ms:.2f} ms around the line) and "
-        f"{fit.admit_steps} admitting steps{idle}; {fit.queued_requests} requests waited for a place"
-    )
-    if fit.params.sim_accept_len is not None:
-        lines.append(
-            f"  the simulator realizes accept_len {fit.params.accept_len:.2f} on this workload's prompts "
-            f"at its setting {fit.params.sim_accept_len:.2f} (calibrated)"
-        )
-    if fit.accept_from_counters is not None:
-        lines.append(
-            f"  the server's counters: accept_len {fit.accept_from_counters:.2f} (1 + accepted / drafts)"
-        )
-    lines += [f"  note: {n}" for n in fit.notes]
-    lines.append(f"  simulator settings: {sim_file} (llmload sweep --sim-file {sim_file})")
-    return lines
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     run_dir = args.run_dir or Path("reports") / time.strftime("twin-%Y%m%d-%H%M%S")
@@ -327,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     prediction = prediction_rows(measured, run_figures(results["predict"])) if "predict" in results else None
     _print(args.format, fit, rows, verdict, prediction, predicted_params, change, sim_file)
     return OK if verdict.fits else NO_FIT
+
+
+# --- output -------------------------------------------------------------------------------------
 
 
 def _print_fit(fmt: str, fit: TwinFit, sim_file: Path) -> int:

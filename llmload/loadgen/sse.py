@@ -22,26 +22,19 @@ Definitions (as vLLM `bench serve`, see docs/metrics.md):
 - `uncertain`: token chunk index -> seconds by which its time may be late, for chunks that
   shared a read with a later message (`feed_read`); `ttft_uncertain`: the same for t_first.
 
-The token-chunk fast path (`feed_lines`): a server writes every token chunk of a stream the same
-way except for its text (vLLM: `{"id":…,"choices":[{"index":0,"text":" the","logprobs":null,
-"finish_reason":null,…}]}`). The first ordinary token chunk of a stream (text not empty, no
-finish_reason, no usage) is parsed in full and becomes the stream's template: its line cut into
-the bytes before the text's characters and the bytes after them. The cut is proved, not guessed:
-the template with a probe text put in the middle must parse to the same object with the probe as
-its text. A later line that starts and ends with those bytes and whose middle is plain string
-characters (no quote, backslash or control character; valid UTF-8; not empty) is therefore the
-same message with another text: a token chunk, recorded without a JSON decode. Any other line
-(usage, finish_reason, an error, escapes in the text, another shape) is parsed in full.
+The token-chunk fast path (`feed_lines`): a line that matches the stream's token-chunk template
+is a token chunk, recorded without a JSON decode (llmload.loadgen.sse_template).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from typing import Any
 
 import orjson
+
+from llmload.loadgen.sse_template import TEMPLATE_TRIES, learn_template, not_ascii_plain, plain
 
 # The hot path decodes a data line with orjson straight from bytes (the parse is the reader's
 # largest cost after the socket: benchmarks/sse_parse.py, figures in docs/generator-cost.md).
@@ -50,11 +43,7 @@ import orjson
 _fast_decode = orjson.loads
 _decode = json.JSONDecoder().raw_decode
 _STR_OR_NONE = (str, type(None))
-_NOT_PLAIN = re.compile(rb'["\\\x00-\x1f]').search  # what a JSON string's characters spell only escaped
-_NOT_ASCII_PLAIN = re.compile(rb"[^\x20\x21\x23-\x5b\x5d-\x7e]").search  # nor that, nor beyond ASCII
-_PROBE = "llmload-template-probe"
 EXACT_SLACK_S = 0.0005  # a read whose messages arrived within this of its stamp times them all
-TEMPLATE_TRIES = 3  # token chunks of a stream tried as its template (a stream without one is parsed in full)
 
 
 class MalformedStream(ValueError):
@@ -126,7 +115,7 @@ class StreamAccumulator:
         for line in lines:
             if head is not None and line.startswith(head) and line.endswith(tail):
                 end = len(line) - after
-                if end > start and (_NOT_ASCII_PLAIN(line, start, end) is None or _plain(line[start:end])):
+                if end > start and (not_ascii_plain(line, start, end) is None or plain(line[start:end])):
                     self.t_last = t
                     times.append(t)
                     if texts is not None:
@@ -180,25 +169,12 @@ class StreamAccumulator:
         return done
 
     def _learn_template(self, line: bytes | bytearray) -> None:
-        """Make `line`, just parsed in full, the stream's token-chunk template if it was an ordinary
-        token chunk whose text sits between plain bytes (module docstring); else leave it."""
+        """Make `line`, just parsed in full, the stream's token-chunk template if it is one
+        (llmload.loadgen.sse_template); else leave it."""
         self._tries -= 1
-        key = b'"content":"' if self.chat else b'"text":"'
-        start = line.find(key) + len(key)
-        end = line.find(b'"', start)
-        if start < len(key) or end <= start:
-            return
-        head, tail = bytes(line[:start]), bytes(line[end:])
-        try:
-            obj = _fast_decode(line[5:])
-            probe = _fast_decode(head[5:] + _PROBE.encode() + tail)
-        except orjson.JSONDecodeError:
-            return
-        if _token_text(probe, self.chat) != _PROBE or not _token_text(obj, self.chat):
-            return
-        _set_token_text(probe, self.chat, _token_text(obj, self.chat))
-        if probe == obj and obj.get("usage") is None:
-            self._head, self._tail = head, tail
+        template = learn_template(line, self.chat)
+        if template is not None:
+            self._head, self._tail = template
 
     def _feed_data(self, payload: bytes | bytearray, t: float) -> bool:
         """One data field (JSON may have whitespace around it)."""
@@ -327,38 +303,6 @@ class StreamAccumulator:
     def text(self) -> str:
         """The reply's text (built with `keep_text`; multi-turn sessions resend it)."""
         return "".join(self.texts or ())
-
-
-def _plain(text: bytes | bytearray) -> bool:
-    """Whether `text` is a JSON string's characters as they are, no escapes: UTF-8 without a quote,
-    backslash or control character."""
-    if _NOT_PLAIN(text):
-        return False
-    try:
-        text.decode()
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _token_text(obj: Any, chat: bool) -> Any:
-    """choices[0].text (or .delta.content) of a parsed message when it is a token chunk without
-    finish_reason, else None."""
-    try:
-        choice = obj["choices"][0]
-        if choice.get("finish_reason") is not None:
-            return None
-        return choice["delta"]["content"] if chat else choice["text"]
-    except (KeyError, IndexError, TypeError, AttributeError):
-        return None
-
-
-def _set_token_text(obj: Any, chat: bool, text: str) -> None:
-    choice = obj["choices"][0]
-    if chat:
-        choice["delta"]["content"] = text
-    else:
-        choice["text"] = text
 
 
 def _shown(payload: bytes | bytearray) -> bytes:

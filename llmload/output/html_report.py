@@ -20,9 +20,10 @@ from typing import Any
 import yaml
 
 from llmload.analysis.postprocess import RunResult, load_run
-from llmload.analysis.server_metrics import ServerMetrics, load_server_metrics, render_server_metrics
+from llmload.analysis.server_metrics import ServerMetrics, load_server_metrics
 from llmload.core.run_environment import read_environment
 from llmload.core.run_files import RunFiles
+from llmload.output.server_report import render_server_metrics
 from llmload.output.table import render, render_metrics
 
 
