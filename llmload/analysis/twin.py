@@ -36,7 +36,7 @@ from typing import Any
 
 from llmload.analysis.budget import CostModel, amdahl_gain
 from llmload.analysis.postprocess import RunResult
-from llmload.analysis.twin_fit import TwinFit, TwinParams, usable
+from llmload.analysis.twin_fit import MIN_STEPS_PER_BATCH, TwinFit, TwinParams, usable
 from llmload.core.config import ConfigError
 from llmload.core.names import rung_name
 
@@ -173,9 +173,33 @@ def ttft_tolerance_ms(
     return step * steps, f"{what}, {step * steps:.1f} ms"
 
 
-def judge(fit: TwinFit, rows: Sequence[TwinRow]) -> Verdict:
-    """Fits when the fit found no problem and every replayed rung is within the tolerances."""
-    breaks = list(fit.problems)
+def checked_batches(fit: TwinFit) -> list[int]:
+    """The batch sizes the line was checked on: those seen in enough decode steps."""
+    return sorted(b for b, (n, _) in fit.batches.items() if n >= MIN_STEPS_PER_BATCH)
+
+
+def extrapolation_breaks(fit: TwinFit, prediction: Sequence[TwinRow]) -> list[str]:
+    """A rung predicted at a batch above those measured rests on the line's shape: with fewer
+    than three batch sizes checked, nothing has tested that the step cost is linear (a CPU
+    server's batched matmul grows less than linearly), so such a prediction is not made."""
+    checked = checked_batches(fit)
+    if len(checked) >= 3:
+        return []
+    limit, top = fit.params.max_num_seqs, max(checked, default=0)
+    beyond = sorted({r.conc for r in prediction if r.extrapolated and min(r.conc, limit or r.conc) > top})
+    if not beyond:
+        return []
+    return [
+        f"c{','.join(map(str, beyond))} beyond the batch sizes the line was checked on "
+        f"({', '.join(map(str, checked)) or 'none'}): extrapolating needs three or more to test that "
+        "the step cost is linear in batch"
+    ]
+
+
+def judge(fit: TwinFit, rows: Sequence[TwinRow], prediction: Sequence[TwinRow] = ()) -> Verdict:
+    """Fits when the fit found no problem, every replayed rung is within the tolerances, and no
+    predicted rung rests on an untested extrapolation (`extrapolation_breaks`)."""
+    breaks = list(fit.problems) + extrapolation_breaks(fit, prediction)
     for row in rows:
         name = rung_name(row.rung, row.conc)
         if row.partial:

@@ -14,14 +14,17 @@ those parameters, under the simulator's own names, from a run's records alone:
 - `base_ms`, `per_seq_ms`: least squares of duration against batch over the decode steps (steps
   that admitted no request), both held >= 0 (a term the free fit puts below 0 is 0, noted).
 - `prefill_ms_per_token`: what the steps that admitted requests took beyond that line, against
-  the prompt tokens they admitted (least squares through the origin; uncached tokens when the
-  records say how many were cached). When no step admitted a request into a running batch (every
-  user of a rung sends together, requests of equal length end together), the steps that started
-  an idle server stand in: the median over them of their time from the last of their sends to
-  their end, beyond the line, per prompt token (the median: such a start also waits for anything
-  else that holds the server or the machine). That time also holds the server's handling of the
-  request, which a real server has and the simulator's replay adds again, so this estimate reads
-  high by that much (noted in the fit).
+  the prompt tokens they admitted (least squares through the origin). Every prompt token counts,
+  cached or not: the twin's replay runs the simulator without a prefix cache, so a server's cache
+  hits show as a lower cost per prompt token (fitted per uncached token, the replay would charge
+  that cost for every token of a prompt the server served mostly from its cache). When no step
+  admitted a request into a running batch (every user of a rung sends together, requests of
+  equal length end together), the steps that started an idle server stand in: the median over
+  them of their time from the last of their sends to their end, beyond the line, per prompt
+  token (the median: such a start also waits for anything else that holds the server or the
+  machine). That time also holds the server's handling of the request, which a real server has
+  and the simulator's replay adds again, so this estimate reads high by that much (noted in the
+  fit).
 - `accept_len`: the accept length whose expected number of steps (chunks) for each request's
   output length, the last step capped as the simulator caps it, adds up to the chunks received
   (`expected_steps`). Tokens per chunk alone would read low: the capped last chunk is short.
@@ -110,7 +113,7 @@ class Step:
     end: float  # epoch s: the earliest chunk of the step
     batch: int
     admitted: int  # requests whose first chunk came at its end
-    prompt_tokens: int  # uncached prompt tokens of those
+    prompt_tokens: int  # prompt tokens of those, cached or not (module docstring)
     duration_ms: float | None  # None when the step before it is not known to be its start
     idle_ms: float | None = None  # a step that started an idle server: from the last send to its end
 
@@ -213,7 +216,7 @@ def rung_steps(rung: int, records: Sequence[RequestRecord]) -> _Rung:
     steps = []
     for k, members in enumerate(clusters):
         new = [records[i] for i, j in members if j == 0]
-        prompt = sum(max((r.prompt_tokens or 0) - (r.cached_tokens or 0), 0) for r in new)
+        prompt = sum(r.prompt_tokens or 0 for r in new)
         duration = (ends[k] - ends[k - 1]) * 1000.0 if k and follows[k] else None
         idle = None
         if len(new) == len(members):

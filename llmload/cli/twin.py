@@ -296,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         return INTERRUPTED
     measured = run_figures(result)
     rows = replay_rows(measured, run_figures(results["replay"]))
-    verdict = judge(fit, rows)
     prediction = prediction_rows(measured, run_figures(results["predict"])) if "predict" in results else None
+    verdict = judge(fit, rows, prediction or ())
     _print(args.format, fit, rows, verdict, prediction, predicted_params, change, sim_file)
     return OK if verdict.fits else NO_FIT
 

@@ -25,6 +25,7 @@ REASONS = (  # the verdict's documented breaks: the fit's checks, then a rung's 
     "not in consecutive steps",
     "step time drifts",
     "step cost not linear in batch",
+    "beyond the batch sizes the line was checked on",
     "off by",
     "not every request completed",
 )

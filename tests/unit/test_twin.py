@@ -180,6 +180,26 @@ def test_the_verdict_names_each_figure_that_breaks_it():
     assert verdict.line().startswith("verdict: does not fit: rung01 c1 agg_tok/s")
 
 
+def test_a_prediction_beyond_two_checked_batch_sizes_is_not_made():
+    """A line through batch 1 and 2 has not been tested for linearity: predicting batch 4 from it
+    breaks the verdict; from batches 1, 2 and 4, batch 8 is predicted, and batch 2 is never a
+    break (it was measured)."""
+    two = fit_twin(engine_records([1, 2], linear(10, 3)))
+    replay = replay_rows(
+        [figures(100, 50, 1, 0), figures(180, 60, 2, 1)], [figures(100, 50, 1, 0), figures(180, 60, 2, 1)]
+    )
+    ahead = prediction_rows([], [figures(300, 70, 4, 0)])
+    verdict = judge(two, replay, ahead)
+    assert not verdict.fits
+    assert verdict.breaks == [
+        "c4 beyond the batch sizes the line was checked on (1, 2): extrapolating needs three or more "
+        "to test that the step cost is linear in batch"
+    ]
+    assert judge(two, replay, prediction_rows([], [figures(180, 60, 2, 0)])).fits
+    three = fit_twin(engine_records([1, 2, 4], linear(10, 3)))
+    assert judge(three, replay, prediction_rows([], [figures(400, 90, 8, 0)])).fits
+
+
 def test_ttft_tolerance():
     params = TwinParams(10, 3, 0, 1, None)
     assert ttft_tolerance_ms(200, 1, params) == (20, "10 %")
