@@ -139,8 +139,8 @@ class StreamAccumulator:
     ) -> bool:
         """Consume the lines of one read whose stamp `t` is exact for its last message; True at
         [DONE]. Its earlier messages arrived at most `slack` before it (by the stream's previous
-        read and the hub's polls) or, when it took two token chunks or more, `since_read` (by the
-        previous read alone). `ends_whole`: the read ended at the end of a line (else its stamp is
+        read and the hub's polls) or, when a token chunk came before its last message, `since_read`
+        (by the previous read alone). `ends_whole`: the read ended at the end of a line (else its stamp is
         the next, incomplete line's). Token chunks (and t_first) not timed by the read's last
         message are marked in `uncertain` (and `ttft_uncertain`) when the bound exceeds
         EXACT_SLACK_S."""
@@ -152,10 +152,11 @@ class StreamAccumulator:
         middle, first_middle, closing = len(self.chunk_times), self.t_first, self._closing is not None
         if not done:
             done = self.feed_lines(lines[last:], t)
-        # Two token chunks were written at two steps, yet they became readable together: the
-        # polls' bound assumes data is readable once it arrived, which fails when the kernel (or a
-        # buffering proxy) delivers a backlog at once, after a poll that waited for it.
-        bound = since_read if len(self.chunk_times) - before >= 2 else slack
+        # A token chunk and a later message were written at two instants (two steps, or a last
+        # token and the closing messages), yet they became readable together: the polls' bound
+        # assumes data is readable once it arrived, which fails when the kernel (or a buffering
+        # proxy) delivers a backlog at once, after a poll that waited for it.
+        bound = since_read if middle > before else slack
         if bound <= EXACT_SLACK_S:
             return done
         # the last message's own chunk is timed by the stamp (a held closing chunk counted by it is not)

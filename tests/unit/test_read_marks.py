@@ -1,7 +1,8 @@
 """Several messages taken by one read (llmload.loadgen.sse.StreamAccumulator.feed_read): only the
 read's last message is timed by its stamp; the chunks before it, and t_first among them, are
-marked with how late that stamp may be for them: by the polls' bound when the read took one token
-chunk, by the stream's previous read when it took two or more."""
+marked with how late that stamp may be for them: by the stream's previous read when a token chunk
+shares the read with a later message, by the polls' bound when the read's only token chunk is its
+last message or is cut by a line the read ended in."""
 
 from __future__ import annotations
 
@@ -43,7 +44,18 @@ def test_a_read_ending_with_done_marks_its_last_chunk_too() -> None:
     acc = StreamAccumulator()
     acc.feed_read([chunk("a"), b""], 0.1, 0.02, 0.02, True)
     assert acc.feed_read([chunk("b", "length"), b"", DONE, b""], 0.2, 0.01, 0.1, True)
-    assert acc.uncertain == {1: 0.01} and acc.ttft_uncertain is None  # one token chunk: the polls' bound
+    assert acc.uncertain == {1: 0.1} and acc.ttft_uncertain is None
+
+
+def test_a_last_token_read_with_the_closing_messages_is_bounded_by_the_previous_read() -> None:
+    """The polls say the read's data arrived at most 0.1 ms before its stamp, but the server wrote
+    its last token a millisecond before its usage and [DONE], and the kernel made them readable
+    together: only the previous read bounds the last token's time."""
+    acc = StreamAccumulator()
+    acc.feed_read([chunk("a"), b""], 0.1, 0.0, 0.1, True)
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}'
+    assert acc.feed_read([chunk("b", "length"), b"", usage, b"", DONE, b""], 0.12, 0.0001, 0.02, True)
+    assert acc.uncertain == {1: 0.02} and acc.output_tokens(2) == (2, False)
 
 
 def test_a_read_ending_inside_a_line_marks_all_its_chunks() -> None:
@@ -56,7 +68,7 @@ def test_slack_within_the_exact_bound_marks_nothing() -> None:
     acc = StreamAccumulator()
     acc.feed_read([chunk("a"), b"", chunk("b"), b""], 0.2, 0.0, EXACT_SLACK_S, True)
     assert acc.uncertain == {} and acc.ttft_uncertain is None
-    acc.feed_read([chunk("c"), b"", DONE, b""], 0.3, EXACT_SLACK_S, 0.1, True)
+    acc.feed_read([chunk("c"), b"", DONE, b""], 0.3, EXACT_SLACK_S, EXACT_SLACK_S, True)
     assert acc.uncertain == {}
 
 
