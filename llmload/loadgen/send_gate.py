@@ -40,7 +40,8 @@ class SendGate:
     def __init__(self, loop: Any, polls: PollClock) -> None:
         self._polls = polls
         self._line: deque[tuple[Waiter, Any]] = deque()
-        self._timer = loop.timer(0.0, ref=False, priority=-2)
+        # held by the loop (ref): a loop with nothing else to do must still release the line
+        self._timer = loop.timer(0.0, priority=-2)
 
     def _has_time(self) -> bool:
         return not self._line and time.perf_counter() - self._polls.returned < SEND_SLICE_S
