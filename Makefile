@@ -19,7 +19,7 @@ sweep: $(STAMP)
 ## what CI runs: lint, types, layer contracts, the docs site, then every test (unit, end to end,
 ## the real llama.cpp server's, built once from PyPI and cached in ~/.cache/llmload, and the browser's)
 test: lint docs
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25  # the slowest tests, for keeping CI under its time budget
 
 ## pure logic only: no processes, about a minute
 test-unit: $(STAMP)

@@ -1,0 +1,126 @@
+"""Token chunks against a real vLLM server, when you have one: what it streams is the ground truth.
+
+Opt-in: `LLMLOAD_VLLM_URL=http://127.0.0.1:8000 .venv/bin/python -m pytest tests/real/test_real_vllm.py`
+against a vLLM that nothing else is using (its token counter is compared with the run's); without
+the variable the tests are skipped and say so. No machine of this project has a GPU, so CI skips
+them; the same checks run in CI against llama.cpp (test_real_token_chunks.py) and against the
+simulator's vLLM shape (tests/e2e/test_token_chunks_e2e.py).
+
+The server's own account of each chunk comes from a request read here with the standard library's
+HTTP client and `stream_options.continuous_usage_stats`, which makes vLLM put the running
+`completion_tokens` on every chunk: a chunk whose count grew carried that many tokens, whatever its
+text (vLLM sends a token whose bytes end inside a character with empty text).
+
+- A plain prompt (one token a chunk, the last one with the finish_reason): each request has
+  output tokens - 1 ITL values, and the rung's ITL is per token (not labelled "per chunk").
+- An emoji prompt (chunks of empty text inside the stream): the tokens are still exact (usage and
+  the server's counter) and TTFT is taken at the first `choices` chunk, text or not.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from fixtures.real_runs import sweep_ladder
+
+from llmload.analysis.metrics import itl_ms
+from llmload.analysis.postprocess import load_run
+from llmload.core.prometheus_text import scrape_metrics
+from llmload.core.records import read_records
+
+URL = os.environ.get("LLMLOAD_VLLM_URL", "")
+pytestmark = [
+    pytest.mark.real,
+    pytest.mark.skipif(not URL, reason="no vLLM here: set LLMLOAD_VLLM_URL to run against one"),
+]
+
+MAX_TOKENS = 64
+EMOJI = "Write twenty emoji in a row: 🎉🎈🎂"
+PLAIN = "Write a short story about a lighthouse keeper."
+GENERATED = "vllm:generation_tokens_total"
+
+
+def _get(path: str) -> Any:
+    where = urlsplit(URL)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+    conn.request("GET", path)
+    body = conn.getresponse().read()
+    conn.close()
+    return json.loads(body)
+
+
+def served_model() -> str:
+    return str(_get("/v1/models")["data"][0]["id"])
+
+
+def tokens_per_chunk(model: str, prompt: str) -> list[int]:
+    """Per `choices` chunk of this greedy request, the tokens the server says it carried."""
+    where = urlsplit(URL)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=300)
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    lines = conn.getresponse().read().decode().splitlines()
+    conn.close()
+    counts, seen = [], 0
+    for line in lines:
+        if not line.startswith("data: ") or line[6:].strip() == "[DONE]":
+            continue
+        event = json.loads(line[6:])
+        if event.get("choices"):
+            total = event["usage"]["completion_tokens"]
+            counts.append(total - seen)
+            seen = total
+    return counts
+
+
+def generated_tokens() -> float:
+    """The server's generated-token counter, summed over its label sets (vLLM labels it by model)."""
+    samples = scrape_metrics(URL.rstrip("/") + "/metrics")
+    return sum(v for k, v in samples.items() if k == GENERATED or k.startswith(GENERATED + "{"))
+
+
+@pytest.mark.parametrize("prompt", [PLAIN, EMOJI], ids=["plain", "emoji"])
+def test_tokens_chunks_and_itl_against_vllm(tmp_path, prompt):
+    model = served_model()
+    counts = tokens_per_chunk(model, prompt)
+    assert sum(counts) == MAX_TOKENS
+    ladder = {
+        "rungs": [1, 2],
+        "max_tokens": MAX_TOKENS,
+        "prompt": prompt,
+        "requests_per_user": 2,
+        "warmup_requests": 0,
+    }
+    before = generated_tokens()
+    run = sweep_ladder(URL, tmp_path / "run", yaml.safe_dump(ladder))
+    after = generated_tokens()
+    records, skipped = read_records(run.records)
+    assert not skipped and records
+    assert sum(r.output_tokens for r in records) == after - before  # the server's own count
+    one_token_a_chunk = all(c == 1 for c in counts)
+    for rec in records:
+        assert rec.ok and not rec.tokens_estimated, (rec.outcome, rec.error)
+        assert rec.output_tokens == MAX_TOKENS
+        assert rec.t_first is not None and rec.t_first_content is not None
+        assert rec.t_first <= rec.t_first_content  # TTFT at the first choices chunk, text or not
+        if one_token_a_chunk:
+            assert rec.chunks == len(counts) == MAX_TOKENS
+            assert len(itl_ms(rec)) == rec.output_tokens - 1
+    result = load_run(run.prefix, with_metrics=True)
+    assert result.metrics is not None
+    if one_token_a_chunk:
+        assert not any(m.itl_per_chunk for m in result.metrics)
