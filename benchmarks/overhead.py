@@ -204,9 +204,10 @@ def run_tracked(
     timeout: float,
     ok_codes: tuple[int, ...] = (0,),
     env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> CpuTrack:
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         track = CpuTrack(proc.pid)
         try:
             proc.wait(timeout=timeout)
@@ -239,9 +240,9 @@ def run_locust(
     env = None
     if code is not None:
         locustfile = code / locustfile.relative_to(LOCUSTFILES["completions"].parents[2])
-        env = {**os.environ, "PYTHONPATH": str(code)}
+        env = checkout_env(code)
     track = run_tracked(
-        locust_command(url, prefix, locustfile, extra), work / f"{name}.log", timeout, ok_codes, env
+        locust_command(url, prefix, locustfile, extra), work / f"{name}.log", timeout, ok_codes, env, code
     )
     records, _ = read_records(Path(f"{prefix}_records.jsonl"))
     by_streams: dict[int, list[Timed]] = {}
@@ -252,6 +253,25 @@ def run_locust(
                 Timed(r.request_id, r.t_start, r.t_end, r.chunk_times, r.output_tokens, marked)
             )
     return by_streams, track, start_lags(Path(f"{prefix}_run.json"))
+
+
+def checkout_env(code: Path) -> dict[str, str]:
+    """The environment that makes `python -m locust`, started in `code`, import that checkout's
+    llmload. `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH, so
+    the process must start in the checkout (run_tracked's cwd): started here, it would import this
+    checkout's llmload and the "baseline" would be this code. Checked, not assumed."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    where = subprocess.run(
+        [sys.executable, "-c", "import llmload; print(llmload.__file__)"],  # sys.path as with -m
+        cwd=code,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not Path(where).resolve().is_relative_to(code.resolve()):
+        raise RuntimeError(f"--baseline {code}: its python imports llmload from {where}, not from it")
+    return env
 
 
 def start_lags(run_file: Path) -> dict[int, float]:
@@ -394,6 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--keep", type=Path, default=None, help="keep the runs' files in this directory")
     args = p.parse_args(argv)
+    if args.baseline is not None:
+        args.baseline = args.baseline.resolve()
+        checkout_env(args.baseline)  # before any run: a baseline that is this code is no baseline
     print(f"machine: {machine()}", flush=True)
     print(
         f"simulator: {SIM}, step {args.step_ms:g} ms; {args.max_tokens} tokens per request; "
@@ -401,7 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     per_repeat: list[dict[tuple[str, int, int], Figures]] = []
     with tempfile.TemporaryDirectory(prefix="llmload-overhead-") as tmp:
-        root = args.keep or Path(tmp)
+        root = (args.keep or Path(tmp)).resolve()  # absolute: a baseline runs in its checkout
         for i in range(args.repeats):
             figures_of_repeat = {}
             for k in args.chunking:

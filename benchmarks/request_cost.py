@@ -73,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args.tokens) != 2 or len(args.streams) != 1:
         p.error("--tokens takes two lengths and --streams one count")
     args.floor, args.aiohttp = False, False
+    if args.baseline is not None:
+        args.baseline = args.baseline.resolve()
+        overhead.checkout_env(args.baseline)  # a baseline that imports this code is no baseline
     print(f"machine: {overhead.machine()}", flush=True)
     print(
         f"{args.streams[0]} streams, step {args.step_ms:g} ms, {args.duration:g} s rungs, "
@@ -80,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     solved: list[dict[tuple[str, int], tuple[float, float]]] = []
     with tempfile.TemporaryDirectory(prefix="llmload-request-cost-") as tmp:
-        root = args.keep or Path(tmp)
+        root = (args.keep or Path(tmp)).resolve()  # absolute: a baseline runs in its checkout
         for i in range(args.repeats):
             solved.append(one_repeat(args, root, i))
             print(f"repeat {i + 1}/{args.repeats} done", file=sys.stderr, flush=True)
