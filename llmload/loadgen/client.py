@@ -2,7 +2,7 @@
 
 The hot path of the load generator. It talks to the server through the user's geventhttpclient
 connection pool (the one Locust's FastHttpUser owns). Once the response headers are in, a stream
-on a plain TCP socket is read by the hub's `StreamReader` (`llmload.loadgen.stream_reader`: read
+on a plain TCP socket is read by the hub's `StreamReader` (`llmload.loadgen.transport.stream_reader`: read
 in hub callbacks, no greenlet switch per chunk); a TLS stream is read line by line in the
 request's greenlet (`readline(b"\\n")` on the raw response). Every way a request can go wrong
 ends as a record with an `outcome` naming the failure kind and the tokens received until then;
@@ -14,7 +14,7 @@ Failure kinds: `connect_error`, `reset` (connection closed before the headers), 
 finish_reason), `no_done` (finish_reason seen but no `data: [DONE]`), `bad_response`
 (non-streaming body without choices).
 
-Connections (`llmload.loadgen.connections`): with a user's `UserConnections`, the request goes
+Connections (`llmload.loadgen.transport.connections`): with a user's `UserConnections`, the request goes
 out on the user's pooled keep-alive connection, or a new one per request (`connection: close`).
 A request whose pooled connection turns out closed by the server before any byte of the response
 came back (`HTTPConnectionClosed`: EOF or RST with nothing received) is resent once on a new
@@ -48,10 +48,10 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from llmload.analysis.determinism import text_digests
 from llmload.core.config import RetryConfig
 from llmload.core.records import OUTCOME_OK, RequestRecord, encode_json
-from llmload.loadgen.connections import UserConnections
-from llmload.loadgen.receive_stamps import KERNEL, ReceiveClock
 from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent, check_usage
-from llmload.loadgen.stream_reader import StreamEnded, reader_for
+from llmload.loadgen.transport.connections import UserConnections
+from llmload.loadgen.transport.receive_stamps import KERNEL, ReceiveClock
+from llmload.loadgen.transport.stream_reader import StreamEnded, reader_for
 
 MAX_RETRY_WAIT_S = 60.0  # a longer Retry-After is cut to this
 DRAIN_S = 1.0  # longest wait for the end of a stream's HTTP message after [DONE]

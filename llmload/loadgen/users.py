@@ -28,16 +28,16 @@ from llmload.core.names import REQUEST_TYPE
 from llmload.core.records import RequestRecord, encode_json
 from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_indices
 from llmload.loadgen.client import RequestContext, send_request
-from llmload.loadgen.connections import UserConnections
 from llmload.loadgen.messages import MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
 from llmload.loadgen.options import api_key
 from llmload.loadgen.payload import build_payload, endpoint_path
 from llmload.loadgen.preflight import auth_headers, tls_context
-from llmload.loadgen.receive_stamps import stamp_receive_times
 from llmload.loadgen.send_gate import send_gate
 from llmload.loadgen.sessions import Turn, play_sessions
 from llmload.loadgen.shutdown import cut_by_stop
 from llmload.loadgen.stage_plan import stage_trace
+from llmload.loadgen.transport.connections import UserConnections
+from llmload.loadgen.transport.receive_stamps import stamp_receive_times
 from llmload.loadgen.worker_state import ProcessState, process_state
 from llmload.loadgen.workload import workload_for
 
@@ -115,7 +115,7 @@ class LLMUser(FastHttpUser):
         host = str(self.host or "")  # Locust checks --host before it starts users
         self._http = self.client.client.clientpool.get_client(host)
         stamp_receive_times(self._http)  # message times from the kernel where it can
-        self._conns = UserConnections(self._http, config.connection)  # llmload.loadgen.connections
+        self._conns = UserConnections(self._http, config.connection)  # llmload.loadgen.transport.connections
         self._base_path = urlsplit(host).path.rstrip("/")
 
     def _stage_config(self, stage: Stage) -> SweepConfig:

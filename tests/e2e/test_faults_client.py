@@ -17,7 +17,7 @@ from llmload.core.config import RetryConfig, SweepConfig
 from llmload.core.records import RequestRecord
 from llmload.loadgen.client import RequestContext, send_request
 from llmload.loadgen.payload import COMPLETIONS_PATH, build_payload
-from llmload.loadgen.receive_stamps import stamp_receive_times
+from llmload.loadgen.transport.receive_stamps import stamp_receive_times
 from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 

@@ -1,4 +1,4 @@
-"""The connection rules of llmload.loadgen.connections without the simulator: the Keep-Alive
+"""The connection rules of llmload.loadgen.transport.connections without the simulator: the Keep-Alive
 header, the liveness check of an idle socket, the `connection` setting, and the one resend of a
 request whose pooled connection the server had closed (against a scripted loopback server that
 counts what it received)."""
@@ -17,8 +17,8 @@ from geventhttpclient import HTTPClient
 from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.core.records import RequestRecord
 from llmload.loadgen.client import RequestContext, send_request
-from llmload.loadgen.connections import UserConnections, is_dropped, keep_alive_limits
 from llmload.loadgen.options import run_config
+from llmload.loadgen.transport.connections import UserConnections, is_dropped, keep_alive_limits
 
 SSE = (
     b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n'
