@@ -19,6 +19,7 @@ from llmload.core.records import RequestRecord
 from llmload.loadgen.client import RequestContext, send_request
 from llmload.loadgen.options import run_config
 from llmload.loadgen.transport.connections import UserConnections, is_dropped, keep_alive_limits
+from llmload.loadgen.transport.exchange import Transport
 
 SSE = (
     b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n'
@@ -106,7 +107,7 @@ def _send(http: HTTPClient, conns: UserConnections) -> RequestRecord:
     ctx = RequestContext(uuid.uuid4().hex, 0, 1, "measure", "completions", True, 2, "t")
     payload = {"model": "m", "prompt": "x", "max_tokens": 2, "stream": True}
     send_request(
-        http, "/v1/completions", payload, {}, ctx, total_timeout=10, report=records.append, conns=conns
+        Transport(http, conns), "/v1/completions", payload, {}, ctx, total_timeout=10, report=records.append
     )
     (rec,) = records
     return rec

@@ -1,8 +1,8 @@
 """The connections of one user: pooled keep-alive (the default) or a new one per request, when
 and why a new connection was opened, and what opening it cost.
 
-`UserConnections(http)` takes over the connection pool of a geventhttpclient `HTTPClient` (the
-one Locust's FastHttpUser owns, one per user):
+`UserConnections(http)` takes over the connection pool of a geventhttpclient `HTTPClient` (a
+user's, held by its `Transport`: `llmload.loadgen.transport.exchange`):
 
 - `keep-alive`: the user's connection is reused from request to request, as vLLM `bench serve`,
   AIPerf, guidellm and production clients do. Before reuse it is checked the way urllib3 does:
@@ -20,7 +20,7 @@ request's t0, so they are inside its TTFT, as in vLLM. `reconnect` says why a us
 connection opened another: `closed` (the server closed it: found by the check, or announced by
 `Connection: close`), `expired` (its `Keep-Alive` timeout or max was reached), `resent` (the
 request went out on a pooled connection the server had closed, and nothing came back: it was
-resent once on a new connection, `client.send_request`), `error` (the previous request failed
+resent once on a new connection, `Transport.exchange`), `error` (the previous request failed
 and its connection was dropped).
 """
 

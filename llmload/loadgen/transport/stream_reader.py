@@ -29,7 +29,7 @@ by one timer for all streams, every `IDLE_CHECK_S`: a stream with no data for lo
 limit ends with `TimeoutError`, as a socket read would have.
 
 TLS streams (their bytes must go through `ssl`) and sockets without stamps are read line by line
-in the request's greenlet (`llmload.loadgen.client`).
+in the request's greenlet (`llmload.loadgen.transport.exchange`).
 """
 
 from __future__ import annotations
