@@ -134,9 +134,11 @@ class Transport:
             conns.lease = None
         try:
             return _exchange(self.http, conns, path, body, headers, stream, acc, clock)
-        except RequestFailed:
+        except BaseException as e:  # a greenlet kill too: the connection must not stay handed out
             if conns is not None:
-                conns.failed()
+                conns.abandon()
+                if isinstance(e, RequestFailed):
+                    conns.failed()
             raise
 
     def close(self) -> None:
