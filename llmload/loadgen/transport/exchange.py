@@ -133,7 +133,11 @@ class Transport:
         if conns is not None:
             conns.lease = None
         try:
-            return _exchange(self.http, conns, path, body, headers, stream, acc, clock)
+            resp = _open(self.http, conns, path, body, headers)
+            try:
+                return _read_answer(resp, conns, stream, acc, clock)
+            finally:
+                resp.release()  # returns the connection to the pool only if the message was complete
         except BaseException as e:  # a greenlet kill too: the connection must not stay handed out
             if conns is not None:
                 conns.abandon()
@@ -213,47 +217,43 @@ def _drain(resp: Any) -> None:
             resp.read()
 
 
-def _exchange(
-    http: HTTPClient,
-    conns: UserConnections | None,
-    path: str,
-    body: bytes,
-    headers: dict[str, str],
-    stream: bool,
-    acc: StreamAccumulator,
-    clock: ReceiveClock,
-) -> int:
-    """Send the request and read the answer into acc; returns the HTTP status."""
+def _open(
+    http: HTTPClient, conns: UserConnections | None, path: str, body: bytes, headers: dict[str, str]
+) -> Any:
+    """Send the request -> the response, its headers read."""
     try:
-        resp = _open_response(http, conns, path, body, headers)
+        return _open_response(http, conns, path, body, headers)
     except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError) as e:
         raise RequestFailed("reset", f"connection closed before the response headers: {e}") from None
     except TimeoutError as e:  # the connect timeout, or the first_token timeout on the headers
         raise RequestFailed("timeout", f"no connection or no response headers in time: {e}") from None
     except (OSError, HTTPParseError) as e:
         raise RequestFailed("connect_error", f"{type(e).__name__}: {e}") from None
+
+
+def _read_answer(
+    resp: Any, conns: UserConnections | None, stream: bool, acc: StreamAccumulator, clock: ReceiveClock
+) -> int:
+    """Read the answer into acc; returns the HTTP status."""
+    if conns is not None:
+        conns.note_response(resp)
+    status = int(resp.get_code())
+    if status != 200:
+        detail = resp.read()[:200].decode("utf-8", "replace")
+        raise RequestFailed(f"http_{status}", detail, status, resp.get("retry-after"))
+    ctype = str(resp.get("content-type") or "")
+    expected = "text/event-stream" if stream else "application/json"
+    if expected not in ctype:
+        raise RequestFailed("wrong_content_type", f"content-type {ctype!r}, expected {expected}", status)
     try:
-        if conns is not None:
-            conns.note_response(resp)
-        status = int(resp.get_code())
-        if status != 200:
-            detail = resp.read()[:200].decode("utf-8", "replace")
-            raise RequestFailed(f"http_{status}", detail, status, resp.get("retry-after"))
-        ctype = str(resp.get("content-type") or "")
-        expected = "text/event-stream" if stream else "application/json"
-        if expected not in ctype:
-            raise RequestFailed("wrong_content_type", f"content-type {ctype!r}, expected {expected}", status)
-        try:
-            (_read_stream if stream else _read_body)(resp, acc, clock)
-            _drain(resp)
-        except MalformedStream as e:
-            raise RequestFailed("malformed", str(e), status) from None
-        except StreamErrorEvent as e:
-            raise RequestFailed("stream_error", str(e), status) from None
-        except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError, HTTPParseError) as e:
-            raise RequestFailed("drop", f"connection broke mid-stream: {type(e).__name__}", status) from None
-        except TimeoutError:
-            raise RequestFailed("timeout", "no data within the read timeout", status) from None
-        return status
-    finally:
-        resp.release()  # returns the connection to the pool only if the message was complete
+        (_read_stream if stream else _read_body)(resp, acc, clock)
+        _drain(resp)
+    except MalformedStream as e:
+        raise RequestFailed("malformed", str(e), status) from None
+    except StreamErrorEvent as e:
+        raise RequestFailed("stream_error", str(e), status) from None
+    except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError, HTTPParseError) as e:
+        raise RequestFailed("drop", f"connection broke mid-stream: {type(e).__name__}", status) from None
+    except TimeoutError:
+        raise RequestFailed("timeout", "no data within the read timeout", status) from None
+    return status
