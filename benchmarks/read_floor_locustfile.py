@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from llmload.loadgen import stream_reader
+from llmload.loadgen.transport import stream_reader
 from llmload.locustfiles.completions import CompletionsUser, LadderShape
 
 __all__ = ["LadderShape", "CompletionsUser"]

@@ -1,11 +1,11 @@
 """Self-calibration: is the load generator itself keeping up?
 
 A saturated client reads its sockets late. Message times are the kernel's receive stamps where
-the connection has them (llmload.loadgen.receive_stamps), so that lateness does not enter TTFT or E2EL; but
-chunks read together share one stamp (ITL suffers), TLS connections have no stamps, and a client
-that reads late lets socket buffers fill until the server waits on it (tokens/s deflates). Every
-process that runs users (the local process, or each worker) therefore samples itself while a
-test runs:
+the connection has them (llmload.loadgen.transport.receive_stamps), so that lateness does not
+enter TTFT or E2EL; but chunks read together share one stamp (ITL suffers), TLS connections have
+no stamps, and a client that reads late lets socket buffers fill until the server waits on it
+(tokens/s deflates). Every process that runs users (the local process, or each worker) therefore
+samples itself while a test runs:
 
 - `cpu`: `psutil.Process().cpu_percent()` since the previous sample, in percent of one core;
 - `rss`: resident memory, bytes;

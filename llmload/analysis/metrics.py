@@ -30,7 +30,7 @@ Request-rate mode: queue_wait = t_start - t_scheduled (a due request waiting for
 slot; not part of TTFT or E2EL, as in vLLM); `rate` is the rung's target request rate.
 input_tokens summarizes usage.prompt_tokens (the real input lengths).
 
-Connections (llmload.loadgen.connections): connect and tls summarize `connect_ms` / `tls_ms` of
+Connections (llmload.loadgen.transport.connections): connect and tls summarize `connect_ms` / `tls_ms` of
 the rung's requests that opened a connection (any outcome); both times are inside their TTFT.
 
 Token reconciliation (`llmload.analysis.reconcile`, counts over completed requests): stopped_early

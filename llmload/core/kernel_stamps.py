@@ -3,7 +3,7 @@ socket and reading the stamp out of `recvmsg`'s ancillary data.
 
 The kernel stamps every received packet (CLOCK_REALTIME, ns); `recvmsg` returns the stamp of
 the last packet the read consumed. The load generator uses it to time server messages when they
-arrived, not when it got round to reading them (`llmload.loadgen.receive_stamps`); the simulator
+arrived, not when it got round to reading them (`llmload.loadgen.transport.receive_stamps`); the simulator
 uses it to log when a request reached the server (`llmload.sim.connections`).
 """
 

@@ -67,7 +67,7 @@ class RequestRecord:
     uncertain_chunks: list[int] | None = None
     uncertain_ms: list[float] | None = None
     ttft_uncertain_ms: float | None = None
-    # connections (llmload.loadgen.connections): None in records of older runs
+    # connections (llmload.loadgen.transport.connections): None in records of older runs
     conn_reused: bool | None = None  # sent on a connection an earlier request of the user opened
     connect_ms: float | None = None  # new connection: name lookup + TCP connect (inside TTFT)
     tls_ms: float | None = None  # new TLS connection: the handshake (inside TTFT)

@@ -4,7 +4,7 @@ When hundreds of requests are due at once (a rung's start, or the users of a tim
 whose equal-length requests ended in the same step), each user builds and writes its request
 (most of a millisecond of CPU) before the event loop polls again. Meanwhile the streams that
 already run are not read: their chunks pile up in their sockets and a later read takes several
-of them under one kernel stamp (`llmload.loadgen.receive_stamps`), times that must then be
+of them under one kernel stamp (`llmload.loadgen.transport.receive_stamps`), times that must then be
 marked uncertain and are, in fact, late.
 
 `SendGate.wait_turn()`, called by a user before it builds a request (and again once a new
@@ -29,7 +29,7 @@ from typing import Any
 from gevent import get_hub
 from gevent.hub import Waiter
 
-from llmload.loadgen.receive_stamps import PollClock, poll_clock
+from llmload.loadgen.transport.receive_stamps import PollClock, poll_clock
 
 SEND_SLICE_S = 0.002  # the most sending between two polls (a stream read at most this late by a burst)
 

@@ -18,7 +18,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import gevent
-from locust import FastHttpUser, constant, task
+from locust import User, constant, task
+from locust.exception import StopTest
 from locust.runners import WorkerRunner
 
 from llmload.analysis.determinism import digest
@@ -28,16 +29,15 @@ from llmload.core.names import REQUEST_TYPE
 from llmload.core.records import RequestRecord, encode_json
 from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_indices
 from llmload.loadgen.client import RequestContext, send_request
-from llmload.loadgen.connections import UserConnections
 from llmload.loadgen.messages import MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
 from llmload.loadgen.options import api_key
 from llmload.loadgen.payload import build_payload, endpoint_path
-from llmload.loadgen.preflight import auth_headers, tls_context
-from llmload.loadgen.receive_stamps import stamp_receive_times
+from llmload.loadgen.preflight import auth_headers
 from llmload.loadgen.send_gate import send_gate
 from llmload.loadgen.sessions import Turn, play_sessions
 from llmload.loadgen.shutdown import cut_by_stop
 from llmload.loadgen.stage_plan import stage_trace
+from llmload.loadgen.transport.exchange import Transport
 from llmload.loadgen.worker_state import ProcessState, process_state
 from llmload.loadgen.workload import workload_for
 
@@ -80,26 +80,25 @@ class RequestFailure(Exception):
     """What Locust's failures table shows: the failure kind only, so failures group by kind."""
 
 
-class LLMUser(FastHttpUser):
-    """Base class: sends the configured request at each stage of the ladder."""
+class LLMUser(User):
+    """Base class: sends the configured request at each stage of the ladder, on its own transport
+    (`llmload.loadgen.transport.exchange.Transport`: one client, its connections)."""
 
     abstract = True
     wait_time = constant(0)
     endpoint: str | None = None  # subclasses may pin "completions" or "chat"
 
     def __init__(self, environment: Any) -> None:
+        super().__init__(environment)
+        if self.host is None:  # as FastHttpUser did
+            raise StopTest(
+                "You must specify the base host. Either in the host attribute in the User class, "
+                "or on the command line using the --host option."
+            )
         self._process = process_state(environment)
         stage = self._process.board.stage
         config = self._process.config_of(stage) if stage else SweepConfig()
         options = environment.parsed_options
-        # must be set before FastHttpUser builds its session
-        self.connection_timeout = config.timeouts.connect
-        self.network_timeout = config.timeouts.first_token
-        self.insecure = bool(getattr(options, "tls_insecure", False))
-        ca_bundle = getattr(options, "ca_bundle", "")
-        if ca_bundle:
-            self.ssl_context_factory = lambda: tls_context(ca_bundle)
-        super().__init__(environment)
         self._last_seq = -1
         self._ready_seq = -1
         self._first_send: float | None = None  # t_start of this user's first request of the stage
@@ -112,11 +111,21 @@ class LLMUser(FastHttpUser):
             "Accept-Encoding": "identity",
             **auth_headers(api_key(options)),
         }
-        host = str(self.host or "")  # Locust checks --host before it starts users
-        self._http = self.client.client.clientpool.get_client(host)
-        stamp_receive_times(self._http)  # message times from the kernel where it can
-        self._conns = UserConnections(self._http, config.connection)  # llmload.loadgen.connections
+        host = str(self.host)
+        self.transport = Transport.open(
+            host,
+            connect_s=config.timeouts.connect,
+            read_s=config.timeouts.first_token,
+            connection=config.connection,
+            ca_bundle=getattr(options, "ca_bundle", ""),
+            insecure=bool(getattr(options, "tls_insecure", False)),
+        )
         self._base_path = urlsplit(host).path.rstrip("/")
+
+    def on_stop(self) -> None:
+        """The user stops (Locust kills its greenlet): its connections close now, not when the
+        garbage collector finds them."""
+        self.transport.close()
 
     def _stage_config(self, stage: Stage) -> SweepConfig:
         """The stage's configuration (the process's one copy), with the endpoint this user class pins."""
@@ -223,9 +232,9 @@ class LLMUser(FastHttpUser):
             sent_digest(prompt, turn) if config.determinism else None,
             config.record_text,
         )
-        self._conns.mode = config.connection
+        self.transport.set_mode(config.connection)
         return send_request(
-            self._http,
+            self.transport,
             self._base_path + endpoint_path(config.endpoint),
             payload,
             self._headers,
@@ -233,7 +242,6 @@ class LLMUser(FastHttpUser):
             total_timeout=config.timeouts.total,
             retries=config.retries,
             report=report,
-            conns=self._conns,
             on_reply=on_reply,
         )
 

@@ -18,6 +18,7 @@ from llmload.core.records import OUTCOME_OK as OK
 from llmload.core.records import RequestRecord
 from llmload.loadgen.client import RequestContext, send_request
 from llmload.loadgen.payload import COMPLETIONS_PATH, build_payload
+from llmload.loadgen.transport.exchange import Transport
 from llmload.servers.process import LOOPBACK
 
 BODIES = {
@@ -63,7 +64,7 @@ def test_odd_non_streamed_body_is_a_failure_kind(odd_server, case):
     records: list[RequestRecord] = []
     http = HTTPClient.from_url(odd_server, connection_timeout=5, network_timeout=5, concurrency=1)
     send_request(
-        http,
+        Transport(http),
         COMPLETIONS_PATH,
         build_payload(config, "m", config.prompt, 8),
         {"Content-Type": "application/json", "X-Case": case},

@@ -1,4 +1,4 @@
-"""Connections as a real client holds them (llmload.loadgen.connections), against the simulator's
+"""Connections as a real client holds them (llmload.loadgen.transport.connections), against the simulator's
 truth log: which connection the server saw each request on, and when each connection was
 accepted.
 

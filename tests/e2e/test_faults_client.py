@@ -17,7 +17,8 @@ from llmload.core.config import RetryConfig, SweepConfig
 from llmload.core.records import RequestRecord
 from llmload.loadgen.client import RequestContext, send_request
 from llmload.loadgen.payload import COMPLETIONS_PATH, build_payload
-from llmload.loadgen.receive_stamps import stamp_receive_times
+from llmload.loadgen.transport.exchange import Transport
+from llmload.loadgen.transport.receive_stamps import stamp_receive_times
 from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 
@@ -52,7 +53,7 @@ def send(
     ctx = RequestContext(uuid.uuid4().hex, 0, 1, "measure", "completions", True, max_tokens, "test")
     records: list[RequestRecord] = []
     send_request(
-        http,
+        Transport(http),
         COMPLETIONS_PATH,
         build_payload(config, "sim-model", config.prompt, max_tokens),
         {"Content-Type": "application/json"},

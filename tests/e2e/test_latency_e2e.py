@@ -19,11 +19,12 @@ What is compared with what, per request (the record and the truth line share the
   (`continuous_usage: true`, the chat accept_len 4 case) and per chunk otherwise (the
   completions accept_len 4 case, where the client flags ITL as per chunk).
 Bar: medians and p99 within max(1 ms, 2 %) of the truth's. The client's message times are the
-kernel's receive stamps (llmload.loadgen.receive_stamps; every record must say `stamps: kernel`), so a message
-the event loop reads late (another request's end-of-request work, the simulator sharing the
-cores) is still timed when it arrived; without them the chat TTFT p99 at 4 streams missed the
-bar by 1-3 ms in about one run in three on a 2-core machine. A failure message gives the
-generator's event-loop lag from `<prefix>_health.jsonl` (llmload.analysis.health).
+kernel's receive stamps (llmload.loadgen.transport.receive_stamps; every record must say
+`stamps: kernel`), so a message the event loop reads late (another request's end-of-request
+work, the simulator sharing the cores) is still timed when it arrived; without them the chat
+TTFT p99 at 4 streams missed the bar by 1-3 ms in about one run in three on a 2-core machine. A
+failure message gives the generator's event-loop lag from `<prefix>_health.jsonl`
+(llmload.analysis.health).
 """
 
 from __future__ import annotations
@@ -170,11 +171,12 @@ def test_itl_semantics_flagged(run):
     assert all(m.stopped_early == m.disagree == 0 for m in metrics)
 
 
-# How far a request's client TTFT / TPOT may sit from its truth: the TTFT bar, and for TPOT
-# (a difference of two stamps over completion_tokens - 1 tokens) a few ms of stamp error spread
+# How far a request's client TTFT / TPOT may sit from its truth: the TTFT bar, and for TPOT (a
+# difference of two stamps over completion_tokens - 1 tokens) a few ms of stamp error spread
 # over MAX_TOKENS - 1 tokens, rounded up. As in the p99 bar, one request in a hundred may miss
 # it: on a loaded 2-core machine the generator is now and then late by more than the gap between
-# two messages, and both are then stamped when the later one arrived (llmload.loadgen.receive_stamps).
+# two messages, and both are then stamped when the later one arrived
+# (llmload.loadgen.transport.receive_stamps).
 GOODPUT_MARGIN_MS = {"ttft_ms": 1.0, "tpot_ms": 0.3}
 
 

@@ -1,4 +1,4 @@
-"""Kernel receive timestamps (llmload.loadgen.receive_stamps): a request streamed while the client's
+"""Kernel receive timestamps (llmload.loadgen.transport.receive_stamps): a request streamed while the client's
 event loop is blocked again and again (a greenlet that hogs the CPU for 15 ms at a time, as another
 request's end-of-request work or a garbage collection would) is still timed to the simulator's own
 write times, and the record says how late the generator read it. The same request through a client
@@ -13,7 +13,7 @@ from geventhttpclient import HTTPClient
 from test_faults_client import plain_client, send, truth_of
 
 from llmload.core.records import RequestRecord
-from llmload.loadgen.receive_stamps import stamp_receive_times
+from llmload.loadgen.transport.receive_stamps import stamp_receive_times
 
 SLOW_STEPS = {"accept_len": 1, "base_ms": 40, "per_seq_ms": 0}  # one message every 40 ms
 HOG_S = 0.015

@@ -164,7 +164,7 @@ def test_user_connections_follow_the_tls_options(tmp_path, certificate, options,
         user_class = type("TLSUser", (CompletionsUser,), {"host": url})
         user = user_class(Environment(user_classes=[user_class], host=url, parsed_options=parsed))
         if verified:
-            assert user._http.request("GET", "/v1/models").status_code == 200
+            assert user.transport.http.request("GET", "/v1/models").status_code == 200
         else:
             with pytest.raises(OSError, match="CERTIFICATE_VERIFY_FAILED"):
-                user._http.request("GET", "/v1/models")
+                user.transport.http.request("GET", "/v1/models")

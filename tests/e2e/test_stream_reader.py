@@ -1,4 +1,4 @@
-"""The stream reader (llmload.loadgen.stream_reader) on byte sequences a simulator never writes:
+"""The stream reader (llmload.loadgen.transport.stream_reader) on byte sequences a simulator never writes:
 an SSE line split across TCP reads (inside its JSON and inside the HTTP chunk framing), many events
 in one read, a connection closed in the middle of a line, garbage and an error event after some
 tokens, [DONE] with the chunked terminator late. A scripted loopback server sends each piece as
@@ -20,7 +20,7 @@ from geventhttpclient import HTTPClient
 from test_faults_client import send
 
 from llmload.core.records import RequestRecord
-from llmload.loadgen.receive_stamps import stamp_receive_times
+from llmload.loadgen.transport.receive_stamps import stamp_receive_times
 from llmload.servers.process import LOOPBACK
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"

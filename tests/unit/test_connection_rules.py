@@ -1,10 +1,11 @@
-"""The connection rules of llmload.loadgen.connections without the simulator: the Keep-Alive
+"""The connection rules of llmload.loadgen.transport.connections without the simulator: the Keep-Alive
 header, the liveness check of an idle socket, the `connection` setting, and the one resend of a
 request whose pooled connection the server had closed (against a scripted loopback server that
 counts what it received)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import threading
@@ -17,8 +18,9 @@ from geventhttpclient import HTTPClient
 from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.core.records import RequestRecord
 from llmload.loadgen.client import RequestContext, send_request
-from llmload.loadgen.connections import UserConnections, is_dropped, keep_alive_limits
 from llmload.loadgen.options import run_config
+from llmload.loadgen.transport.connections import UserConnections, is_dropped, keep_alive_limits
+from llmload.loadgen.transport.exchange import Transport
 
 SSE = (
     b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n'
@@ -106,7 +108,7 @@ def _send(http: HTTPClient, conns: UserConnections) -> RequestRecord:
     ctx = RequestContext(uuid.uuid4().hex, 0, 1, "measure", "completions", True, 2, "t")
     payload = {"model": "m", "prompt": "x", "max_tokens": 2, "stream": True}
     send_request(
-        http, "/v1/completions", payload, {}, ctx, total_timeout=10, report=records.append, conns=conns
+        Transport(http, conns), "/v1/completions", payload, {}, ctx, total_timeout=10, report=records.append
     )
     (rec,) = records
     return rec
@@ -137,3 +139,41 @@ def test_a_failure_after_response_bytes_is_not_resent():
     server.thread.join(5)
     assert third.ok and third.reconnect == "error"
     assert [n for n, _ in server.received] == [0, 0, 1]  # the failed request was sent once
+
+
+def test_a_request_interrupted_while_sending_frees_its_connection():
+    """The total timeout fires while the request is still being written (a server that does not
+    read an 8 MB body): the user's one connection is closed and freed, so its next request goes
+    out on a new one instead of waiting for it forever."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # accepted sockets inherit it
+    port = server.getsockname()[1]
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        accepted.append(server.accept()[0])  # never read: the client's send blocks
+        conn = server.accept()[0]
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            conn.sendall(OK)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    http = HTTPClient("127.0.0.1", port, concurrency=1)
+    transport = Transport(http, UserConnections(http))
+    ctx = RequestContext(uuid.uuid4().hex, 0, 1, "measure", "completions", True, 2, "t")
+    records: list[RequestRecord] = []
+    payload = {"model": "m", "prompt": "x" * 8_000_000, "max_tokens": 2, "stream": True}
+    send_request(transport, "/v1/completions", payload, {}, ctx, total_timeout=0.5, report=records.append)
+    (stuck,) = records
+    assert stuck.outcome == "timeout" and stuck.error == "request exceeded 0.5 s"
+    ctx = dataclasses.replace(ctx, request_id=uuid.uuid4().hex)
+    payload["prompt"] = "x"
+    send_request(transport, "/v1/completions", payload, {}, ctx, total_timeout=5, report=records.append)
+    thread.join(5)
+    next_one = records[1]
+    assert next_one.ok and next_one.conn_reused is False and next_one.reconnect == "error"
+    for sock in (*accepted, server):
+        sock.close()

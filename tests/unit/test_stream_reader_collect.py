@@ -1,12 +1,12 @@
-"""The stream reader's I/O collect interval (llmload.loadgen.stream_reader): the hub waits before
+"""The stream reader's I/O collect interval (llmload.loadgen.transport.stream_reader): the hub waits before
 its next poll only after a busy turn, so a light load is never held."""
 
 from __future__ import annotations
 
 import pytest
 
-from llmload.loadgen import stream_reader
-from llmload.loadgen.stream_reader import COLLECT_MIN_READS, COLLECT_S, StreamReader
+from llmload.loadgen.transport import stream_reader
+from llmload.loadgen.transport.stream_reader import COLLECT_MIN_READS, COLLECT_S, StreamReader
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,13 @@
 """Every private attribute of geventhttpclient and gevent that the load generator's HTTP path
 uses, each behind one named function whose docstring states the contract it relies on.
 
-llmload takes over a user's connection pool (`llmload.loadgen.connections`), makes its sockets
-record kernel receive stamps (`llmload.loadgen.receive_stamps`) and reads streamed bodies in the
-hub (`llmload.loadgen.stream_reader`); geventhttpclient offers no public hooks for any of it.
-These names are private, so a release may change them: `pyproject.toml` pins geventhttpclient to
-the releases `tests/unit/test_ghc_adapter_contract.py` passed on (docs/architecture.md,
-"Third-party contact"), and nothing outside this module names them.
+llmload takes over a user's connection pool (`llmload.loadgen.transport.connections`), makes its
+sockets record kernel receive stamps (`llmload.loadgen.transport.receive_stamps`) and reads
+streamed bodies in the hub (`llmload.loadgen.transport.stream_reader`); geventhttpclient offers
+no public hooks for any of it. These names are private, so a release may change them:
+`pyproject.toml` pins geventhttpclient to the releases `tests/unit/test_ghc_adapter_contract.py`
+passed on (docs/architecture.md, "Third-party contact"), and nothing outside this module names
+them.
 """
 
 from __future__ import annotations

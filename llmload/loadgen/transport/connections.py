@@ -1,8 +1,8 @@
 """The connections of one user: pooled keep-alive (the default) or a new one per request, when
 and why a new connection was opened, and what opening it cost.
 
-`UserConnections(http)` takes over the connection pool of a geventhttpclient `HTTPClient` (the
-one Locust's FastHttpUser owns, one per user):
+`UserConnections(http)` takes over the connection pool of a geventhttpclient `HTTPClient` (a
+user's, held by its `Transport`: `llmload.loadgen.transport.exchange`):
 
 - `keep-alive`: the user's connection is reused from request to request, as vLLM `bench serve`,
   AIPerf, guidellm and production clients do. Before reuse it is checked the way urllib3 does:
@@ -20,7 +20,7 @@ request's t0, so they are inside its TTFT, as in vLLM. `reconnect` says why a us
 connection opened another: `closed` (the server closed it: found by the check, or announced by
 `Connection: close`), `expired` (its `Keep-Alive` timeout or max was reached), `resent` (the
 request went out on a pooled connection the server had closed, and nothing came back: it was
-resent once on a new connection, `client.send_request`), `error` (the previous request failed
+resent once on a new connection, `Transport.exchange`), `error` (the previous request failed
 and its connection was dropped).
 """
 
@@ -113,6 +113,7 @@ class UserConnections:
         self._idle = idle_sockets(pool)
         self._conns: dict[Any, _Conn] = {}
         self._current: Any = None
+        self._out: Any = None  # the socket handed out, until the pool gets it back
         self._lost: str | None = None  # why the user's last connection ended
         self._had_connection = False
         self._tls_s = 0.0
@@ -154,6 +155,14 @@ class UserConnections:
         """The request is about to be resent because its pooled connection was found closed."""
         self._lost = RESENT
 
+    def abandon(self) -> None:
+        """The exchange ended by an exception: a connection still handed out (the request was
+        interrupted, by its total timeout or a kill, while it was being written, before any
+        response took the connection over) is closed and its slot freed, else the pool, which
+        holds one, would wait for it forever."""
+        if self._out is not None:
+            self._release_socket(self._out)
+
     # --- the pool's hooks ---------------------------------------------------------------------
 
     def _stale(self, sock: Any, conn: _Conn | None) -> str | None:
@@ -182,7 +191,7 @@ class UserConnections:
                 if conn.requests_left is not None:
                     conn.requests_left -= 1
                 self._conns[sock] = conn
-                self._current = sock
+                self._current = self._out = sock
                 self.lease = Lease(reused=True, port=conn.port)
                 return sock
             self._lost = why
@@ -215,12 +224,13 @@ class UserConnections:
         self._lost = None
         self._had_connection = True
         self._conns[sock] = _Conn(port)
-        self._current = sock
+        self._current = self._out = sock
         send_gate().wait_turn()  # the connect yielded: the request is written in a later turn, in line
         return sock
 
     def _return_socket(self, sock: Any) -> None:
         """A complete response left the connection reusable: pool it, idle from now."""
+        self._out = None
         conn = self._conns.get(sock)
         if conn is not None:
             conn.idle_since = time.monotonic()
@@ -233,6 +243,7 @@ class UserConnections:
 
     def _release_socket(self, sock: Any) -> None:
         """The connection is done (the server said close, or the message broke): close it."""
+        self._out = None
         if self._conns.pop(sock, None) is not None:
             self._lost = CLOSED
         _close(sock)

@@ -29,7 +29,7 @@ by one timer for all streams, every `IDLE_CHECK_S`: a stream with no data for lo
 limit ends with `TimeoutError`, as a socket read would have.
 
 TLS streams (their bytes must go through `ssl`) and sockets without stamps are read line by line
-in the request's greenlet (`llmload.loadgen.client`).
+in the request's greenlet (`llmload.loadgen.transport.exchange`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from gevent.hub import Waiter
 from gevent.monkey import get_original
 
 from llmload.core.kernel_stamps import ANCILLARY_SIZE
-from llmload.loadgen.receive_stamps import ReceiveClock, StampedSocket
 from llmload.loadgen.send_gate import send_gate
 from llmload.loadgen.sse import StreamAccumulator
 from llmload.loadgen.transport.ghc_adapter import (
@@ -52,6 +51,7 @@ from llmload.loadgen.transport.ghc_adapter import (
     response_parser_class,
     response_socket,
 )
+from llmload.loadgen.transport.receive_stamps import ReceiveClock, StampedSocket
 
 READ_SIZE = 65536  # bytes asked of one recvmsg: one read takes everything a stream has waiting
 IDLE_CHECK_S = 0.1  # how often the silence limits are checked (a limit is exceeded by at most this)
