@@ -22,7 +22,7 @@ from llmload.analysis.health import health_path
 from llmload.core.config import SweepConfig
 from llmload.core.lengths import as_lengths
 from llmload.core.prompt_files import load_prompt_file
-from llmload.core.records import RecordWriter
+from llmload.core.records import RecordWriter, new_run_id
 from llmload.core.run_files import RunFiles
 from llmload.loadgen.capacity_probes import CapacityProbes
 from llmload.loadgen.options import api_key, run_config
@@ -68,16 +68,20 @@ def begin_run(runner: Any, record_hooks: list[RecordSink], errors: RunErrors, pa
     prompt_words, prompt_vocab, prompt_overhead = prepare_workload(env, config, model, ctx)
     files = RunFiles.of_records(path)
     prompts = len(workload_for(config, prompt_words, prompt_vocab).pool)
-    stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, prompt_overhead)
+    run_id = new_run_id()  # the stages carry it to the users, whose records carry it
+    stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, prompt_overhead, run_id)
     protocol = StageProtocol(stages, duration=config.duration, stall_limit=stall_limit(config))
     reconciler = RungReconciler(config)
     writer = RecordWriter(path, fsync=False, truncate=True, chunk_index=True)
-    state = RunState(config, env.host, model, writer, files, stages, protocol, reconciler, errors)
+    state = RunState(
+        config, env.host, model, writer, files, stages, protocol, reconciler, errors, run_id=run_id
+    )
     errors.attach(state)
     state.workload = {
         "prompt_words": prompt_words,
         "prompt_vocab": prompt_vocab,
         "prompt_overhead": prompt_overhead,
+        "run_id": run_id,
     }
     if config.mode == "capacity":
         state.probes = CapacityProbes(CapacitySearch(config.capacity, config.slo))
