@@ -82,6 +82,11 @@ class RequestContext:
     run_id: str | None = None  # the run of the stage it belongs to (the master stamps its own)
 
 
+# the context's fields that are the record's, as they are (prompt_hash is set only when the texts
+# are kept to be hashed; record_text says whether the record keeps the text)
+_FROM_CONTEXT = tuple(f.name for f in dataclasses.fields(RequestContext) if f.name != "record_text")
+
+
 class RequestFailed(Exception):
     """Raised inside `send_request` to end a request with a failure kind."""
 
@@ -295,13 +300,7 @@ def _attempt(
     texts = acc.texts  # kept for the greedy-determinism check or a session's reply
     text_hash, chunk_hashes = (None, None) if texts is None else text_digests(texts)
     record = new_record(
-        request_id=ctx.request_id,
-        rung=ctx.rung,
-        users=ctx.users,
-        phase=ctx.phase,
-        endpoint=ctx.endpoint,
-        stream=ctx.stream,
-        max_tokens=ctx.max_tokens,
+        **{name: getattr(ctx, name) for name in _FROM_CONTEXT},
         t_start=t_wall,
         t_end=t_wall + end,
         t_first=None if acc.t_first is None else t_wall + acc.t_first,
@@ -309,13 +308,11 @@ def _attempt(
         # to the microsecond: numpy rounds the whole list at once, and the array's own round skips
         # np.round's dispatch (same numbers as round() a time; timed in docs/generator-cost.md)
         chunk_times=np.asarray(acc.chunk_times, dtype=np.float64).round(6).tolist(),
-        t_scheduled=ctx.t_scheduled,
         stamps=clock.source,
         read_delay_ms=round(clock.max_delay * 1000.0, 3) if clock.source == KERNEL else None,
         uncertain_chunks=list(acc.uncertain) if acc.uncertain else None,
         uncertain_ms=[round(u * 1000.0, 3) for u in acc.uncertain.values()] if acc.uncertain else None,
         ttft_uncertain_ms=None if acc.ttft_uncertain is None else round(acc.ttft_uncertain * 1000.0, 3),
-        prompt_tokens_asked=ctx.prompt_tokens_asked,
         prompt_tokens=acc.prompt_tokens,
         output_tokens=output_tokens,
         tokens_estimated=estimated,
@@ -331,15 +328,8 @@ def _attempt(
         tls_ms=None if lease is None else lease.tls_ms,
         reconnect=None if lease is None else lease.reconnect,
         conn_port=None if lease is None else lease.port,
-        prompt_hash=None if texts is None else ctx.prompt_hash,
         text_hash=text_hash,
         chunk_hashes=chunk_hashes,
         text="".join(texts) if texts is not None and ctx.record_text else None,
-        trace_line=ctx.trace_line,
-        session=ctx.session,
-        turn=ctx.turn,
-        rate=ctx.rate,
-        worker=ctx.worker,
-        run_id=ctx.run_id,
     )
     return record, retry_after
