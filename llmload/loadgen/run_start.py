@@ -52,7 +52,10 @@ def begin_run(runner: Any, record_hooks: list[RecordSink], errors: RunErrors, pa
     when the run cannot start."""
     env = runner.environment
     options = env.parsed_options
-    config = run_config(options)
+    # parsed once per process: the plugin's check of a headless run's configuration, once; a run
+    # started from the web UI reads the options its form set
+    config = getattr(env, "llmload_config", None) or run_config(options)
+    env.llmload_config = None
     processes = max(1, runner.worker_count) if isinstance(runner, MasterRunner) else 1
     check_users_per_process(config, processes)  # before the preflight: nothing is sent
     ctx = tls_context(getattr(options, "ca_bundle", ""), getattr(options, "tls_insecure", False))
