@@ -14,9 +14,10 @@ Roles (the same code runs in a local run, with `--processes N` and with master/w
   stage deadline for time-based rungs), then reports `llmload_user_done` and waits for the next
   stage. So a rung ends only when all its users have finished their requests: no in-flight
   request is cut, and no request is counted in the wrong rung.
-- Each request's record travels to the master as `llmload_record` and is written there, in one
-  file, flushed per record (workers in other pods need no shared disk), stamped with the run's
-  id, then goes to the run's other sinks.
+- Each request's record travels to the master as `llmload_record` (from a worker as its dict; in
+  a local run as the record itself) and is written there, in one file, flushed per record
+  (workers in other pods need no shared disk), with the run's id, then goes to the run's other
+  sinks.
 The shape advances when every user of the stage has reported and all their records arrived,
 and after the last rung waits until Locust's own stats from the workers have caught up, so the
 final CSVs hold every request.
