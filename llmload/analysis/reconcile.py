@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.core.config import ReconcileConfig
+from llmload.core.records import OUTCOME_OK, RequestRecord
 
 DISAGREE_KINDS = ("over_max_tokens", "length_short", "chunks_over_tokens")
 OFF_KINDS = ("stopped_early", "over_max_tokens", "length_short")  # an output that is not its max_tokens
@@ -53,17 +54,27 @@ def issues(rec: Mapping[str, Any]) -> list[str]:
     """The reconciliation findings of one record (as a dict); [] for a request that adds up."""
     if rec.get("outcome", "ok") != "ok":
         return []
-    tokens, max_tokens, finish = rec.get("output_tokens", 0), rec["max_tokens"], rec.get("finish_reason")
+    return _issues(
+        rec.get("output_tokens", 0),
+        rec["max_tokens"],
+        rec.get("finish_reason"),
+        rec.get("chunks", 0),
+        bool(rec.get("tokens_estimated")),
+    )
+
+
+def _issues(tokens: int, max_tokens: int, finish: str | None, chunks: int, estimated: bool) -> list[str]:
+    """`issues` of a completed request, from its fields."""
     found = []
     if tokens < max_tokens and finish != "length":
         found.append("stopped_early")
     if tokens > max_tokens:
         found.append("over_max_tokens")
-    if finish == "length" and tokens < max_tokens and not rec.get("tokens_estimated"):
+    if finish == "length" and tokens < max_tokens and not estimated:
         found.append("length_short")
-    if rec.get("chunks", 0) > tokens:
+    if chunks > tokens:
         found.append("chunks_over_tokens")
-    if rec.get("tokens_estimated"):
+    if estimated:
         found.append("no_usage")
     return found
 
@@ -113,15 +124,36 @@ class Tally:
     outputs: LengthTally = field(default_factory=LengthTally)  # output_tokens against max_tokens
 
     def add(self, rec: Mapping[str, Any]) -> None:
+        """One record, as its dict (a line of a records file)."""
         if rec.get("outcome", "ok") != "ok":
             return
+        tokens, max_tokens = rec.get("output_tokens", 0), rec["max_tokens"]
+        found = _issues(
+            tokens,
+            max_tokens,
+            rec.get("finish_reason"),
+            rec.get("chunks", 0),
+            bool(rec.get("tokens_estimated")),
+        )
+        self._count(rec.get("prompt_tokens"), rec.get("prompt_tokens_asked"), tokens, max_tokens, found)
+
+    def add_record(self, rec: RequestRecord) -> None:
+        """One record (as the ladder receives them: no dict to read)."""
+        if rec.outcome != OUTCOME_OK:
+            return
+        tokens, max_tokens = rec.output_tokens, rec.max_tokens
+        found = _issues(tokens, max_tokens, rec.finish_reason, rec.chunks, rec.tokens_estimated)
+        self._count(rec.prompt_tokens, rec.prompt_tokens_asked, tokens, max_tokens, found)
+
+    def _count(
+        self, sent: int | None, asked: int | None, tokens: int, max_tokens: int, found: list[str]
+    ) -> None:
+        """A completed request: its input lengths, its output tokens against max_tokens, its findings."""
         self.completed += 1
-        sent = rec.get("prompt_tokens")
         if sent is not None:
-            self.inputs.add(sent, rec.get("prompt_tokens_asked"))
-        found = issues(rec)
-        estimated, off = bool(rec.get("tokens_estimated")), any(k in OFF_KINDS for k in found)
-        self.outputs.add(rec.get("output_tokens", 0), rec["max_tokens"], client=estimated, off=off)
+            self.inputs.add(sent, asked)
+        off = any(k in OFF_KINDS for k in found)
+        self.outputs.add(tokens, max_tokens, client="no_usage" in found, off=off)
         self.stopped_early += "stopped_early" in found
         bad = [k for k in found if k in DISAGREE_KINDS]
         self.disagree += bool(bad)

@@ -288,7 +288,10 @@ class RungTally:
             values["connect"].append(connect)
         if (tls := tls_ms(rec)) is not None:
             values["tls"].append(tls)
-        self.counts.add(rec.to_dict() if data is None else data)
+        if data is None:
+            self.counts.add_record(rec)
+        else:
+            self.counts.add(data)
         if rec.outcome != OUTCOME_OK:
             self.failures[rec.outcome] += 1
             self.partial_tokens += rec.output_tokens
@@ -552,6 +555,17 @@ class SweepTally:
         if tally is None:
             tally = self.rungs[rec.rung] = RungTally(rec.rung, rec.users, self.slo, itl=self.itl)
         tally.add(rec, data, micros)
+        return tally
+
+    def add_record(self, rec: RequestRecord) -> RungTally | None:
+        """`add` of a record without its dict (as the ladder receives them)."""
+        if rec.phase == WARMUP_PHASE:
+            self.warmup_requests += 1
+            return None
+        tally = self.rungs.get(rec.rung)
+        if tally is None:
+            tally = self.rungs[rec.rung] = RungTally(rec.rung, rec.users, self.slo, itl=self.itl)
+        tally.add(rec)
         return tally
 
     def merge(self, other: SweepTally) -> None:

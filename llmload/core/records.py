@@ -18,10 +18,10 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import MISSING, Field, dataclass, field, fields
+from dataclasses import MISSING, Field, dataclass, field, fields, make_dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
@@ -32,34 +32,28 @@ from llmload.core.jsonl import decode, iter_lines, iter_lines_at
 OUTCOME_OK = "ok"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RequestRecord:
-    """What one request did, as the client saw it."""
+    """What one request did, as the client saw it. Immutable: built once, complete, by the client
+    (`llmload.loadgen.client`) or the reader; `new_record` builds one at a plain class's cost.
+    The fields are written in this order (JSON lines keyed by name: the reader takes any order)."""
 
+    # identity: which request, of which rung (required, as are the request asked and its times)
     request_id: str
     rung: int  # index in the ladder (0-based); -1 for warm-up requests
     users: int  # the rung's concurrency (number of Locust users)
     phase: str  # "measure" or "warmup"
+    # the request asked
     endpoint: str  # "completions" or "chat"
     stream: bool
     max_tokens: int
+    # timing
     t_start: float  # t0: just before the request was sent
     t_end: float  # last message carrying `choices` (or the failure time)
     t_first: float | None = None  # first SSE message with non-empty `choices` (vLLM's TTFT)
     t_first_content: float | None = None  # first message with non-empty text/content
-    prompt_tokens: int | None = None
-    output_tokens: int = 0  # usage.completion_tokens, else counted (see tokens_estimated)
-    tokens_estimated: bool = False  # True when the server sent no usage and tokens were counted
-    chunks: int = 0  # SSE messages carrying `choices` with content
-    finish_reason: str | None = None
-    outcome: str = OUTCOME_OK  # "ok" or a failure kind, e.g. "http_500", "timeout", "dropped"
-    error: str | None = None
-    status: int | None = None  # HTTP status code, when one was received
     chunk_times: list[float] = field(default_factory=list)  # s after t_start of each content chunk
-    chunk_tokens: list[int] | None = None  # tokens per content chunk, when the server reports them
-    worker: str = ""  # the Locust worker (or "local") that sent it
     t_scheduled: float | None = None  # rate mode: the arrival the schedule gave it (t_start - this = wait)
-    rate: float | None = None  # rate mode: the rung's target request rate (requests/s)
     stamps: str = "user"  # "kernel": message times are kernel receive stamps; "user": read times
     read_delay_ms: float | None = None  # kernel stamps: longest arrival-to-read delay of the generator
     # kernel stamps: chunks that shared a read with a later message (the generator read late), and
@@ -67,23 +61,37 @@ class RequestRecord:
     uncertain_chunks: list[int] | None = None
     uncertain_ms: list[float] | None = None
     ttft_uncertain_ms: float | None = None
-    # connections (llmload.loadgen.transport.connections): None in records of older runs
+    # tokens: asked and sent
+    prompt_tokens_asked: int | None = None  # synthetic prompts: this request's asked (drawn) length
+    prompt_tokens: int | None = None  # usage.prompt_tokens
+    output_tokens: int = 0  # usage.completion_tokens, else counted (see tokens_estimated)
+    tokens_estimated: bool = False  # True when the server sent no usage and tokens were counted
+    chunks: int = 0  # SSE messages carrying `choices` with content
+    chunk_tokens: list[int] | None = None  # tokens per content chunk, when the server reports them
+    cached_tokens: int | None = None  # prompt tokens the server served from its prefix cache, if it says
+    # outcome
+    finish_reason: str | None = None
+    outcome: str = OUTCOME_OK  # "ok" or a failure kind, e.g. "http_500", "timeout", "dropped"
+    error: str | None = None
+    status: int | None = None  # HTTP status code, when one was received
+    # connection (llmload.loadgen.transport.connections): None in records of older runs
     conn_reused: bool | None = None  # sent on a connection an earlier request of the user opened
     connect_ms: float | None = None  # new connection: name lookup + TCP connect (inside TTFT)
     tls_ms: float | None = None  # new TLS connection: the handshake (inside TTFT)
     reconnect: str | None = None  # why a new one replaced the user's: closed/expired/resent/error
     conn_port: int | None = None  # the client's local port: names the connection (the server sees it as peer)
-    prompt_tokens_asked: int | None = None  # synthetic prompts: this request's asked (drawn) length
     # greedy-determinism check (llmload.analysis.determinism); None when it is off
     prompt_hash: str | None = None  # BLAKE2b-64 of the prompt sent, hex
     text_hash: str | None = None  # BLAKE2b-64 of the generated text, hex
     chunk_hashes: str | None = None  # 16 bits of CRC-32 of each content chunk's text, 4 hex digits each
     text: str | None = None  # the generated text, with `record_text: true`
     # trace replay and multi-turn sessions
-    cached_tokens: int | None = None  # prompt tokens the server served from its prefix cache, if it says
     trace_line: int | None = None  # mode trace: the line of the trace file this request replays
     session: str | None = None  # sessions: the session id
     turn: int | None = None  # sessions: the turn (1-based); turn k resends turns 1..k-1 and their replies
+    # the rung and run that sent it
+    rate: float | None = None  # rate mode: the rung's target request rate (requests/s)
+    worker: str = ""  # the Locust worker (or "local") that sent it
     run_id: str | None = None  # the run that wrote it (one per run, set by the master); None: older runs
 
     @property
@@ -104,7 +112,7 @@ class RequestRecord:
         return {name: getattr(self, name) for name in self.__slots__}
 
     def to_json(self) -> str:
-        return encode_json(self.to_dict()).decode()
+        return encode_json(self).decode()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, times_checked: bool = False) -> RequestRecord:
@@ -118,8 +126,10 @@ class RequestRecord:
             values = tuple(data.values())
             if plan.fits(values, times_checked):
                 if plan.arguments is not None:  # positional: keywords orjson did not intern cost more
-                    return cls(*plan.arguments(values + _DEFAULTS))
-                return cls(**{k: v for k, v in data.items() if k in _ANNOTATIONS})
+                    record = _Draft(*plan.arguments(values + _DEFAULTS))  # new_record, inlined
+                    record.__class__ = RequestRecord
+                    return record
+                return new_record(**{k: v for k, v in data.items() if k in _ANNOTATIONS})
         known = {}
         for name, value in data.items():
             if name not in _ANNOTATIONS:
@@ -127,7 +137,37 @@ class RequestRecord:
             if not _field_ok(name, value):
                 raise TypeError(f"record field {name!r} is not {_ANNOTATIONS[name]}: {value!r:.40}")
             known[name] = value
-        return cls(**known)
+        return new_record(**known)
+
+
+def _draft_class() -> type:
+    """RequestRecord without its frozen guard: the same fields, so the same slots in the same order
+    (an instance may become a RequestRecord by `__class__` assignment, which checks the layout)."""
+    specs: list[tuple[str, Any, Any]] = []
+    for f in fields(RequestRecord):
+        default: Any = field()
+        if f.default is not MISSING:
+            default = field(default=f.default)
+        elif f.default_factory is not MISSING:
+            default = field(default_factory=f.default_factory)
+        specs.append((f.name, f.type, default))
+    return make_dataclass("_RecordDraft", specs, slots=True, eq=False, repr=False, match_args=False)
+
+
+_Draft: Callable[..., RequestRecord] = _draft_class()  # typed as what its instances become
+
+if TYPE_CHECKING:
+    new_record = RequestRecord
+else:
+
+    def new_record(*args: Any, **kwargs: Any) -> RequestRecord:
+        """`RequestRecord(...)`, at the cost of a mutable record: a frozen dataclass's `__init__`
+        sets each field through `object.__setattr__`, which costs several times a plain store, and
+        the reader builds a record per line (docs/generator-cost.md). The draft is never seen
+        mutable: it becomes the frozen class before anyone holds it."""
+        record = _Draft(*args, **kwargs)
+        record.__class__ = RequestRecord
+        return record
 
 
 # --- bad input: a line of another shape is skipped as unreadable, never a crash later -------------
@@ -263,10 +303,13 @@ def new_run_id() -> str:
 
 def encode_json(data: Any, *, newline: bool = False) -> bytes:
     """A record (or any JSON line a run writes) as compact JSON: orjson, or json for a value orjson
-    cannot encode (a numpy number). orjson writes a NaN as null."""
+    cannot encode (a numpy number). orjson writes a NaN as null, and a `RequestRecord` as its
+    fields in order, the bytes of its `to_dict()`."""
     try:
         return orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE if newline else None)
     except TypeError:
+        if isinstance(data, RequestRecord):
+            data = data.to_dict()
         return json.dumps(data, separators=(",", ":")).encode() + (b"\n" if newline else b"")
 
 
@@ -295,14 +338,14 @@ class RecordWriter:
     def write(self, record: RequestRecord | dict[str, Any]) -> None:
         if self._fh is None:
             raise ValueError(f"record file {self.path} is closed")
-        data = record.to_dict() if isinstance(record, RequestRecord) else record
-        line = encode_json(data, newline=True)
+        line = encode_json(record, newline=True)  # a record as itself: no dict on the way
         self._fh.write(line)
         self._fh.flush()
         if self._fsync:
             os.fsync(self._fh.fileno())
         if self._index is not None:
-            self._index.write(index_entry(self._offset, len(line), data.get("chunk_times")))
+            times = record.chunk_times if isinstance(record, RequestRecord) else record.get("chunk_times")
+            self._index.write(index_entry(self._offset, len(line), times))
             self._index.flush()  # after the line: the index is never older than the records
         self._offset += len(line)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from llmload.analysis.capacity import CapacitySearch, fmt_load
 from llmload.core.names import WARMUP_RUNG
@@ -32,7 +32,7 @@ class CapacityProbes:
         self.search: CapacitySearch | None = search  # None once the answer is logged
         self.records: list[RequestRecord] = []  # the running probe's
 
-    def __call__(self, run: RunState, data: dict[str, Any], rec: RequestRecord) -> None:
+    def __call__(self, run: RunState, rec: RequestRecord) -> None:
         if self.search is not None and rec.rung != WARMUP_RUNG:
             self.records.append(rec)
 

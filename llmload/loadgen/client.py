@@ -31,7 +31,7 @@ import numpy as np
 
 from llmload.analysis.determinism import text_digests
 from llmload.core.config import RetryConfig
-from llmload.core.records import OUTCOME_OK, RequestRecord, encode_json
+from llmload.core.records import OUTCOME_OK, RequestRecord, encode_json, new_record
 from llmload.loadgen.sse import StreamAccumulator
 from llmload.loadgen.transport.exchange import RequestFailed, Transport
 from llmload.loadgen.transport.receive_stamps import KERNEL, ReceiveClock
@@ -42,7 +42,8 @@ NO_RETRIES = RetryConfig()
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """Who sent a request and why: the fields of a record that do not come from the server."""
+    """Who sent a request and why: every field of its record that does not come from the server
+    (the record is built once, complete, from this and the answer: `_attempt`)."""
 
     request_id: str
     rung: int
@@ -55,6 +56,17 @@ class RequestContext:
     prompt_tokens_asked: int | None = None  # synthetic prompts: the configured prompt_tokens
     prompt_hash: str | None = None  # set when the greedy-determinism check runs: texts are hashed
     record_text: bool = False  # keep the generated text in the record
+    t_scheduled: float | None = None  # rate mode: the arrival the schedule gave it
+    rate: float | None = None  # rate mode: the rung's target request rate
+    trace_line: int | None = None  # mode trace: the trace line it replays
+    session: str | None = None  # sessions: the session and turn it sends
+    turn: int | None = None
+    run_id: str | None = None  # the run of the stage it belongs to (the master stamps its own)
+
+
+# the context's fields that are the record's, as they are (prompt_hash is set only when the texts
+# are kept to be hashed; record_text says whether the record keeps the text)
+_FROM_CONTEXT = tuple(f.name for f in dataclasses.fields(RequestContext) if f.name != "record_text")
 
 
 def retry_wait(retry_after: str | None, backoff_s: float, retry: int) -> float:
@@ -132,46 +144,39 @@ def _attempt(
     t_fail = time.perf_counter() - clock.t0
     output_tokens, estimated = acc.output_tokens(ctx.max_tokens)
     end = acc.t_last if (outcome == OUTCOME_OK and acc.t_last is not None) else t_fail
-    record = RequestRecord(
-        request_id=ctx.request_id,
-        rung=ctx.rung,
-        users=ctx.users,
-        phase=ctx.phase,
-        endpoint=ctx.endpoint,
-        stream=ctx.stream,
-        max_tokens=ctx.max_tokens,
+    texts = acc.texts  # kept for the greedy-determinism check or a session's reply
+    text_hash, chunk_hashes = (None, None) if texts is None else text_digests(texts)
+    record = new_record(
+        **{name: getattr(ctx, name) for name in _FROM_CONTEXT},
         t_start=t_wall,
         t_end=t_wall + end,
         t_first=None if acc.t_first is None else t_wall + acc.t_first,
         t_first_content=None if acc.t_first_content is None else t_wall + acc.t_first_content,
-        prompt_tokens=acc.prompt_tokens,
-        output_tokens=output_tokens,
-        tokens_estimated=estimated,
-        chunks=len(acc.chunk_times),
-        finish_reason=acc.finish_reason,
-        outcome=outcome,
-        error=error,
-        status=status,
         # to the microsecond: numpy rounds the whole list at once, and the array's own round skips
         # np.round's dispatch (same numbers as round() a time; timed in docs/generator-cost.md)
         chunk_times=np.asarray(acc.chunk_times, dtype=np.float64).round(6).tolist(),
-        chunk_tokens=acc.tokens_per_chunk(),
-        worker=ctx.worker,
         stamps=clock.source,
         read_delay_ms=round(clock.max_delay * 1000.0, 3) if clock.source == KERNEL else None,
         uncertain_chunks=list(acc.uncertain) if acc.uncertain else None,
         uncertain_ms=[round(u * 1000.0, 3) for u in acc.uncertain.values()] if acc.uncertain else None,
         ttft_uncertain_ms=None if acc.ttft_uncertain is None else round(acc.ttft_uncertain * 1000.0, 3),
+        prompt_tokens=acc.prompt_tokens,
+        output_tokens=output_tokens,
+        tokens_estimated=estimated,
+        chunks=len(acc.chunk_times),
+        chunk_tokens=acc.tokens_per_chunk(),
+        cached_tokens=acc.cached_tokens,
+        finish_reason=acc.finish_reason,
+        outcome=outcome,
+        error=error,
+        status=status,
         conn_reused=None if lease is None else lease.reused,
         connect_ms=None if lease is None else lease.connect_ms,
         tls_ms=None if lease is None else lease.tls_ms,
         reconnect=None if lease is None else lease.reconnect,
         conn_port=None if lease is None else lease.port,
-        prompt_tokens_asked=ctx.prompt_tokens_asked,
-        cached_tokens=acc.cached_tokens,
+        text_hash=text_hash,
+        chunk_hashes=chunk_hashes,
+        text="".join(texts) if texts is not None and ctx.record_text else None,
     )
-    if acc.texts is not None:
-        record.prompt_hash = ctx.prompt_hash
-        record.text_hash, record.chunk_hashes = text_digests(acc.texts)
-        record.text = "".join(acc.texts) if ctx.record_text else None
     return record, retry_after

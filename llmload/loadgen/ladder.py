@@ -14,9 +14,10 @@ Roles (the same code runs in a local run, with `--processes N` and with master/w
   stage deadline for time-based rungs), then reports `llmload_user_done` and waits for the next
   stage. So a rung ends only when all its users have finished their requests: no in-flight
   request is cut, and no request is counted in the wrong rung.
-- Each request's record travels to the master as `llmload_record` and is written there, in one
-  file, flushed per record (workers in other pods need no shared disk), stamped with the run's
-  id, then goes to the run's other sinks.
+- Each request's record travels to the master as `llmload_record` (from a worker as its dict; in
+  a local run as the record itself) and is written there, in one file, flushed per record
+  (workers in other pods need no shared disk), with the run's id, then goes to the run's other
+  sinks.
 The shape advances when every user of the stage has reported and all their records arrived,
 and after the last rung waits until Locust's own stats from the workers have caught up, so the
 final CSVs hold every request.
@@ -32,7 +33,6 @@ calibration), what happens to each record (`record_sinks`, `capacity_probes`) an
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import Any, ClassVar, Self
@@ -44,7 +44,7 @@ from llmload.core import exit_codes
 from llmload.core.config import ConfigError
 from llmload.core.run_files import RunFiles
 from llmload.loadgen.health_sampler import MSG_HEALTH
-from llmload.loadgen.messages import MSG_RECORD, MSG_STAGE, MSG_USER_DONE, MSG_USER_READY
+from llmload.loadgen.messages import MSG_RECORD, MSG_STAGE, MSG_USER_DONE, MSG_USER_READY, stage_message
 from llmload.loadgen.preflight import PreflightError
 from llmload.loadgen.run_end import RunEnd, may_end
 from llmload.loadgen.run_start import begin_run, records_path
@@ -134,14 +134,14 @@ class LadderShape(LoadTestShape):
                 break
             stage = event.progress.stage
             if isinstance(event, Announced):  # users get ready while Locust spawns them
-                self._runner.send_message(MSG_STAGE, dataclasses.asdict(stage))
+                self._runner.send_message(MSG_STAGE, stage_message(stage))
                 break
             if isinstance(event, Started):
                 if event.short:
                     log.warning("llmload: %s: %d users not ready; starting anyway", stage.name, event.short)
                 run.write_run_file()
                 log.info("llmload: %s starts (%d users)", stage.name, stage.users)
-                self._runner.send_message(MSG_STAGE, dataclasses.asdict(stage))
+                self._runner.send_message(MSG_STAGE, stage_message(stage))
                 break
             if isinstance(event, Stalled):
                 # every request ends within timeouts.total, so users were lost (a worker died or

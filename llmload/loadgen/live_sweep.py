@@ -89,10 +89,10 @@ class LiveSweep:
             self.runs_seen += 1
             self._reset()
 
-    def add(self, run: RunState, data: dict[str, Any], rec: RequestRecord) -> None:
-        """A record as the ladder received and decoded it (the `LadderShape.record_hooks` signature)."""
+    def add(self, run: RunState, rec: RequestRecord) -> None:
+        """A record as the ladder received it (the `LadderShape.record_hooks` signature)."""
         self.follow(run)
-        if self.tally.add(data, rec) is not None and time.time() - self._sampled_at >= SAMPLE_S:
+        if self.tally.add_record(rec) is not None and time.time() - self._sampled_at >= SAMPLE_S:
             self.sample()
 
     def sample(self) -> None:

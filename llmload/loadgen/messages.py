@@ -1,12 +1,14 @@
 """The ladder's custom Locust messages: their names and the stage announcement they carry.
 
 Owns the wire between the master (or the local process) and the processes that run users:
-- `llmload_stage` (master -> users' processes): a `Stage` as plain data, once to get ready and once
-  more with its common `start_at`; its configuration travels as `config_to_dict` data, which
-  `parse_config` turns back into the same `SweepConfig`.
+- `llmload_stage` (master -> users' processes): a `Stage` as plain data (`stage_message`), once to
+  get ready and once more with its common `start_at`; its configuration travels as `config_to_dict`
+  data, which the receiving process turns back into the same `SweepConfig` (`announced_stage`),
+  parsed and validated once per distinct configuration, not once per stage or user.
 - `llmload_user_ready` (user -> master): `{seq, user, worker}` once the user is ready for stage `seq`.
 - `llmload_user_done` (user -> master): `{seq, requests, first_send}` once it sent its quota.
-- `llmload_record` (user -> master): one `RequestRecord` as its dict.
+- `llmload_record` (user -> master): one `RequestRecord`, as its dict from a worker (msgpack); in a
+  local run the record itself (Locust's local runner calls the listener with the object as sent).
 (`llmload_health`, the generator's health samples, is `llmload.loadgen.health_sampler`'s.)
 Who sends and who handles each is `llmload.loadgen.ladder`'s docstring.
 """
@@ -14,8 +16,10 @@ Who sends and who handles each is `llmload.loadgen.ladder`'s docstring.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
+
+import orjson
 
 from llmload.core.config import SweepConfig, parse_config
 from llmload.core.lengths import Lengths
@@ -36,7 +40,7 @@ class Stage:
     users: int
     requests_per_user: int
     model: str
-    config: dict[str, Any]
+    config: SweepConfig  # the run's, or a capacity probe's derived from it
     start_at: float | None = None  # epoch seconds all users start at; None: get ready
     deadline: float | None = None  # epoch seconds for time-based rungs, else None
     rate: float | None = None  # rate mode: requests/s (users are the client slots); None: concurrency
@@ -44,6 +48,7 @@ class Stage:
     prompt_words: int | None = None  # synthetic prompts: words per prompt (calibrated on the server)
     prompt_vocab: list[str] | None = None  # synthetic prompts, traces, sessions: the one-token words
     prompt_overhead: int | None = None  # trace: tokens every prompt costs (BOS, chat template, anchor)
+    run_id: str | None = None  # the run's id, which its records carry
 
     @property
     def phase(self) -> str:
@@ -53,8 +58,29 @@ class Stage:
     def name(self) -> str:
         return rung_name(self.rung, self.users)
 
-    def sweep_config(self) -> SweepConfig:
-        return parse_config(self.config, source="<announced by the master>")
+
+def stage_message(stage: Stage) -> dict[str, Any]:
+    """A stage as the `llmload_stage` message's plain data."""
+    data = {f.name: getattr(stage, f.name) for f in fields(Stage)}
+    data["config"] = config_to_dict(stage.config)
+    return data
+
+
+_ANNOUNCED: dict[bytes, SweepConfig] = {}  # a configuration's canonical JSON -> the configuration
+_MAX_ANNOUNCED = 64  # distinct configurations kept (a run has one, and one per capacity probe)
+
+
+def announced_stage(data: dict[str, Any]) -> Stage:
+    """The stage a `llmload_stage` message carries. Its configuration is parsed and validated once
+    per process for each distinct configuration (every stage of a run announces the same one)."""
+    key = orjson.dumps(data["config"], option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    config = _ANNOUNCED.get(key)
+    if config is None:
+        config = parse_config(data["config"], source="<announced by the master>")
+        if len(_ANNOUNCED) >= _MAX_ANNOUNCED:
+            _ANNOUNCED.clear()
+        _ANNOUNCED[key] = config
+    return Stage(**{**data, "config": config})
 
 
 def config_to_dict(config: SweepConfig) -> dict[str, Any]:

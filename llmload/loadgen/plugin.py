@@ -38,8 +38,8 @@ def _on_init(environment: Any, **_: Any) -> None:
     register_web_ui(environment)  # the Tokens tab, when this process serves the web UI
     options = environment.parsed_options
     if options is not None and getattr(options, "headless", False) and not getattr(options, "worker", False):
-        try:  # fail fast on a bad ladder file, before any user starts
-            run_config(options)
+        try:  # fail fast on a bad ladder file, before any user starts; the run takes it (begin_run)
+            environment.llmload_config = run_config(options)
         except ConfigError as e:  # before any file of the run: logged, no run file (run_errors)
             RunErrors(environment).record("bad_config", str(e), exit_codes.BAD_INPUT)
             sys.exit(exit_codes.BAD_INPUT)

@@ -11,7 +11,7 @@ waits on to finish), then the ones added from outside (`LadderShape.record_hooks
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from llmload.analysis.reconcile import Tally, check_inputs, check_rung
 from llmload.core.config import SweepConfig
@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from llmload.loadgen.run_state import RunState
 
 
-def write_record(run: RunState, data: dict[str, Any], rec: RequestRecord) -> None:
-    """The record as it came, with the run's id: its own JSON, one line, flushed (`RecordWriter`)."""
-    run.writer.write(data)
+def write_record(run: RunState, rec: RequestRecord) -> None:
+    """The record, with the run's id: its own JSON, one line, flushed (`RecordWriter`)."""
+    run.writer.write(rec)
 
 
-def count_record(run: RunState, data: dict[str, Any], rec: RequestRecord) -> None:
+def count_record(run: RunState, rec: RequestRecord) -> None:
     """One more record of its rung for the stage protocol (a stage finishes once all are in)."""
     run.protocol.recorded(rec.rung, time.time())
 
@@ -42,9 +42,9 @@ class RungReconciler:
         self.config = config
         self.tallies: dict[int, Tally] = {}
 
-    def __call__(self, run: RunState, data: dict[str, Any], rec: RequestRecord) -> None:
+    def __call__(self, run: RunState, rec: RequestRecord) -> None:
         if rec.rung != WARMUP_RUNG:
-            self.tallies.setdefault(rec.rung, Tally()).add(data)
+            self.tallies.setdefault(rec.rung, Tally()).add_record(rec)
 
     def problems(self, progress: StageProgress) -> list[tuple[str, str]]:
         """What does not add up in a finished stage, as (error kind, message); none for the warm-up."""
@@ -66,7 +66,7 @@ class FirstBadRequest:
     def __init__(self) -> None:
         self.told = False
 
-    def __call__(self, run: RunState, data: dict[str, Any], rec: RequestRecord) -> None:
+    def __call__(self, run: RunState, rec: RequestRecord) -> None:
         if rec.outcome == "http_400" and not self.told:
             self.told = True
             reason = " ".join(str(rec.error or "no reason given").split())

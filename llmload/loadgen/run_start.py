@@ -22,7 +22,7 @@ from llmload.analysis.health import health_path
 from llmload.core.config import SweepConfig
 from llmload.core.lengths import as_lengths
 from llmload.core.prompt_files import load_prompt_file
-from llmload.core.records import RecordWriter
+from llmload.core.records import RecordWriter, new_run_id
 from llmload.core.run_files import RunFiles
 from llmload.loadgen.capacity_probes import CapacityProbes
 from llmload.loadgen.options import api_key, run_config
@@ -52,7 +52,10 @@ def begin_run(runner: Any, record_hooks: list[RecordSink], errors: RunErrors, pa
     when the run cannot start."""
     env = runner.environment
     options = env.parsed_options
-    config = run_config(options)
+    # parsed once per process: the plugin's check of a headless run's configuration, once; a run
+    # started from the web UI reads the options its form set
+    config = getattr(env, "llmload_config", None) or run_config(options)
+    env.llmload_config = None
     processes = max(1, runner.worker_count) if isinstance(runner, MasterRunner) else 1
     check_users_per_process(config, processes)  # before the preflight: nothing is sent
     ctx = tls_context(getattr(options, "ca_bundle", ""), getattr(options, "tls_insecure", False))
@@ -68,16 +71,20 @@ def begin_run(runner: Any, record_hooks: list[RecordSink], errors: RunErrors, pa
     prompt_words, prompt_vocab, prompt_overhead = prepare_workload(env, config, model, ctx)
     files = RunFiles.of_records(path)
     prompts = len(workload_for(config, prompt_words, prompt_vocab).pool)
-    stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, prompt_overhead)
+    run_id = new_run_id()  # the stages carry it to the users, whose records carry it
+    stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, prompt_overhead, run_id)
     protocol = StageProtocol(stages, duration=config.duration, stall_limit=stall_limit(config))
     reconciler = RungReconciler(config)
     writer = RecordWriter(path, fsync=False, truncate=True, chunk_index=True)
-    state = RunState(config, env.host, model, writer, files, stages, protocol, reconciler, errors)
+    state = RunState(
+        config, env.host, model, writer, files, stages, protocol, reconciler, errors, run_id=run_id
+    )
     errors.attach(state)
     state.workload = {
         "prompt_words": prompt_words,
         "prompt_vocab": prompt_vocab,
         "prompt_overhead": prompt_overhead,
+        "run_id": run_id,
     }
     if config.mode == "capacity":
         state.probes = CapacityProbes(CapacitySearch(config.capacity, config.slo))

@@ -12,6 +12,7 @@ the capacity search's (`llmload.loadgen.capacity_probes`) and the web UI's (`Lad
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,9 +31,9 @@ if TYPE_CHECKING:
     from llmload.loadgen.record_sinks import RungReconciler
     from llmload.loadgen.run_errors import RunErrors
 
-RecordSink = Callable[["RunState", dict[str, Any], RequestRecord], None]
-"""One thing the master does with every record: called with the run, the record's dict (as written,
-with the run's id) and the record decoded from it, in the order of `RunState.sinks`."""
+RecordSink = Callable[["RunState", RequestRecord], None]
+"""One thing the master does with every record: called with the run and the record (with the run's
+id, as written), in the order of `RunState.sinks`."""
 
 
 @dataclass(slots=True)
@@ -52,7 +53,7 @@ class RunState:
     all_done_at: float | None = None
     health: RecordWriter | None = None  # the generator's health samples (llmload.analysis.health)
     probes: CapacityProbes | None = None  # mode: capacity: the search and its running probe
-    workload: dict[str, Any] = field(default_factory=dict)  # the Stage fields of the calibration
+    workload: dict[str, Any] = field(default_factory=dict)  # Stage fields of every stage: calibration, run id
     run_id: str = field(default_factory=new_run_id)  # every record's and the run file's `run_id`
     finished: bool = False  # the ladder's last stage finished (kept by every later rewrite)
 
@@ -64,13 +65,17 @@ class RunState:
     def current(self) -> StageProgress | None:
         return self.protocol.current
 
-    def receive(self, data: dict[str, Any]) -> None:
-        """A record from a user of any process: stamped with this run's id (the master's run,
-        whichever worker sent it), decoded once, then handed to each sink."""
-        data["run_id"] = self.run_id
-        rec = RequestRecord.from_dict(data)
+    def receive(self, record: RequestRecord | dict[str, Any]) -> None:
+        """A record from a user of any process, handed to each sink: from this process the record
+        itself, from a worker its dict (decoded once, here). Either ends with this run's id (the
+        master's run, whichever worker sent it, of this run's stages or not, of any version)."""
+        if isinstance(record, dict):
+            record["run_id"] = self.run_id
+            record = RequestRecord.from_dict(record)
+        elif record.run_id != self.run_id:  # a user still on a stage of an earlier run
+            record = dataclasses.replace(record, run_id=self.run_id)
         for sink in self.sinks:
-            sink(self, data, rec)
+            sink(self, record)
 
     def write_run_file(self, finished: bool = False) -> None:
         """The run file as the run stands; `finished`: the ladder is done (from now on)."""

@@ -20,7 +20,7 @@ from llmload.analysis.capacity import NextProbe
 from llmload.core.config import MAX_USERS_PER_PROCESS, ConfigError, SweepConfig
 from llmload.core.names import WARMUP_RUNG
 from llmload.loadgen.arrivals import arrival_count
-from llmload.loadgen.messages import Stage, config_to_dict
+from llmload.loadgen.messages import Stage
 from llmload.loadgen.trace import TraceWorkload, trace_workload
 
 STALL_MARGIN_S = 10.0  # a stage with no progress for timeouts.total + this is abandoned...
@@ -40,7 +40,7 @@ def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
     if config.sessions is not None and stage.phase == "measure" and not stage.deadline:
         return stage.users * config.sessions.per_user * config.sessions.turns  # unless a turn fails
     if stage.rate is not None:  # a rate capacity probe carries its count in its own config
-        requests = stage.config.get("requests_per_rung") or config.requests_per_rung
+        requests = stage.config.requests_per_rung or config.requests_per_rung
         return arrival_count(stage.rate, requests, config.duration)
     return None if stage.deadline else stage.users * stage.requests_per_user
 
@@ -67,13 +67,14 @@ def plan_stages(
     prompt_vocab: list[str] | None = None,
     prompts: int = 1,
     prompt_overhead: int | None = None,
+    run_id: str | None = None,
 ) -> list[Stage]:
     """Warm-up (if any) then one stage per rung; deadlines are filled in when announced. In rate
     mode every stage has `max_concurrency` users (the client slots); the warm-up is a concurrency
     stage of them. In capacity mode the probes come from the search (`probe_stage`, as
     `llmload.loadgen.capacity_probes` asks); trace mode has one stage: the trace window at its
-    mean rate. `prompts` is the size of the workload's prompt pool (`warmup_per_user`)."""
-    cfg = config_to_dict(config)
+    mean rate. `prompts` is the size of the workload's prompt pool (`warmup_per_user`); every stage
+    carries the run's id (`run_id`: its records carry it)."""
     stages = []
     rate_slots = config.mode in ("rate", "trace") or (
         config.mode == "capacity" and config.capacity.variable == "rate"
@@ -87,17 +88,21 @@ def plan_stages(
     )
     if config.warmup_requests:
         per_user = warmup_per_user(config, first_users, prompts)
-        stages.append(Stage(0, WARMUP_RUNG, first_users, per_user, model, cfg))
+        stages.append(Stage(0, WARMUP_RUNG, first_users, per_user, model, config))
     if config.mode == "trace":
         assert prompt_vocab is not None and prompt_overhead is not None
         trace_rate = trace_workload(config, prompt_vocab, prompt_overhead).rate
-        stages.append(Stage(len(stages), 0, config.max_concurrency, 1, model, cfg, rate=trace_rate))
+        stages.append(Stage(len(stages), 0, config.max_concurrency, 1, model, config, rate=trace_rate))
     for i, value in enumerate(config.rungs if config.mode in ("concurrency", "rate") else ()):
         users, rate = (config.max_concurrency, float(value)) if config.rate_mode else (int(value), None)
-        stages.append(Stage(len(stages), i, users, config.requests_per_user, model, cfg, rate=rate))
+        stages.append(Stage(len(stages), i, users, config.requests_per_user, model, config, rate=rate))
     return [
         dataclasses.replace(
-            s, prompt_words=prompt_words, prompt_vocab=prompt_vocab, prompt_overhead=prompt_overhead
+            s,
+            prompt_words=prompt_words,
+            prompt_vocab=prompt_vocab,
+            prompt_overhead=prompt_overhead,
+            run_id=run_id,
         )
         for s in stages
     ]
@@ -112,15 +117,15 @@ def probe_stage(
     workload: dict[str, Any],
 ) -> Stage:
     """The stage of a capacity probe, after `stages`: in rate mode `probe.requests` arrivals at
-    the probe's rate over `max_concurrency` client slots, else `probe.load` users; `workload`: the
-    calibration's Stage fields, as `plan_stages` gave them to every other stage."""
+    the probe's rate over `max_concurrency` client slots (its count in a configuration derived from
+    the run's), else `probe.load` users; `workload`: the Stage fields every stage of the run carries
+    (the calibration's and the run's id), as `plan_stages` gave them to every other stage."""
     rung = sum(1 for s in stages if s.rung != WARMUP_RUNG)
-    cfg = config_to_dict(config)
     if rate:
-        cfg["requests_per_rung"] = probe.requests
-        stage = Stage(len(stages), rung, config.max_concurrency, 1, model, cfg, rate=probe.load)
+        probed = dataclasses.replace(config, requests_per_rung=probe.requests)
+        stage = Stage(len(stages), rung, config.max_concurrency, 1, model, probed, rate=probe.load)
     else:
-        stage = Stage(len(stages), rung, int(probe.load), probe.requests_per_user, model, cfg)
+        stage = Stage(len(stages), rung, int(probe.load), probe.requests_per_user, model, config)
     return dataclasses.replace(stage, **workload)
 
 

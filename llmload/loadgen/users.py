@@ -97,14 +97,15 @@ class LLMUser(User):
             )
         self._process = process_state(environment)
         stage = self._process.board.stage
-        config = self._process.config_of(stage) if stage else SweepConfig()
+        config = stage.config if stage else SweepConfig()
         options = environment.parsed_options
         self._last_seq = -1
         self._ready_seq = -1
         self._first_send: float | None = None  # t_start of this user's first request of the stage
         self._uid = uuid.uuid4().hex
         runner = environment.runner
-        self._worker = runner.client_id if isinstance(runner, WorkerRunner) else "local"
+        self._remote = isinstance(runner, WorkerRunner)  # records go to a master process
+        self._worker = runner.client_id if self._remote else "local"
         self._headers = {
             "Content-Type": "application/json",
             "Accept": "text/event-stream",
@@ -129,7 +130,7 @@ class LLMUser(User):
 
     def _stage_config(self, stage: Stage) -> SweepConfig:
         """The stage's configuration (the process's one copy), with the endpoint this user class pins."""
-        config = self._process.config_of(stage)
+        config = stage.config
         if self.endpoint and config.endpoint != self.endpoint:
             config = dataclasses.replace(config, endpoint=self.endpoint)  # a valid choice by definition
         return config
@@ -213,12 +214,6 @@ class LLMUser(User):
         if turn is not None:
             payload["messages"] = turn.messages
 
-        def report(rec: RequestRecord) -> None:
-            rec.trace_line = trace_line
-            if turn is not None:
-                rec.session, rec.turn = turn.session, turn.number
-            self._report(rec, stage.name, t_scheduled, stage.rate)
-
         ctx = RequestContext(
             request_id,
             stage.rung,
@@ -231,6 +226,12 @@ class LLMUser(User):
             asked_in,
             sent_digest(prompt, turn) if config.determinism else None,
             config.record_text,
+            t_scheduled=t_scheduled,
+            rate=stage.rate,
+            trace_line=trace_line,
+            session=None if turn is None else turn.session,
+            turn=None if turn is None else turn.number,
+            run_id=stage.run_id,
         )
         self.transport.set_mode(config.connection)
         return send_request(
@@ -241,16 +242,13 @@ class LLMUser(User):
             ctx,
             total_timeout=config.timeouts.total,
             retries=config.retries,
-            report=report,
+            report=lambda rec: self._report(rec, stage.name),
             on_reply=on_reply,
         )
 
-    def _report(
-        self, rec: RequestRecord, name: str, t_scheduled: float | None = None, rate: float | None = None
-    ) -> None:
+    def _report(self, rec: RequestRecord, name: str) -> None:
         if not rec.ok and cut_by_stop():  # the generator's own stop, not the server (loadgen.shutdown)
             return
-        rec.t_scheduled, rec.rate = t_scheduled, rate
         if self._first_send is None:
             self._first_send = rec.t_start  # the rung-start promise (llmload.loadgen.stage_protocol)
 
@@ -273,7 +271,9 @@ class LLMUser(User):
             rec.output_tokens,
             None if rec.ok else RequestFailure(rec.outcome),
         )
-        self.environment.runner.send_message(MSG_RECORD, rec.to_dict())
+        # a worker sends the record's dict (msgpack) to the master; the local process hands the
+        # record itself to its own master side: Locust's local runner calls the listener directly
+        self.environment.runner.send_message(MSG_RECORD, rec.to_dict() if self._remote else rec)
 
 
 def sent_digest(prompt: str, turn: Turn | None) -> str:

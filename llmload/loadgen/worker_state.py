@@ -1,9 +1,10 @@
 """What a process that runs users (a worker, or the local process) keeps of the run in progress.
 
 Owns the announced stage (`StageBoard`: users block on it until the next stage, or until its common
-start), and what the process's users share for a stage (`ProcessState`: its configuration decoded
-once, the rate stage's arrivals, the prompt counter). One per Locust environment
-(`process_state`), never a module global, so two environments in one interpreter do not mix.
+start; its configuration decoded as it arrives, once per distinct one: `announced_stage`), and what
+the process's users share for a stage (`ProcessState`: the rate stage's arrivals, the prompt
+counter). One per Locust environment (`process_state`), never a module global, so two environments
+in one interpreter do not mix.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from typing import Any
 
 from gevent.event import Event
 
-from llmload.core.config import SweepConfig
 from llmload.loadgen.arrivals import ArrivalQueue
 from llmload.loadgen.garbage import settle_before_start
-from llmload.loadgen.messages import Stage
+from llmload.loadgen.messages import Stage, announced_stage
 
 
 class StageBoard:
@@ -53,7 +53,7 @@ class StageBoard:
         return stage if stage is not None and stage.seq == seq and stage.start_at is not None else None
 
     def on_message(self, environment: Any, msg: Any, **_: Any) -> None:
-        self.announce(Stage(**msg.data))
+        self.announce(announced_stage(msg.data))
 
 
 @dataclass(slots=True)
@@ -65,21 +65,12 @@ class ProcessState:
     board: StageBoard = field(default_factory=StageBoard)
     arrivals: dict[int, ArrivalQueue] = field(default_factory=dict)
     prompt_index: dict[tuple[int, float | None], Iterator[int]] = field(default_factory=dict)
-    configs: dict[int, SweepConfig] = field(default_factory=dict)  # stage seq -> its configuration
-
-    def config_of(self, stage: Stage) -> SweepConfig:
-        """The stage's configuration, decoded and validated once per process (not once per user)."""
-        config = self.configs.get(stage.seq)
-        if config is None:
-            config = self.configs[stage.seq] = stage.sweep_config()
-        return config
 
     def reset(self) -> None:
         """Forget a finished or stopped run (the next one numbers its stages from 0 again)."""
         self.board.reset()
         self.arrivals.clear()
         self.prompt_index.clear()
-        self.configs.clear()
 
 
 def process_state(environment: Any) -> ProcessState:

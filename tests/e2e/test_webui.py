@@ -204,7 +204,7 @@ def test_tallies_equal_the_post_processor_on_failures_and_estimates():
     live = LiveSweep()
     run = SimpleNamespace(progress=[], current=None)
     for rec in records:
-        live.add(run, rec.to_dict(), rec)
+        live.add(run, rec)
     rungs = tally_rungs(records)
     assert sorted(live.rungs) == [r.index for r in rungs]
     for rung, cells in zip(rungs, live.table(active=False), strict=True):
@@ -226,7 +226,7 @@ def test_chart_series_follow_the_records(monkeypatch):
     live = LiveSweep()
     run = SimpleNamespace(progress=[], current=None)
     for n, rec in enumerate(records, start=1):
-        live.add(run, rec.to_dict(), rec)
+        live.add(run, rec)
         data = live.charts(active=False, since=len(live.history) - 1 if live.history else 0)
         received = [r for r in records[:n] if r.phase == "measure" and r.rung == rec.rung]
         if rec.phase == "warmup":
@@ -251,7 +251,7 @@ def test_chart_series_follow_the_records(monkeypatch):
     live.follow(SimpleNamespace(progress=[], current=None))
     assert (live.runs_seen, live.history) == (2, [])
     for rec in records[1:4]:
-        live.add(live.run, rec.to_dict(), rec)
+        live.add(live.run, rec)
         clock.now += live_sweep.SAMPLE_S / 4
     assert [p["requests"] for p in live.history] == [1]
     assert [p["requests"] for p in live.charts(False, since=1)["history"]] == [2]  # rung 0 unchanged

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -174,12 +175,15 @@ def rate_record(
     """A rate probe's request scheduled at t_scheduled that waited wait_s for a client slot."""
     rec = record(rung, slots, tpot)
     shift = t_scheduled + wait_s - rec.t_start
-    rec.t_start += shift
-    rec.t_end += shift
     assert rec.t_first is not None
-    rec.t_first += shift
-    rec.t_scheduled, rec.rate = t_scheduled, rate
-    return rec
+    return dataclasses.replace(
+        rec,
+        t_start=rec.t_start + shift,
+        t_end=rec.t_end + shift,
+        t_first=rec.t_first + shift,
+        t_scheduled=t_scheduled,
+        rate=rate,
+    )
 
 
 def open_loop_tpot_ms(rate: float, base: float, per_seq: float, tokens: int) -> float:
@@ -272,8 +276,9 @@ def test_client_limited_when_an_arrival_finds_every_slot_busy():
 def test_itl_slo_judges_the_pooled_inter_token_latencies():
     recs = []
     for i in range(20):
-        rec = record(0, 4, 10.0)
-        rec.chunk_times = [0.02 + 0.001 * sum(range(k + 1)) * (1 + i % 2) for k in range(5)]
+        rec = dataclasses.replace(
+            record(0, 4, 10.0), chunk_times=[0.02 + 0.001 * sum(range(k + 1)) * (1 + i % 2) for k in range(5)]
+        )
         recs.append(rec)
     pooled = sorted(
         g

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,9 @@ def test_lost_records_are_reported():
 
 def test_lost_events_are_reported():
     records = run_records()
-    records[1].output_tokens = 250  # the record says 250 tokens, Locust was told 256
+    records[1] = dataclasses.replace(
+        records[1], output_tokens=250
+    )  # the record says 250, Locust was told 256
     warnings = check_stats(tally_rungs(records), read_stats_csv(STATS))
     assert warnings == [
         "rung01 c1: output tokens (Request Count * Average Content Size): records 250, Locust 256"

@@ -14,7 +14,7 @@ from fixtures.fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmload.analysis.reconcile import OFF_KINDS, LengthTally, check_rung, length_summary, tally
+from llmload.analysis.reconcile import OFF_KINDS, LengthTally, Tally, check_rung, length_summary, tally
 from llmload.analysis.rung_tally import sweep_rows, tally_rungs
 from llmload.core.config import ReconcileConfig
 from llmload.core.records import RequestRecord
@@ -173,3 +173,13 @@ def test_a_length_tally_counts_off_beyond_its_slack():
     for sent, asked in ((10, 10), (11, 10), (12, 10), (7, None)):
         inputs.add(sent, asked)
     assert (inputs.off, inputs.sent[7], sum(inputs.asked.values())) == (1, 1, 3)
+
+
+def test_a_record_tallies_as_its_dict():
+    """The ladder tallies the record it receives (`Tally.add_record`), a file's reader the line's
+    dict (`Tally.add`): the same counts."""
+    failed = RequestRecord("f", 0, 4, "measure", "completions", True, 16, 0.0, 1.0, outcome="timeout")
+    by_record = Tally()
+    for r in [*MIXED, failed]:
+        by_record.add_record(r)
+    assert by_record == tally(r.to_dict() for r in [*MIXED, failed])
