@@ -354,12 +354,13 @@ def report(
     out: Callable[[str], None],
 ) -> None:
     med = {key: _median_figures(r[key] for r in per_repeat) for key in per_repeat[0]}
+    clients = ("locust", "baseline", "floor", "aiohttp")
     out(
         "client    tok/chunk  streams     tok/s  cpu_%  cpu_s/1k_tok  ratio  sim_cpu_%  "
         "chunk_err_p50/p99/max_ms  first_err_p50/p99/max_ms  itl_err_p50/p99_ms  marked_%  "
         "unmarked_max_ms  start_ms"
     )
-    for client in ("locust", "baseline", "floor", "aiohttp"):
+    for client in clients:
         if not any(key[0] == client for key in med):
             continue
         for k in chunkings:
@@ -375,6 +376,11 @@ def report(
                     f"{f.itl_p50:>6.2f} / {f.itl_p99:<6.2f}  {f.marked_pct:>8.3f}  {f.unmarked_max:>15.2f}  "
                     f"{f.start_ms:>8.1f}"
                 )
+    out("")
+    out("cpu_s/1k_tok of each repeat, in run order (the spread a comparison must exceed):")
+    for key in sorted(med, key=lambda k: (clients.index(k[0]), k[1], k[2])):
+        values = "  ".join(f"{r[key].cpu_s_per_1k:.4f}" for r in per_repeat)
+        out(f"  {key[0]:<8}  {key[1]:>2} tok/chunk  {key[2]:>5} streams:  {values}")
     out("")
     if any(key[0] == "aiohttp" for key in med):
         out("ratio: the client's CPU per token over the asyncio client's, medians of the same repeats")
