@@ -7,17 +7,21 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import replace
+from statistics import median
 
 import pytest
 
 from llmload.analysis.budget import CostModel
+from llmload.analysis.postprocess import load_run
 from llmload.analysis.twin import (
     Change,
     RungFigures,
     apply_change,
     judge,
+    median_reach_ms,
     prediction_rows,
     replay_rows,
+    run_figures,
     ttft_tolerance_ms,
 )
 from llmload.analysis.twin_fit import TwinFitError, TwinParams, expected_steps, fit_accept_len, fit_twin
@@ -208,6 +212,48 @@ def test_ttft_tolerance():
     assert ttft_tolerance_ms(100, 4, TwinParams(10, 3, 0, 1, 2))[0] == 16  # the batch limit's batch
     queued = ttft_tolerance_ms(800, 8, TwinParams(27.2, 6, 0, 4.5, 3), step_spread=5)  # requests waited
     assert queued[0] == pytest.approx(6 * 45.2) and queued[1].startswith("6 steps at batch 3")
+
+
+def test_median_reach_is_what_one_value_moves_the_median():
+    assert median_reach_ms([]) == median_reach_ms([24.6]) == 0.0
+    assert median_reach_ms([24.6, 35.6]) == pytest.approx(5.5)  # a median of two is their mean
+    assert median_reach_ms([10, 11, 12, 100]) == pytest.approx(0.5)  # an outlier among four: half a gap
+    assert median_reach_ms([5, 5, 5]) == 0.0
+    values = [3.0, 9.0, 4.0, 4.5, 20.0, 7.0]  # brute force: leave each one out
+    middle = sorted(values)[2:4]
+    assert median_reach_ms(values) == pytest.approx(
+        max(abs(median(values[:i] + values[i + 1 :]) - sum(middle) / 2) for i in range(len(values)))
+    )
+
+
+def test_run_figures_reach_is_of_the_ttfts_the_rungs_median_is_of(tmp_path):
+    records = engine_records([1, 2, 6], linear(10, 3), limit=3)  # 6 users over a limit of 3: 3 wait
+    (tmp_path / "run_records.jsonl").write_text("".join(r.to_json() + "\n" for r in records))
+    rungs = run_figures(load_run(tmp_path / "run", with_metrics=True))
+    for rung in rungs:
+        ttfts = [(r.t_first - r.t_start) * 1000 for r in records if r.rung == rung.rung]
+        assert rung.figures["ttft_p50_ms"] == pytest.approx(median(ttfts))
+        assert rung.ttft_reach_ms == pytest.approx(median_reach_ms(ttfts))
+    assert rungs[0].ttft_reach_ms == 0.0 and rungs[2].ttft_reach_ms > 0
+
+
+def test_one_stalled_request_of_two_does_not_break_the_fit_a_wrong_model_does():
+    """CI's case: a c1 rung of two requests, one read 11 ms late in the replay, moved the replay's
+    median 5.5 ms, over the 5 ms floor; the same shift in both requests is a wrong model."""
+    fit = fit_twin(engine_records([1, 2, 4, 8], linear(10, 3)))
+    measured = [figures(100, 24.6, 1, 0)]
+    stalled = [24.6, 35.6]
+    replay = [RungFigures(0, 1, figures(100, 30.1, 1).figures, ttft_reach_ms=median_reach_ms(stalled))]
+    verdict = judge(fit, replay_rows(measured, replay))
+    assert verdict.fits, verdict.breaks
+    wrong = [RungFigures(0, 1, figures(100, 30.1, 1).figures, ttft_reach_ms=median_reach_ms([30.1, 30.1]))]
+    assert judge(fit, replay_rows(measured, wrong)).breaks == [
+        "rung01 c1 ttft_p50 off by +5.5 ms (+22.4 %; tolerance 5 ms (10 % is less))"
+    ]
+    assert ttft_tolerance_ms(24.6, 1, fit.params, reach_ms=5.5) == (
+        10.5,
+        "5 ms (10 % is less) + 5.5 ms one request's reach of the medians",
+    )
 
 
 def test_prediction_rows_mark_the_rungs_not_measured():
