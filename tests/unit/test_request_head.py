@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import gevent.server
 import gevent.socket
 import pytest
+from fixtures.loopback import loopback_server
 from geventhttpclient.client import HTTPClient
 
 from llmload.loadgen.transport.request_head import RequestHeads, send_post
@@ -52,12 +52,8 @@ def received() -> Iterator[tuple[int, list[bytes]]]:
                 return
             data += more
 
-    srv = gevent.server.StreamServer(("127.0.0.1", 0), handle)
-    srv.start()
-    try:
-        yield srv.server_port, got
-    finally:
-        srv.stop(timeout=1)
+    with loopback_server(handle) as port:
+        yield port, got
 
 
 def fields(request: bytes) -> tuple[bytes, list[bytes], bytes]:
