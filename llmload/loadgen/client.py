@@ -106,7 +106,7 @@ def send_request(
             path,
             body,
             {**headers, "X-Request-Id": request_id},
-            dataclasses.replace(ctx, request_id=request_id),
+            dataclasses.replace(ctx, request_id=request_id) if retry else ctx,
             total_timeout,
             acc,
         )

@@ -11,6 +11,7 @@ real requests only (TTFT and TPOT are in the Tokens tab, `llmload.loadgen.live_s
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -195,7 +196,7 @@ class LLMUser(User):
         goes to `on_reply`."""
         send_gate().wait_turn()  # reads before writes (llmload.loadgen.send_gate)
         config = self._stage_config(stage)
-        request_id = uuid.uuid4().hex
+        request_id = os.urandom(16).hex()  # 32 random hex digits, as uuid4().hex, without a UUID object
         index = next_prompt_index(self._process, stage, self._worker) if index is None else index
         trace_line = None
         if config.mode == "trace" and stage.phase == "measure":

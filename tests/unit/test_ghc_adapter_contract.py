@@ -1,9 +1,9 @@
 """The installed geventhttpclient and gevent still have every private thing
 `llmload.loadgen.transport.ghc_adapter` relies on, and it still behaves as its docstrings say.
 
-Imports nothing but the adapter, gevent, geventhttpclient and the standard library, so it runs in a
-throwaway environment with another release of geventhttpclient installed (docs/architecture.md,
-"Third-party contact"). The behaviour checks talk to a gevent server on a loopback port.
+Imports nothing but the adapter, gevent, geventhttpclient, the standard library and the loopback
+server of tests/fixtures (gevent only), so it runs in a throwaway environment with another release
+of geventhttpclient installed (docs/architecture.md, "Third-party contact"). The behaviour checks talk to a gevent server on a loopback port.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import gevent.lock
 import gevent.queue
-import gevent.server
 import gevent.socket
 import pytest
+from fixtures.loopback import loopback_server
 from geventhttpclient.client import HTTPClient
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
 from geventhttpclient.response import HTTPResponse
@@ -44,12 +44,8 @@ def server() -> Iterator[tuple[int, list[gevent.socket.socket]]]:
         conns.append(conn)
         gevent.sleep(5)  # the test closes it before
 
-    srv = gevent.server.StreamServer(("127.0.0.1", 0), handle)
-    srv.start()
-    try:
-        yield srv.server_port, conns
-    finally:
-        srv.stop(timeout=1)
+    with loopback_server(handle) as port:
+        yield port, conns
 
 
 def client(port: int) -> HTTPClient:

@@ -41,6 +41,7 @@ from llmload.loadgen.preflight import tls_context
 from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent, check_usage
 from llmload.loadgen.transport.connections import Lease, UserConnections
 from llmload.loadgen.transport.receive_stamps import ReceiveClock, stamp_receive_times
+from llmload.loadgen.transport.request_head import RequestHeads, send_post
 from llmload.loadgen.transport.stream_reader import StreamEnded, reader_for
 
 DRAIN_S = 1.0  # longest wait for the end of a stream's HTTP message after [DONE]
@@ -64,11 +65,12 @@ class Transport:
     """One user's HTTP client and connections (module docstring). Without `conns` the requests
     go through geventhttpclient's own pool: no keep-alive rules, no leases, no resend."""
 
-    __slots__ = ("http", "conns")
+    __slots__ = ("http", "conns", "heads")
 
     def __init__(self, http: HTTPClient, conns: UserConnections | None = None) -> None:
         self.http = http
         self.conns = conns
+        self.heads = RequestHeads(http)  # each request's head, built once per path and headers
 
     @classmethod
     def open(
@@ -133,7 +135,7 @@ class Transport:
         if conns is not None:
             conns.lease = None
         try:
-            resp = _open(self.http, conns, path, body, headers)
+            resp = _open(self, path, body, headers)
             try:
                 return _read_answer(resp, conns, stream, acc, clock)
             finally:
@@ -195,18 +197,24 @@ def _read_body(resp: Any, acc: StreamAccumulator, clock: ReceiveClock) -> None:
     acc.done = True
 
 
-def _open_response(
-    http: HTTPClient, conns: UserConnections | None, path: str, body: bytes, headers: dict[str, str]
-) -> Any:
+def _post(transport: Transport, path: str, body: bytes, headers: dict[str, str]) -> Any:
+    head = transport.heads.head(path, headers, len(body))
+    if head is None:
+        return transport.http.request("POST", path, body=body, headers=headers)
+    return send_post(transport.http, head, body)
+
+
+def _open_response(transport: Transport, path: str, body: bytes, headers: dict[str, str]) -> Any:
     """Send the request; resend it once on a new connection if its pooled connection was closed
     by the server before any byte of the response came back."""
+    conns = transport.conns
     try:
-        return http.request("POST", path, body=body, headers=headers)
+        return _post(transport, path, body, headers)
     except HTTPConnectionClosed:
         if conns is None or conns.lease is None or not conns.lease.reused:
             raise
         conns.resending()
-    return http.request("POST", path, body=body, headers=headers)
+    return _post(transport, path, body, headers)
 
 
 def _drain(resp: Any) -> None:
@@ -217,12 +225,10 @@ def _drain(resp: Any) -> None:
             resp.read()
 
 
-def _open(
-    http: HTTPClient, conns: UserConnections | None, path: str, body: bytes, headers: dict[str, str]
-) -> Any:
+def _open(transport: Transport, path: str, body: bytes, headers: dict[str, str]) -> Any:
     """Send the request -> the response, its headers read."""
     try:
-        return _open_response(http, conns, path, body, headers)
+        return _open_response(transport, path, body, headers)
     except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError) as e:
         raise RequestFailed("reset", f"connection closed before the response headers: {e}") from None
     except TimeoutError as e:  # the connect timeout, or the first_token timeout on the headers
