@@ -2,7 +2,7 @@
 """The load generator's own cost and timing error, against the simulator's ground truth.
 
     .venv/bin/python benchmarks/overhead.py [--streams 16,64,256] [--tokens-per-chunk 1,4]
-        [--duration 3] [--step-ms 1] [--repeats 3] [--floor] [--no-aiohttp]
+        [--duration 3] [--step-ms 1] [--repeats 3] [--floor] [--bare] [--no-aiohttp]
 
 One locust process (llmload's CompletionsUser, time-based rungs, one rung per stream count) and
 then, for comparison, the minimal asyncio + aiohttp client (benchmarks/aiohttp_client.py) run the
@@ -36,6 +36,11 @@ With `--floor`, a third client runs in each repeat: llmload with the per-read Py
 a token's CPU the per-read Python is and what is left without it (CPU only: its times are not
 per chunk).
 
+With `--bare`, another client runs in each repeat: a plain Locust user that does the least a
+streamed request needs (one prebuilt write, a `recv` per readiness until the message's end, the
+request event; benchmarks/bare_locustfile.py), one locust process per stream count: the floor
+of Locust, gevent and the kernel under llmload's cost (CPU only, tokens from the truth log).
+
 Figures are the median over `--repeats` runs. Not a test: nothing is asserted.
 """
 
@@ -68,6 +73,8 @@ from llmload.sim.truth import load_truth
 
 SIM = {"per_seq_ms": 0, "max_num_seqs": 1024}  # and base_ms (--step-ms), accept_len (tokens per chunk)
 AIOHTTP_CLIENT = Path(__file__).resolve().parent / "aiohttp_client.py"
+BARE_LOCUSTFILE = Path(__file__).resolve().parent / "bare_locustfile.py"
+UNTIMED = ("floor", "bare")  # clients whose records count neither tokens nor chunk times
 FLOOR_LOCUSTFILE = Path(__file__).resolve().parent / "read_floor_locustfile.py"
 POLL_S = 0.05
 
@@ -294,6 +301,16 @@ def run_aiohttp(url: str, n: int, args: argparse.Namespace, work: Path):
     ], track
 
 
+def run_bare(url: str, n: int, args: argparse.Namespace, work: Path):
+    out = work / f"bare_{n}.jsonl"
+    cmd = [sys.executable, "-m", "locust", "-f", str(BARE_LOCUSTFILE), "--headless", "--only-summary"]
+    cmd += ["-u", str(n), "-r", str(n), "-t", f"{args.duration:g}s", "--host", url, "--loglevel", "WARNING"]
+    cmd += ["--max-tokens", str(args.max_tokens), "--bare-out", str(out)]
+    track = run_tracked(cmd, work / f"bare_{n}.log", timeout=args.duration + 120)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    return [Timed(r["request_id"], r["t_start"], r["t_end"], [], 0) for r in rows], track
+
+
 def one_repeat(
     args: argparse.Namespace, work: Path, per_chunk: int, repeat: int
 ) -> dict[tuple[str, int], Figures]:
@@ -315,6 +332,9 @@ def one_repeat(
         if args.floor:
             by_streams, track, _ = run_locust(server.url, args.streams, args, work, FLOOR_LOCUSTFILE, "floor")
             runs += [("floor", n, by_streams[n], track, math.nan) for n in args.streams]
+        for n in args.streams if args.bare else ():
+            requests, btrack = run_bare(server.url, n, args, work)
+            runs.append(("bare", n, requests, btrack, math.nan))
         for n in args.streams if args.aiohttp else ():
             requests, atrack = run_aiohttp(server.url, n, args, work)
             runs.append(("aiohttp", n, requests, atrack, math.nan))
@@ -322,7 +342,7 @@ def one_repeat(
         sim.stop()
     truth, _ = load_truth(truth_log)
     for client, n, requests, ctrack, lag in runs:
-        out[(client, n)] = figures(requests, truth, ctrack, sim, timed=client != "floor", start_ms=lag)
+        out[(client, n)] = figures(requests, truth, ctrack, sim, timed=client not in UNTIMED, start_ms=lag)
     return out
 
 
@@ -354,7 +374,7 @@ def report(
     out: Callable[[str], None],
 ) -> None:
     med = {key: _median_figures(r[key] for r in per_repeat) for key in per_repeat[0]}
-    clients = ("locust", "baseline", "floor", "aiohttp")
+    clients = ("locust", "baseline", "floor", "bare", "aiohttp")
     out(
         "client    tok/chunk  streams     tok/s  cpu_%  cpu_s/1k_tok  ratio  sim_cpu_%  "
         "chunk_err_p50/p99/max_ms  first_err_p50/p99/max_ms  itl_err_p50/p99_ms  marked_%  "
@@ -389,6 +409,12 @@ def report(
             "floor: llmload with the per-read Python cut to recvmsg + HTTP framing (each read's SSE lines "
             "dropped unparsed; benchmarks/read_floor_locustfile.py): CPU only, tokens from the truth log"
         )
+    if any(key[0] == "bare" for key in med):
+        out(
+            "bare: a plain Locust user doing the least a streamed request needs "
+            "(benchmarks/bare_locustfile.py): the floor of Locust, gevent and the kernel; CPU only, "
+            "tokens from the truth log"
+        )
     if any(f.sim_cpu_pct > 90 for f in med.values()):
         out("note: the simulator used > 90 % of a core somewhere: tok/s is the machine's limit there")
 
@@ -408,6 +434,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--floor",
         action="store_true",
         help="also run llmload with its per-read Python cut to the floor (read_floor_locustfile.py)",
+    )
+    p.add_argument(
+        "--bare",
+        action="store_true",
+        help="also run a plain Locust user doing the least a streamed request needs (bare_locustfile.py)",
     )
     p.add_argument(
         "--baseline",

@@ -3,6 +3,7 @@
 
     .venv/bin/python benchmarks/request_cost.py [--streams 64] [--tokens 16,128]
         [--tokens-per-chunk 1,4] [--step-ms 20] [--duration 12] [--repeats 3] [--baseline DIR]
+        [--bare] [--aiohttp]
 
 The client's CPU per request is, to a good approximation, a fixed part (sending the request,
 reading its response head, building and handing over its record, Locust's request event) plus a
@@ -15,6 +16,9 @@ request of each (CPU per token x tokens per request), and solves the line throug
 
 `--baseline DIR` runs another checkout's llmload in the same repeats, the two in turn first
 (overhead.py's order), so before and after are measured side by side on one machine and load.
+`--bare` and `--aiohttp` solve the same line for overhead.py's other clients in the same repeats:
+a plain Locust user doing the least a streamed request needs (the floor under llmload's fixed
+cost) and the asyncio client the ratio is taken against.
 Figures are medians over the repeats of each repeat's solution. Not a test: nothing is asserted.
 """
 
@@ -68,11 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max-num-seqs", type=int, default=overhead.SIM["max_num_seqs"])
     p.add_argument("--baseline", type=Path, default=None, help="another checkout, run in the same repeats")
+    p.add_argument("--bare", action="store_true", help="also a plain Locust user (bare_locustfile.py)")
+    p.add_argument("--aiohttp", action="store_true", help="also the asyncio client (aiohttp_client.py)")
     p.add_argument("--keep", type=Path, default=None, help="keep the runs' files in this directory")
     args = p.parse_args(argv)
     if len(args.tokens) != 2 or len(args.streams) != 1:
         p.error("--tokens takes two lengths and --streams one count")
-    args.floor, args.aiohttp = False, False
+    args.floor = False
     if args.baseline is not None:
         args.baseline = args.baseline.resolve()
         overhead.checkout_env(args.baseline)  # a baseline that imports this code is no baseline
