@@ -3,7 +3,8 @@
 
 Imports nothing but the adapter, gevent, geventhttpclient, the standard library and the loopback
 server of tests/fixtures (gevent only), so it runs in a throwaway environment with another release
-of geventhttpclient installed (docs/architecture.md, "Third-party contact"). The behaviour checks talk to a gevent server on a loopback port.
+of geventhttpclient installed (docs/architecture.md, "Third-party contact"). The behaviour checks
+talk to a gevent server on a loopback port.
 """
 
 from __future__ import annotations
