@@ -80,9 +80,9 @@ def run_figures(result: RunResult) -> list[RungFigures]:
     for rec in result.iter_records():
         if usable(rec):
             steps.setdefault(rec.rung, []).append(len(rec.chunk_times))
-        ttft = ttft_ms(rec)
-        if rec.ok and rec.phase != WARMUP_PHASE and ttft is not None:  # what the sweep row's median is of
-            ttfts.setdefault(rec.rung, []).append(ttft)
+        first_ms = ttft_ms(rec)
+        if rec.ok and rec.phase != WARMUP_PHASE and first_ms is not None:  # what the row's median is of
+            ttfts.setdefault(rec.rung, []).append(first_ms)
     out = []
     for row, m in zip(result.rows, result.metrics, strict=True):
         ttft, tpot = m.latencies.get("ttft"), m.latencies.get("tpot")
