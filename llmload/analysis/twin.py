@@ -20,12 +20,11 @@ llmload.output.twin_report's).
   moves every later admission by their difference in steps: there the step count is one plus
   the rung's spread of steps per request (most minus fewest chunks). To each tolerance adds what
   one request can move each side's median (`median_reach_ms`: the most it changes when any one
-  request is left out): a median of two requests is their mean, so one read stalled 10 ms moves
-  it 5 ms (CI, 2026-12-04: a replay's c1 read 30.1 ms against 25.0; the same model reads 24.4-24.6
-  on a quiet machine); over many requests the reach is a fraction of a ms, and a model that is
-  off in every request moves the median with no reach to excuse it. The other figures are shown,
-  not judged: per-request tok/s follows agg tok/s, TPOT p50 follows the steps, and TTFT p99 of a
-  rung is its slowest request.
+  request is left out): a median of two requests is their mean, so one stalled read moves it by
+  half its lateness (docs/integrate.md); over many requests the reach is a fraction of a ms, and
+  a model that is off in every request moves the median with no reach to excuse it. The other
+  figures are shown, not judged: per-request tok/s follows agg tok/s, TPOT p50 follows the
+  steps, and TTFT p99 of a rung is its slowest request.
 - a change (`Change`): a component of the step `C` ms (constant, or a + b x batch) made `K`
   times faster removes `C x (1 - 1/K)` from every step (base_ms and per_seq_ms); `step_scale`
   multiplies every step cost; `accept_len` replaces the acceptance length. The prediction's rows

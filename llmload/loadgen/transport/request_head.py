@@ -34,8 +34,9 @@ _OWN_FRAMING = frozenset({"host", "content-length", "transfer-encoding", "expect
 
 
 class RequestHeads:
-    """The request heads of one `HTTPClient` (module docstring): `head(path, headers, length,
-    request_id)` -> the head's bytes, or None where `HTTPClient.request` must build it."""
+    """The request heads of one `HTTPClient` (module docstring): `head(path, headers, length)`
+    -> the head's bytes (the request id taken from `headers`), or None where `HTTPClient.request`
+    must build it."""
 
     __slots__ = ("_http", "_prefixes", "_direct")
 
@@ -48,7 +49,7 @@ class RequestHeads:
         request_id = headers.get(REQUEST_ID)
         fields = tuple(item for item in headers.items() if item[0] != REQUEST_ID)
         key = (path, fields)
-        prefix = self._prefixes.get(key, "")
+        prefix = self._prefixes.get(key, "")  # "": not built yet (a built prefix is never empty)
         if prefix == "":
             prefix = self._prefixes[key] = self._prefix(path, fields)
         if prefix is None or (request_id is not None and not _FIELD_VALUE.fullmatch(request_id)):
