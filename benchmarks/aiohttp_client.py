@@ -25,6 +25,22 @@ from typing import Any
 
 import aiohttp
 
+MODEL = "sim-model"
+PROMPT = "Write a detailed technical explanation of continuous batching."
+
+
+def completion_body(max_tokens: int, model: str = MODEL, prompt: str = PROMPT) -> dict[str, Any]:
+    """The benchmark clients' request (this one's and bare_locustfile.py's)."""
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
+
 
 async def one_request(session: aiohttp.ClientSession, url: str, body: bytes) -> dict[str, Any]:
     request_id = uuid.uuid4().hex
@@ -80,19 +96,11 @@ def main() -> None:
     p.add_argument("--streams", type=int, required=True, help="concurrent streams")
     p.add_argument("--duration", type=float, required=True, help="seconds; streams start no request after it")
     p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--model", default="sim-model")
-    p.add_argument("--prompt", default="Write a detailed technical explanation of continuous batching.")
+    p.add_argument("--model", default=MODEL)
+    p.add_argument("--prompt", default=PROMPT)
     p.add_argument("--out", type=Path, required=True, help="JSONL file of per-request results")
     args = p.parse_args()
-    body = {
-        "model": args.model,
-        "prompt": args.prompt,
-        "max_tokens": args.max_tokens,
-        "temperature": 0.0,
-        "stream": True,
-        "ignore_eos": True,
-        "stream_options": {"include_usage": True},
-    }
+    body = completion_body(args.max_tokens, args.model, args.prompt)
     records = asyncio.run(run(args.url.rstrip("/") + "/v1/completions", args.streams, args.duration, body))
     args.out.write_text("".join(json.dumps(r) + "\n" for r in records))
 

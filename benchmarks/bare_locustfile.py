@@ -2,13 +2,14 @@
 (`benchmarks/overhead.py --bare`, `benchmarks/request_cost.py --bare`), never a way to measure a
 server.
 
-Each user holds one keep-alive gevent socket and, per request, writes the request llmload sends
-(the same body: greedy, `max_tokens` with `ignore_eos`, `include_usage`) as one prebuilt byte
-string with a fresh `X-Request-Id`, reads until the chunked message's end (`0\\r\\n\\r\\n`) with
-one `recv` and one clock reading per readiness, and fires Locust's request event. No HTTP parser,
-no SSE or JSON parsing, no record, no kernel stamps, no connection checks: what is left is what
-any Locust user streaming a response pays (Locust's task loop and request event, gevent's hub,
-the socket calls and the kernel), so a request's fixed CPU here is the floor under llmload's.
+Each user holds one keep-alive gevent socket and, per request, writes the asyncio client's request
+(`aiohttp_client.completion_body`: greedy, `max_tokens` with `ignore_eos`, `include_usage`) as one
+prebuilt byte string with a fresh `X-Request-Id`, reads until the chunked message's end
+(`0\\r\\n\\r\\n`) with one `recv` and one clock reading per readiness, and fires Locust's request
+event. No HTTP parser, no SSE or JSON parsing, no record, no kernel stamps, no connection checks:
+what is left is what any Locust user streaming a response pays (Locust's task loop and request
+event, gevent's hub, the socket calls and the kernel), so a request's fixed CPU here is the floor
+under llmload's.
 Its tokens come from the simulator's truth log (it counts none); its output lines are the
 asyncio client's (`aiohttp_client.py`), written when the test stops.
 
@@ -26,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import gevent.socket
+from aiohttp_client import completion_body  # Locust puts the locustfile's folder on sys.path
 from locust import User, constant, events, task
 
 END = b"0\r\n\r\n"  # the last chunk of a chunked message
@@ -49,17 +51,7 @@ class BareUser(User):
     def on_start(self) -> None:
         url = urlsplit(self.host)
         self.sock = gevent.socket.create_connection((url.hostname, url.port or 80))
-        body = json.dumps(
-            {
-                "model": "sim-model",
-                "prompt": "Write a detailed technical explanation of continuous batching.",
-                "max_tokens": self.environment.parsed_options.max_tokens,
-                "temperature": 0.0,
-                "stream": True,
-                "ignore_eos": True,
-                "stream_options": {"include_usage": True},
-            }
-        ).encode()
+        body = json.dumps(completion_body(self.environment.parsed_options.max_tokens)).encode()
         head = (
             f"POST /v1/completions HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
             f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\nX-Request-Id: "
