@@ -8,8 +8,10 @@ or a folder holding exactly one run.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from llmload.core.records import RecordFileError
 
@@ -75,3 +77,10 @@ class RunFiles:
     def output(self, name: str) -> Path:
         """A file a report writes beside the run: `<prefix>_<name>` (e.g. "soak.json")."""
         return Path(f"{self.prefix}_{name}")
+
+
+def write_run_json(path: Path, data: dict[str, Any]) -> None:
+    """A run file, replaced whole (a reader never sees half of one)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)

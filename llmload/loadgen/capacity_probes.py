@@ -11,18 +11,29 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from llmload.analysis.capacity import CapacitySearch, fmt_load
+from llmload.core.config import SweepConfig
 from llmload.core.names import WARMUP_RUNG
 from llmload.core.records import RequestRecord
+from llmload.loadgen.messages import Stage
 from llmload.loadgen.stage_plan import probe_stage
 from llmload.loadgen.stage_protocol import StageProgress
 
-if TYPE_CHECKING:
-    from llmload.loadgen.run_state import RunState
-
 log = logging.getLogger("llmload")
+
+
+class ProbedRun(Protocol):
+    """What the search needs of the run it plans probes for (`llmload.loadgen.run_state.RunState`)."""
+
+    config: SweepConfig
+    model: str
+    stages: list[Stage]
+    workload: dict[str, Any]
+
+    @property
+    def progress(self) -> list[StageProgress]: ...
 
 
 class CapacityProbes:
@@ -32,11 +43,11 @@ class CapacityProbes:
         self.search: CapacitySearch | None = search  # None once the answer is logged
         self.records: list[RequestRecord] = []  # the running probe's
 
-    def __call__(self, run: RunState, rec: RequestRecord) -> None:
+    def __call__(self, rec: RequestRecord) -> None:
         if self.search is not None and rec.rung != WARMUP_RUNG:
             self.records.append(rec)
 
-    def plan_next(self, run: RunState) -> None:
+    def plan_next(self, run: ProbedRun) -> None:
         """Append the search's next probe to the stages, or log the answer when it is over."""
         assert self.search is not None
         elapsed = time.time() - run.progress[0].started if run.progress else 0.0
@@ -51,7 +62,7 @@ class CapacityProbes:
             probe_stage(run.config, run.model, run.stages, probe, self.search.rate, run.workload)
         )
 
-    def finished(self, run: RunState, progress: StageProgress) -> None:
+    def finished(self, run: ProbedRun, progress: StageProgress) -> None:
         """A finished stage: a probe's is judged (llmload.analysis.capacity), then the next planned."""
         stage = progress.stage
         if self.search is None or stage.rung == WARMUP_RUNG:

@@ -48,7 +48,7 @@ from llmload.loadgen.messages import MSG_RECORD, MSG_STAGE, MSG_USER_DONE, MSG_U
 from llmload.loadgen.preflight import PreflightError
 from llmload.loadgen.run_end import RunEnd, may_end
 from llmload.loadgen.run_start import begin_run, records_path
-from llmload.loadgen.run_state import RecordSink, RunState
+from llmload.loadgen.run_state import RecordHook, RunState
 from llmload.loadgen.stage_protocol import Announced, Finished, LadderDone, Stalled, Started
 from llmload.loadgen.worker_state import process_state
 
@@ -67,7 +67,7 @@ class LadderShape(LoadTestShape):
         self.run: RunState | None = None
         self.end = RunEnd()  # the exit code and last line of the shape's runs
         # sinks every run's records go to after its own (`RunState.sinks`), e.g. the web UI's tab
-        self.record_hooks: list[RecordSink] = []
+        self.record_hooks: list[RecordHook] = []
 
     @property
     def _runner(self) -> Any:

@@ -1,36 +1,41 @@
 """What the master (or the local process) does with each record it receives: the record sinks.
 
 A run holds its sinks as a list (`RunState.sinks`, made by `llmload.loadgen.run_start.begin_run`),
-in this order: `write_record` (the records file), `RungReconciler` (the token accounts of each
-measured rung, checked when the rung finishes), the capacity search's probe judge (capacity mode:
-`llmload.loadgen.capacity_probes`), `FirstBadRequest` (the server's reason for the first HTTP 400,
-recorded once as an error of the run), `count_record` (the stage protocol's count, which a stage
-waits on to finish), then the ones added from outside (`LadderShape.record_hooks`: the web UI's `LiveSweep`).
+in this order: the records writer's `write` (the records file), `RungReconciler` (the token
+accounts of each measured rung, checked when the rung finishes), the capacity search's probe judge
+(capacity mode: `llmload.loadgen.capacity_probes`), `FirstBadRequest` (the server's reason for the
+first HTTP 400, recorded once as an error of the run), `RecordCounter` (the stage protocol's count,
+which a stage waits on to finish), then the ones added from outside (`LadderShape.record_hooks`:
+the web UI's `LiveSweep`). A sink is called with the record alone: each holds what it needs (the
+writer, the configuration, the run's errors, the protocol) from its construction, so none of them
+knows the run.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from llmload.analysis.reconcile import Tally, check_inputs, check_rung
 from llmload.core.config import SweepConfig
 from llmload.core.names import WARMUP_RUNG
 from llmload.core.records import RequestRecord
-from llmload.loadgen.stage_protocol import StageProgress
+from llmload.loadgen.run_errors import RunErrors
+from llmload.loadgen.stage_protocol import StageProgress, StageProtocol
 
-if TYPE_CHECKING:
-    from llmload.loadgen.run_state import RunState
-
-
-def write_record(run: RunState, rec: RequestRecord) -> None:
-    """The record, with the run's id: its own JSON, one line, flushed (`RecordWriter`)."""
-    run.writer.write(rec)
+RecordSink = Callable[[RequestRecord], None]
+"""One thing the master does with every record (with the run's id, as written), in the order of
+`RunState.sinks`."""
 
 
-def count_record(run: RunState, rec: RequestRecord) -> None:
+class RecordCounter:
     """One more record of its rung for the stage protocol (a stage finishes once all are in)."""
-    run.protocol.recorded(rec.rung, time.time())
+
+    def __init__(self, protocol: StageProtocol) -> None:
+        self.protocol = protocol
+
+    def __call__(self, rec: RequestRecord) -> None:
+        self.protocol.recorded(rec.rung, time.time())
 
 
 class RungReconciler:
@@ -42,7 +47,7 @@ class RungReconciler:
         self.config = config
         self.tallies: dict[int, Tally] = {}
 
-    def __call__(self, run: RunState, rec: RequestRecord) -> None:
+    def __call__(self, rec: RequestRecord) -> None:
         if rec.rung != WARMUP_RUNG:
             self.tallies.setdefault(rec.rung, Tally()).add_record(rec)
 
@@ -63,11 +68,12 @@ class RungReconciler:
 class FirstBadRequest:
     """Records the server's reason for the run's first HTTP 400, once (the records hold every one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, errors: RunErrors) -> None:
+        self.errors = errors
         self.told = False
 
-    def __call__(self, run: RunState, rec: RequestRecord) -> None:
+    def __call__(self, rec: RequestRecord) -> None:
         if rec.outcome == "http_400" and not self.told:
             self.told = True
             reason = " ".join(str(rec.error or "no reason given").split())
-            run.errors.record("http_400", f"the server answered HTTP 400 (bad request): {reason}")
+            self.errors.record("http_400", f"the server answered HTTP 400 (bad request): {reason}")

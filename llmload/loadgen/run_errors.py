@@ -5,8 +5,8 @@ Owns `RunErrors.record`, the one way the Locust side tells an error of a run (th
 the exit code set when the error carries one, and kept, in order and each once, in the run file's
 `errors` (programs read that, e.g. `llmload sweep`). Before the run has a run file of its own
 (its start failed: a refused configuration, the preflight) it writes one with no stages that
-carries its errors; once the run exists (`attach`), the run's own writer
-(`RunState.write_run_file`) writes them with the rest, also after the run closed (a verdict at
+carries its errors; once the run exists (`attach`, given the run's own writer of its run file,
+`RunState.write_run_file`), that writer writes them with the rest, also after the run closed (a verdict at
 quitting). Without a run file (the plugin's check of the configuration at `init`, before any file
 of the run exists) it logs and sets the code only: a refused configuration leaves no file.
 """
@@ -14,15 +14,13 @@ of the run exists) it logs and sets the code only: a refused configuration leave
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llmload.core.records import new_run_id
 from llmload.core.run_errors import RunError
-from llmload.loadgen.run_state import write_run_json
-
-if TYPE_CHECKING:
-    from llmload.loadgen.run_state import RunState
+from llmload.core.run_files import write_run_json
 
 log = logging.getLogger("llmload")
 
@@ -34,12 +32,12 @@ class RunErrors:
         self.environment = environment
         self.run_file = run_file
         self.entries: list[RunError] = []
-        self._state: RunState | None = None
+        self._write_run_file: Callable[[], None] | None = None
         self._run_id = new_run_id()  # of the run file written before the run exists
 
-    def attach(self, state: RunState) -> None:
-        """The run exists: its own run file carries the errors from now on."""
-        self._state = state
+    def attach(self, write_run_file: Callable[[], None]) -> None:
+        """The run exists: its own run file, rewritten by `write_run_file`, carries the errors from now on."""
+        self._write_run_file = write_run_file
 
     def record(self, kind: str, message: str, exit_code: int | None = None) -> None:
         """Log the error, set its exit code, keep it in the run file; an error recorded again
@@ -52,8 +50,8 @@ class RunErrors:
             return
         log.error("llmload: %s", message)
         self.entries.append(error)
-        if self._state is not None:
-            self._state.write_run_file()
+        if self._write_run_file is not None:
+            self._write_run_file()
         elif self.run_file is not None:
             data = {"run_id": self._run_id, "finished": False, "stages": [], "errors": self.as_json()}
             try:

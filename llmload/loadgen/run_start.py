@@ -10,6 +10,7 @@ its CSVs at a second start from the web UI), and the list of sinks every record 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
@@ -27,9 +28,9 @@ from llmload.core.run_files import RunFiles
 from llmload.loadgen.capacity_probes import CapacityProbes
 from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.preflight import auth_headers, preflight, tls_context
-from llmload.loadgen.record_sinks import FirstBadRequest, RungReconciler, count_record, write_record
+from llmload.loadgen.record_sinks import FirstBadRequest, RecordCounter, RecordSink, RungReconciler
 from llmload.loadgen.run_errors import RunErrors
-from llmload.loadgen.run_state import RecordSink, RunState
+from llmload.loadgen.run_state import RecordHook, RunState
 from llmload.loadgen.stage_plan import check_users_per_process, plan_stages, stall_limit
 from llmload.loadgen.stage_protocol import StageProtocol
 from llmload.loadgen.workload import calibrate, workload_for
@@ -45,7 +46,7 @@ def records_path(options: Any) -> Path:
     return RunFiles(Path(prefix)).records
 
 
-def begin_run(runner: Any, record_hooks: list[RecordSink], errors: RunErrors, path: Path) -> RunState:
+def begin_run(runner: Any, record_hooks: list[RecordHook], errors: RunErrors, path: Path) -> RunState:
     """A new run of the runner's configuration, its stages planned and its files open (its records
     at `path`: `records_path`); each record goes to the run's own sinks, then to `record_hooks`;
     its errors are `errors` (attached to the run). Raises ConfigError, PreflightError or OSError
@@ -79,7 +80,7 @@ def begin_run(runner: Any, record_hooks: list[RecordSink], errors: RunErrors, pa
     state = RunState(
         config, env.host, model, writer, files, stages, protocol, reconciler, errors, run_id=run_id
     )
-    errors.attach(state)
+    errors.attach(state.write_run_file)
     state.workload = {
         "prompt_words": prompt_words,
         "prompt_vocab": prompt_vocab,
@@ -91,7 +92,8 @@ def begin_run(runner: Any, record_hooks: list[RecordSink], errors: RunErrors, pa
         state.probes.plan_next(state)
     state.health = RecordWriter(health_path(path), fsync=False, truncate=True)
     probes: list[RecordSink] = [] if state.probes is None else [state.probes]
-    state.sinks = [write_record, reconciler, *probes, FirstBadRequest(), count_record, *record_hooks]
+    hooks: list[RecordSink] = [functools.partial(hook, state) for hook in record_hooks]
+    state.sinks = [writer.write, reconciler, *probes, FirstBadRequest(errors), RecordCounter(protocol), *hooks]
     log.info("llmload: model %s, rungs %s, records in %s", model, list(config.rungs), path)
     return state
 

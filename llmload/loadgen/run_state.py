@@ -13,27 +13,23 @@ the capacity search's (`llmload.loadgen.capacity_probes`) and the web UI's (`Lad
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llmload.core.config import SweepConfig
 from llmload.core.records import RecordWriter, RequestRecord, new_run_id
-from llmload.core.run_files import RunFiles
+from llmload.core.run_files import RunFiles, write_run_json
+from llmload.loadgen.capacity_probes import CapacityProbes
 from llmload.loadgen.messages import Stage, config_to_dict
+from llmload.loadgen.record_sinks import RecordSink, RungReconciler
+from llmload.loadgen.run_errors import RunErrors
 from llmload.loadgen.stage_plan import expected_requests
 from llmload.loadgen.stage_protocol import StageProgress, StageProtocol, start_spread
 
-if TYPE_CHECKING:
-    from llmload.loadgen.capacity_probes import CapacityProbes
-    from llmload.loadgen.record_sinks import RungReconciler
-    from llmload.loadgen.run_errors import RunErrors
-
-RecordSink = Callable[["RunState", RequestRecord], None]
-"""One thing the master does with every record: called with the run and the record (with the run's
-id, as written), in the order of `RunState.sinks`."""
+RecordHook = Callable[["RunState", RequestRecord], None]
+"""A sink added from outside the run (`LadderShape.record_hooks`, e.g. the web UI's tab): called with
+the run and the record, after the run's own sinks."""
 
 
 @dataclass(slots=True)
@@ -75,7 +71,7 @@ class RunState:
         elif record.run_id != self.run_id:  # a user still on a stage of an earlier run
             record = dataclasses.replace(record, run_id=self.run_id)
         for sink in self.sinks:
-            sink(self, record)
+            sink(record)
 
     def write_run_file(self, finished: bool = False) -> None:
         """The run file as the run stands; `finished`: the ladder is done (from now on)."""
@@ -113,10 +109,3 @@ class RunState:
         self.writer.close()
         if self.health is not None:
             self.health.close()
-
-
-def write_run_json(path: Path, data: dict[str, Any]) -> None:
-    """A run file, replaced whole (a reader never sees half of one)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)

@@ -80,7 +80,7 @@ def test_once_the_run_exists_its_own_run_file_carries_them_finished_stays_finish
     writer = RecordWriter(files.records, fsync=False, truncate=True)
     protocol = StageProtocol([], duration=None, stall_limit=60.0)
     state = RunState(config, "http://h", "m", writer, files, [], protocol, RungReconciler(config), errors)
-    errors.attach(state)
+    errors.attach(state.write_run_file)
     state.write_run_file(finished=True)
     errors.record("soak", "soak verdict BREACHED (exit code 1)", 1)  # at quitting, after the end
     info = read_run_info(files.prefix)
