@@ -3,7 +3,7 @@
 A full (oldest-generation) collection walks every object the process holds: with hundreds of
 users, their connections, parsers and the run's bookkeeping it stops the event loop for tens of
 milliseconds, during which no stream is read and chunks pile up in the sockets. At each stage's
-go (the start time is announced `GO_MARGIN_S` ahead, `llmload.loadgen.stage_protocol`) the
+go (the start time is announced `GO_MARGIN_S` ahead, `llmload.loadgen.run.stage_protocol`) the
 process collects once and freezes what survives (`gc.freeze`): the collections during the rung
 then walk only the objects made since, most of them short-lived. The previous stage's frozen
 objects are unfrozen first, so what they left behind is collected at the next go.

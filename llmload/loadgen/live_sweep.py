@@ -9,7 +9,7 @@ table's rounding (`llmload.output.table.fmt_num`), so at the end of a run they e
 runs).
 
 The running rung also gets a live rate, `now_tok_s`: output tokens of its completed requests
-divided by the seconds since the rung's common start (see `llmload.loadgen.ladder`); unlike agg_tok/s it
+divided by the seconds since the rung's common start (see `llmload.loadgen.run.ladder`); unlike agg_tok/s it
 keeps moving between request completions.
 
 The charts' time series (`history`) samples each rung's agg and per-request tok/s as they stand
@@ -26,7 +26,7 @@ from typing import Any
 from llmload.analysis.rung_tally import RungTally, SweepTally, percentile_or_none
 from llmload.core.names import WARMUP_RUNG, rung_name
 from llmload.core.records import RequestRecord
-from llmload.loadgen.run_state import RunState
+from llmload.loadgen.run.run_state import RunState
 from llmload.output.table import fmt_num
 
 SAMPLE_S = 2.0  # Locust's own pages poll every 2 s

@@ -14,9 +14,9 @@ from locust import events
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError
 from llmload.loadgen.health_sampler import start_sampling
-from llmload.loadgen.ladder import register_messages
 from llmload.loadgen.options import register_options, run_config
-from llmload.loadgen.run_errors import RunErrors
+from llmload.loadgen.run.ladder import register_messages
+from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.run_monitor import RunMonitor
 from llmload.loadgen.shutdown import install as install_shutdown
 from llmload.loadgen.soak_monitor import SoakMonitor

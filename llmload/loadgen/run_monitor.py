@@ -21,8 +21,8 @@ import gevent
 
 from llmload.analysis.server_metrics import MetricsScraper, metrics_path
 from llmload.core.run_environment import collect_environment, write_environment
-from llmload.loadgen.ladder import LadderHook
-from llmload.loadgen.run_state import RunState
+from llmload.loadgen.run.ladder import LadderHook
+from llmload.loadgen.run.run_state import RunState
 
 log = logging.getLogger("llmload")
 POLL_S = 0.1  # how often the greenlet looks for a stage change

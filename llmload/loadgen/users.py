@@ -30,16 +30,16 @@ from llmload.core.names import REQUEST_TYPE
 from llmload.core.records import RequestRecord, encode_json
 from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_indices
 from llmload.loadgen.client import RequestContext, send_request
-from llmload.loadgen.messages import MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
 from llmload.loadgen.options import api_key
 from llmload.loadgen.payload import build_payload, endpoint_path
 from llmload.loadgen.preflight import auth_headers
+from llmload.loadgen.run.messages import MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
+from llmload.loadgen.run.stage_plan import stage_trace
+from llmload.loadgen.run.worker_state import ProcessState, process_state
 from llmload.loadgen.send_gate import send_gate
 from llmload.loadgen.sessions import Turn, play_sessions
 from llmload.loadgen.shutdown import cut_by_stop
-from llmload.loadgen.stage_plan import stage_trace
 from llmload.loadgen.transport.exchange import Transport
-from llmload.loadgen.worker_state import ProcessState, process_state
 from llmload.loadgen.workload import workload_for
 
 STAGE_POLL_S = 1.0
@@ -251,7 +251,7 @@ class LLMUser(User):
         if not rec.ok and cut_by_stop():  # the generator's own stop, not the server (loadgen.shutdown)
             return
         if self._first_send is None:
-            self._first_send = rec.t_start  # the rung-start promise (llmload.loadgen.stage_protocol)
+            self._first_send = rec.t_start  # the rung-start promise (llmload.loadgen.run.stage_protocol)
 
         def fire(request_type: str, ms: float, length: int = 0, exception: Exception | None = None) -> None:
             self.environment.events.request.fire(

@@ -23,8 +23,8 @@ from werkzeug.datastructures import ImmutableMultiDict
 from llmload.analysis.postprocess import load_run
 from llmload.core.records import RecordFileError
 from llmload.core.run_files import RunFiles
-from llmload.loadgen.ladder import LadderShape
 from llmload.loadgen.live_sweep import LiveSweep
+from llmload.loadgen.run.ladder import LadderShape
 from llmload.loadgen.token_charts import CHARTS_PATH, register_charts
 from llmload.output.run_table import render_run
 

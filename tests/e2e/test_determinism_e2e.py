@@ -91,7 +91,7 @@ def test_batch_variance_diverges_above_conc_1_where_the_truth_flipped(tmp_path, 
 
 def test_warmup_sends_every_prompt_a_rung_will_send_once():
     from llmload.core.config import parse_config
-    from llmload.loadgen.stage_plan import plan_stages  # imports Locust (gevent patching): not in unit
+    from llmload.loadgen.run.stage_plan import plan_stages  # imports Locust (gevent patching): not in unit
 
     def warmup(raw: dict, prompts: int) -> tuple[int, int]:
         stage = plan_stages(parse_config(raw, "x"), "m", None, prompts=prompts)[0]

@@ -10,8 +10,8 @@ import pytest
 
 from llmload.analysis.uncertainty import Uncertainty, request_bounds
 from llmload.core.records import RequestRecord
+from llmload.loadgen.run.stage_protocol import start_spread
 from llmload.loadgen.sse import EXACT_SLACK_S, StreamAccumulator
-from llmload.loadgen.stage_protocol import start_spread
 
 
 def chunk(text: str, finish: str | None = None) -> bytes:

@@ -12,7 +12,7 @@ from fixtures.runs import make_record
 
 from llmload.core.config import SweepConfig
 from llmload.core.records import RecordWriter, RequestRecord, encode_json, new_record, read_records
-from llmload.loadgen.messages import Stage, announced_stage, config_to_dict, stage_message
+from llmload.loadgen.run.messages import Stage, announced_stage, config_to_dict, stage_message
 
 FIELDS = {
     **make_record(10.0, 11.5, 8, 0.1).to_dict(),

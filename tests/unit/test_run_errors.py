@@ -22,10 +22,10 @@ from llmload.core.config import load_config
 from llmload.core.records import RecordWriter, write_records
 from llmload.core.run_errors import KINDS, UNKNOWN, RunError, errors_of
 from llmload.core.run_files import RunFiles
-from llmload.loadgen.record_sinks import RungReconciler
-from llmload.loadgen.run_errors import RunErrors
-from llmload.loadgen.run_state import RunState
-from llmload.loadgen.stage_protocol import StageProtocol
+from llmload.loadgen.run.record_sinks import RungReconciler
+from llmload.loadgen.run.run_errors import RunErrors
+from llmload.loadgen.run.run_state import RunState
+from llmload.loadgen.run.stage_protocol import StageProtocol
 
 PREFLIGHT = "http://127.0.0.1:9/v1/models: cannot reach the server: [Errno 111] Connection refused"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmload.core.names import WARMUP_RUNG
-from llmload.loadgen.stage_protocol import (
+from llmload.loadgen.run.stage_protocol import (
     GO_MARGIN_S,
     READY_TIMEOUT_S,
     Announced,

@@ -4,7 +4,7 @@ Owns what happens before the first stage is announced (`begin_run`): the run con
 once, the users-per-process limit checked before anything is sent, the preflight
 (`llmload.loadgen.preflight`: `GET /v1/models` and the lengths the model must fit), the prompt file
 checked and synthetic prompts, traces and sessions calibrated on the server (`prepare_workload`),
-the stages planned (`llmload.loadgen.stage_plan`), the run's files started anew (as Locust rewrites
+the stages planned (`llmload.loadgen.run.stage_plan`), the run's files started anew (as Locust rewrites
 its CSVs at a second start from the web UI), and the list of sinks every record goes to.
 """
 
@@ -25,14 +25,14 @@ from llmload.core.lengths import as_lengths
 from llmload.core.prompt_files import load_prompt_file
 from llmload.core.records import RecordWriter, new_run_id
 from llmload.core.run_files import RunFiles
-from llmload.loadgen.capacity_probes import CapacityProbes
 from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.preflight import auth_headers, preflight, tls_context
-from llmload.loadgen.record_sinks import FirstBadRequest, RecordCounter, RecordSink, RungReconciler
-from llmload.loadgen.run_errors import RunErrors
-from llmload.loadgen.run_state import RecordHook, RunState
-from llmload.loadgen.stage_plan import check_users_per_process, plan_stages, stall_limit
-from llmload.loadgen.stage_protocol import StageProtocol
+from llmload.loadgen.run.capacity_probes import CapacityProbes
+from llmload.loadgen.run.record_sinks import FirstBadRequest, RecordCounter, RecordSink, RungReconciler
+from llmload.loadgen.run.run_errors import RunErrors
+from llmload.loadgen.run.run_state import RecordHook, RunState
+from llmload.loadgen.run.stage_plan import check_users_per_process, plan_stages, stall_limit
+from llmload.loadgen.run.stage_protocol import StageProtocol
 from llmload.loadgen.workload import calibrate, workload_for
 
 log = logging.getLogger("llmload")
@@ -93,7 +93,14 @@ def begin_run(runner: Any, record_hooks: list[RecordHook], errors: RunErrors, pa
     state.health = RecordWriter(health_path(path), fsync=False, truncate=True)
     probes: list[RecordSink] = [] if state.probes is None else [state.probes]
     hooks: list[RecordSink] = [functools.partial(hook, state) for hook in record_hooks]
-    state.sinks = [writer.write, reconciler, *probes, FirstBadRequest(errors), RecordCounter(protocol), *hooks]
+    state.sinks = [
+        writer.write,
+        reconciler,
+        *probes,
+        FirstBadRequest(errors),
+        RecordCounter(protocol),
+        *hooks,
+    ]
     log.info("llmload: model %s, rungs %s, records in %s", model, list(config.rungs), path)
     return state
 

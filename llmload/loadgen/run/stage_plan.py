@@ -20,7 +20,7 @@ from llmload.analysis.capacity import NextProbe
 from llmload.core.config import MAX_USERS_PER_PROCESS, ConfigError, SweepConfig
 from llmload.core.names import WARMUP_RUNG
 from llmload.loadgen.arrivals import arrival_count
-from llmload.loadgen.messages import Stage
+from llmload.loadgen.run.messages import Stage
 from llmload.loadgen.trace import TraceWorkload, trace_workload
 
 STALL_MARGIN_S = 10.0  # a stage with no progress for timeouts.total + this is abandoned...
@@ -72,7 +72,7 @@ def plan_stages(
     """Warm-up (if any) then one stage per rung; deadlines are filled in when announced. In rate
     mode every stage has `max_concurrency` users (the client slots); the warm-up is a concurrency
     stage of them. In capacity mode the probes come from the search (`probe_stage`, as
-    `llmload.loadgen.capacity_probes` asks); trace mode has one stage: the trace window at its
+    `llmload.loadgen.run.capacity_probes` asks); trace mode has one stage: the trace window at its
     mean rate. `prompts` is the size of the workload's prompt pool (`warmup_per_user`); every stage
     carries the run's id (`run_id`: its records carry it)."""
     stages = []

@@ -1,13 +1,14 @@
 """What the master (or the local process) knows about the ladder run in progress, and its run file.
 
 Owns `RunState`: the run's configuration, model and files, its stages and their protocol
-(`llmload.loadgen.stage_protocol`), its id (`run_id`, made once at the run's start and stamped on
+(`llmload.loadgen.run.stage_protocol`), its id (`run_id`, made once at the run's start and stamped on
 every record and on the run file, so a file holding two runs, or a run file of another run, is told
 apart from one run), and the list of sinks each record goes to (`receive`); and `<prefix>_run.json`
 (`write_run_file`, through `write_run_json`), rewritten whole at every stage boundary, once more,
-finished, at the end, and at every error the run records (`llmload.loadgen.run_errors`: its `errors`).
-A run is made by `llmload.loadgen.run_start.begin_run`; its sinks are `llmload.loadgen.record_sinks`'s,
-the capacity search's (`llmload.loadgen.capacity_probes`) and the web UI's (`LadderShape.record_hooks`).
+finished, at the end, and at every error the run records (`llmload.loadgen.run.run_errors`: its `errors`).
+A run is made by `llmload.loadgen.run.run_start.begin_run`; its sinks are
+`llmload.loadgen.run.record_sinks`'s, the capacity search's (`llmload.loadgen.run.capacity_probes`) and the
+web UI's (`LadderShape.record_hooks`).
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from typing import Any
 from llmload.core.config import SweepConfig
 from llmload.core.records import RecordWriter, RequestRecord, new_run_id
 from llmload.core.run_files import RunFiles, write_run_json
-from llmload.loadgen.capacity_probes import CapacityProbes
-from llmload.loadgen.messages import Stage, config_to_dict
-from llmload.loadgen.record_sinks import RecordSink, RungReconciler
-from llmload.loadgen.run_errors import RunErrors
-from llmload.loadgen.stage_plan import expected_requests
-from llmload.loadgen.stage_protocol import StageProgress, StageProtocol, start_spread
+from llmload.loadgen.run.capacity_probes import CapacityProbes
+from llmload.loadgen.run.messages import Stage, config_to_dict
+from llmload.loadgen.run.record_sinks import RecordSink, RungReconciler
+from llmload.loadgen.run.run_errors import RunErrors
+from llmload.loadgen.run.stage_plan import expected_requests
+from llmload.loadgen.run.stage_protocol import StageProgress, StageProtocol, start_spread
 
 RecordHook = Callable[["RunState", RequestRecord], None]
 """A sink added from outside the run (`LadderShape.record_hooks`, e.g. the web UI's tab): called with

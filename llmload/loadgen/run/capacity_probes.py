@@ -1,7 +1,7 @@
 """mode: capacity on the master: the search's probes run as stages, each judged from its records.
 
 Owns the running search (`llmload.analysis.capacity.CapacitySearch`) of a capacity run:
-`plan_next` appends the search's next probe to the run's stages (`llmload.loadgen.stage_plan.
+`plan_next` appends the search's next probe to the run's stages (`llmload.loadgen.run.stage_plan.
 probe_stage`), or logs the answer once the search is over or `capacity.max_duration_s` has passed;
 as a record sink it keeps the running probe's measured records; `finished` judges a finished
 probe from them and plans the next.
@@ -17,15 +17,15 @@ from llmload.analysis.capacity import CapacitySearch, fmt_load
 from llmload.core.config import SweepConfig
 from llmload.core.names import WARMUP_RUNG
 from llmload.core.records import RequestRecord
-from llmload.loadgen.messages import Stage
-from llmload.loadgen.stage_plan import probe_stage
-from llmload.loadgen.stage_protocol import StageProgress
+from llmload.loadgen.run.messages import Stage
+from llmload.loadgen.run.stage_plan import probe_stage
+from llmload.loadgen.run.stage_protocol import StageProgress
 
 log = logging.getLogger("llmload")
 
 
 class ProbedRun(Protocol):
-    """What the search needs of the run it plans probes for (`llmload.loadgen.run_state.RunState`)."""
+    """What the search needs of the run it plans probes for (`llmload.loadgen.run.run_state.RunState`)."""
 
     config: SweepConfig
     model: str

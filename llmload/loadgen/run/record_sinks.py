@@ -1,9 +1,9 @@
 """What the master (or the local process) does with each record it receives: the record sinks.
 
-A run holds its sinks as a list (`RunState.sinks`, made by `llmload.loadgen.run_start.begin_run`),
+A run holds its sinks as a list (`RunState.sinks`, made by `llmload.loadgen.run.run_start.begin_run`),
 in this order: the records writer's `write` (the records file), `RungReconciler` (the token
 accounts of each measured rung, checked when the rung finishes), the capacity search's probe judge
-(capacity mode: `llmload.loadgen.capacity_probes`), `FirstBadRequest` (the server's reason for the
+(capacity mode: `llmload.loadgen.run.capacity_probes`), `FirstBadRequest` (the server's reason for the
 first HTTP 400, recorded once as an error of the run), `RecordCounter` (the stage protocol's count,
 which a stage waits on to finish), then the ones added from outside (`LadderShape.record_hooks`:
 the web UI's `LiveSweep`). A sink is called with the record alone: each holds what it needs (the
@@ -20,8 +20,8 @@ from llmload.analysis.reconcile import Tally, check_inputs, check_rung
 from llmload.core.config import SweepConfig
 from llmload.core.names import WARMUP_RUNG
 from llmload.core.records import RequestRecord
-from llmload.loadgen.run_errors import RunErrors
-from llmload.loadgen.stage_protocol import StageProgress, StageProtocol
+from llmload.loadgen.run.run_errors import RunErrors
+from llmload.loadgen.run.stage_protocol import StageProgress, StageProtocol
 
 RecordSink = Callable[[RequestRecord], None]
 """One thing the master does with every record (with the run's id, as written), in the order of

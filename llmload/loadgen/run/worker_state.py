@@ -17,7 +17,7 @@ from gevent.event import Event
 
 from llmload.loadgen.arrivals import ArrivalQueue
 from llmload.loadgen.garbage import settle_before_start
-from llmload.loadgen.messages import Stage, announced_stage
+from llmload.loadgen.run.messages import Stage, announced_stage
 
 
 class StageBoard:

@@ -1,6 +1,6 @@
 """The ladder's stage protocol as a plain state machine: what the master knows about each stage
 and what it does next. No Locust and no gevent here, so it is tested on its own
-(tests/unit/test_stage_protocol.py); `llmload.loadgen.ladder.LadderShape` feeds it the users'
+(tests/unit/test_stage_protocol.py); `llmload.loadgen.run.ladder.LadderShape` feeds it the users'
 messages and turns its events into Locust messages, files and log lines.
 
 One stage goes: announced (users get ready) -> every user ready, or READY_TIMEOUT_S without news

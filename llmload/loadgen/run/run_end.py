@@ -1,6 +1,6 @@
 """How a ladder run ends on the master (or the local process): its exit code and its last wait.
 
-Owns `RunEnd`: each run's errors (`begin`: a `llmload.loadgen.run_errors.RunErrors`, kept after the
+Owns `RunEnd`: each run's errors (`begin`: a `llmload.loadgen.run.run_errors.RunErrors`, kept after the
 run closed for what is said at quitting), the exit code of a run that could not start or stalled
 (`fail`), of a rung whose accounts do not add up (`rung_failed`), and of a run stopped before its
 last rung (`on_quitting`: the interrupted code, whatever Locust's own would be; a soak run's code
@@ -22,9 +22,9 @@ from locust.runners import MasterRunner
 
 from llmload.core import exit_codes
 from llmload.core.names import REQUEST_TYPE
-from llmload.loadgen.run_errors import RunErrors
-from llmload.loadgen.run_state import RunState
-from llmload.loadgen.stage_protocol import StageProgress
+from llmload.loadgen.run.run_errors import RunErrors
+from llmload.loadgen.run.run_state import RunState
+from llmload.loadgen.run.stage_protocol import StageProgress
 
 STATS_CATCH_UP_S = 12.0  # workers report stats every 3 s; wait at most this for the last ones
 

@@ -22,7 +22,7 @@ The shape advances when every user of the stage has reported and all their recor
 and after the last rung waits until Locust's own stats from the workers have caught up, so the
 final CSVs hold every request.
 
-This module owns the shape, a thin driver of `llmload.loadgen.stage_protocol`: it feeds the
+This module owns the shape, a thin driver of `llmload.loadgen.run.stage_protocol`: it feeds the
 protocol the users' messages and turns its events into Locust messages, run-file writes and log
 lines; and the wiring of the messages and hooks onto a Locust environment. The jobs it drives
 live in their own modules: the messages (`messages`), the stage plan (`stage_plan`), the users'
@@ -44,13 +44,13 @@ from llmload.core import exit_codes
 from llmload.core.config import ConfigError
 from llmload.core.run_files import RunFiles
 from llmload.loadgen.health_sampler import MSG_HEALTH
-from llmload.loadgen.messages import MSG_RECORD, MSG_STAGE, MSG_USER_DONE, MSG_USER_READY, stage_message
 from llmload.loadgen.preflight import PreflightError
-from llmload.loadgen.run_end import RunEnd, may_end
-from llmload.loadgen.run_start import begin_run, records_path
-from llmload.loadgen.run_state import RecordHook, RunState
-from llmload.loadgen.stage_protocol import Announced, Finished, LadderDone, Stalled, Started
-from llmload.loadgen.worker_state import process_state
+from llmload.loadgen.run.messages import MSG_RECORD, MSG_STAGE, MSG_USER_DONE, MSG_USER_READY, stage_message
+from llmload.loadgen.run.run_end import RunEnd, may_end
+from llmload.loadgen.run.run_start import begin_run, records_path
+from llmload.loadgen.run.run_state import RecordHook, RunState
+from llmload.loadgen.run.stage_protocol import Announced, Finished, LadderDone, Stalled, Started
+from llmload.loadgen.run.worker_state import process_state
 
 log = logging.getLogger("llmload")
 # why a run cannot start, as the kind of its error (llmload.core.run_errors.KINDS)
