@@ -5,7 +5,7 @@ text for one prompt depending on what else is in the batch (the batch shape chan
 floating-point reductions). With `check_determinism` every rung sends the same pool of prompts
 (prompt i of a rung is the same prompt at every rung) and each record keeps `prompt_hash`,
 `text_hash` (64-bit BLAKE2b of the generated text) and `chunk_hashes` (16 bits of CRC-32 per
-content chunk, four hex digits each; see llmload.loadgen.client).
+content chunk, four hex digits each; see llmload.loadgen.request.client).
 
 `prompt_hash` is the hash of what the request sent: its prompt, or for a session turn
 (`sessions:`) its messages, the session's own history, which no other request sends; so session

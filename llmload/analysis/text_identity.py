@@ -9,7 +9,7 @@ each one first differs.
 
 Records carry `prompt_hash`, `text_hash` (64-bit BLAKE2b of the generated text) and
 `chunk_hashes` (16 bits of CRC-32 per content chunk, four hex digits each; see
-llmload.loadgen.client). The first differing token of two texts is the index (0-based) of the
+llmload.loadgen.request.client). The first differing token of two texts is the index (0-based) of the
 first token of the first content chunk whose hash differs from the other's chunk at the same
 position (or where one text ends). Tokens before that chunk are counted from `chunk_tokens` when
 the server reported them, else as one per chunk when the request has as many chunks as tokens

@@ -4,7 +4,7 @@ locust -f locustfiles/chat.py --headless --host http://127.0.0.1:8000 --csv repo
 """
 
 import llmload.loadgen.plugin  # noqa: F401  (registers llmload's options and messages)
+from llmload.loadgen.request.users import ChatUser
 from llmload.loadgen.run.ladder import LadderShape
-from llmload.loadgen.users import ChatUser
 
 __all__ = ["LadderShape", "ChatUser"]

@@ -8,7 +8,7 @@ a checkout) or the file given with --ladder; `llmload sweep --help` lists the ll
 """
 
 import llmload.loadgen.plugin  # noqa: F401  (registers llmload's options and messages)
+from llmload.loadgen.request.users import CompletionsUser
 from llmload.loadgen.run.ladder import LadderShape
-from llmload.loadgen.users import CompletionsUser
 
 __all__ = ["LadderShape", "CompletionsUser"]

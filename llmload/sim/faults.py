@@ -27,7 +27,7 @@ FAULT_KINDS: dict[str, str] = {
     "bunched": "hold every other content chunk and write it with the next (a buffering proxy, late delivery)",
 }
 # kind -> the outcome a correct client records for a streamed request with that fault: a failure
-# kind of `llmload.loadgen.client`, or "ok". The one place that maps simulator faults to client kinds
+# kind of `llmload.loadgen.request.client`, or "ok". The one place that maps simulator faults to client kinds
 # (tests and the README use it). Assumes the client's first_token timeout is shorter than
 # --stall-s and longer than --slow-headers-s, and max_tokens > --drop-after. Non-streamed
 # requests: the same, except that no_done and no_usage do not apply (no_usage: estimated tokens).

@@ -155,7 +155,7 @@ def test_user_connections_follow_the_tls_options(tmp_path, certificate, options,
     """The users' own connection pool (not only the preflight) verifies by default."""
     from locust.env import Environment
 
-    from llmload.loadgen.users import CompletionsUser
+    from llmload.loadgen.request.users import CompletionsUser
 
     parsed = Namespace(**{"tls_insecure": False, "ca_bundle": "", "api_key": "", **options})
     if parsed.ca_bundle == "CERT":

@@ -173,7 +173,7 @@ def test_calibration_follows_the_endpoint_the_users_send_to(tmp_path):
 MIXED_LOCUSTFILE = """
 import llmload.loadgen.plugin  # noqa: F401
 from llmload.loadgen.run.ladder import LadderShape
-from llmload.loadgen.users import ChatUser, CompletionsUser
+from llmload.loadgen.request.users import ChatUser, CompletionsUser
 
 __all__ = ["LadderShape", "ChatUser", "CompletionsUser"]
 """

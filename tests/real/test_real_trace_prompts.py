@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from llmload.core.config import SweepConfig
-from llmload.loadgen.payload import endpoint_path
+from llmload.loadgen.request.payload import endpoint_path
 from llmload.loadgen.trace import TraceWorkload
 from llmload.loadgen.workload import calibrate
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
+from llmload.loadgen.request.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
 
 
 def sse(*events: dict | str) -> list[bytes]:

@@ -16,7 +16,7 @@ from typing import Any
 from gevent.event import Event
 
 from llmload.loadgen.arrivals import ArrivalQueue
-from llmload.loadgen.garbage import settle_before_start
+from llmload.loadgen.request.garbage import settle_before_start
 from llmload.loadgen.run.messages import Stage, announced_stage
 
 
@@ -33,7 +33,8 @@ class StageBoard:
 
     def announce(self, stage: Stage) -> None:
         if stage.start_at is not None:
-            settle_before_start()  # a full collection now, not during the rung (llmload.loadgen.garbage)
+            # a full collection now, not during the rung (llmload.loadgen.request.garbage)
+            settle_before_start()
         self.stage = stage
         changed, self._changed = self._changed, Event()
         changed.set()

@@ -38,7 +38,7 @@ from geventhttpclient.client import HTTPClient
 from geventhttpclient.connectionpool import SSLConnectionPool
 
 from llmload.core.config import CONNECTION_CLOSE, CONNECTION_KEEP_ALIVE
-from llmload.loadgen.send_gate import send_gate
+from llmload.loadgen.request.send_gate import send_gate
 from llmload.loadgen.transport.ghc_adapter import (
     idle_sockets,
     new_socket,

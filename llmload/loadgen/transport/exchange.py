@@ -9,7 +9,7 @@ Once the response headers are in, a stream on a plain TCP socket is read by the 
 `StreamReader` (`llmload.loadgen.transport.stream_reader`: read in hub callbacks, no greenlet
 switch per chunk); a TLS stream is read line by line in the request's greenlet
 (`readline(b"\\n")` on the raw response). Every way an exchange can go wrong ends in
-`RequestFailed` with the failure kind; the request's record is `llmload.loadgen.client`'s.
+`RequestFailed` with the failure kind; the request's record is `llmload.loadgen.request.client`'s.
 
 Failure kinds: `connect_error`, `reset` (connection closed before the headers), `timeout`,
 `http_<status>`, `wrong_content_type`, `malformed` (a data line that is not JSON),
@@ -38,7 +38,7 @@ from geventhttpclient.client import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from llmload.loadgen.preflight import tls_context
-from llmload.loadgen.sse import MalformedStream, StreamAccumulator, StreamErrorEvent, check_usage
+from llmload.loadgen.request.sse import MalformedStream, StreamAccumulator, StreamErrorEvent, check_usage
 from llmload.loadgen.transport.connections import Lease, UserConnections
 from llmload.loadgen.transport.receive_stamps import ReceiveClock, stamp_receive_times
 from llmload.loadgen.transport.request_head import RequestHeads, send_post

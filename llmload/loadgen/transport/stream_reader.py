@@ -42,8 +42,8 @@ from gevent.hub import Waiter
 from gevent.monkey import get_original
 
 from llmload.core.kernel_stamps import ANCILLARY_SIZE
-from llmload.loadgen.send_gate import send_gate
-from llmload.loadgen.sse import StreamAccumulator
+from llmload.loadgen.request.send_gate import send_gate
+from llmload.loadgen.request.sse import StreamAccumulator
 from llmload.loadgen.transport.ghc_adapter import (
     body_buffer,
     raw_socket,
@@ -137,7 +137,8 @@ class StreamReader:
 
     def _end(self, stream: _Stream) -> None:
         """Stop reading a stream and wake its greenlet with the stream's outcome (None: [DONE]),
-        in the send gate's line when the loop's turn has no time left (`llmload.loadgen.send_gate`)."""
+        in the send gate's line when the loop's turn has no time left
+        (`llmload.loadgen.request.send_gate`)."""
         stream.watcher.stop()
         self._streams.discard(stream)  # not silent while it waits in line
         send_gate().wake(stream.waiter, stream.outcome)
