@@ -10,7 +10,7 @@ Definitions (over the lines of the replay window, `llmload.core.trace_file`):
   identity comes from `hash_ids`: sub-block j of 512-token block i is the same exactly when the
   ids of blocks 0..i are the same. Lines without `hash_ids` share nothing. hit rate = cached
   tokens / input tokens. It is what a replay against `llmload-sim --prefix-cache-blocks N
-  --block-size B` reports on either endpoint: the replay's prompts (`llmload.loadgen.trace`) put
+  --block-size B` reports on either endpoint: the replay's prompts (`llmload.loadgen.workload.trace`) put
   token i of a line in 512-token block i // 512 whatever the server's overhead (BOS, chat
   template), and the simulator's cache units are its tokens.
 """

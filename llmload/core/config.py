@@ -506,7 +506,7 @@ class SweepConfig:
         check=optional(boolean),
     )
     record_text: bool = setting(False, help="keep each request's generated text in its record", check=boolean)
-    # trace replay and multi-turn sessions (llmload.loadgen.trace, llmload.loadgen.sessions)
+    # trace replay and multi-turn sessions (llmload.loadgen.workload.trace, llmload.loadgen.workload.sessions)
     trace_file: str | None = setting(
         None,
         help="`mode: trace`: a Mooncake JSONL or CSV trace (relative to the config file)",

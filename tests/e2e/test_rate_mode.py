@@ -13,7 +13,7 @@ from llmload.cli.sweep_run import run_sweep
 from llmload.core.config import ConfigError, parse_config
 from llmload.core.records import read_records
 from llmload.core.stats import mean, percentile, pstdev
-from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_ranges
+from llmload.loadgen.workload.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_ranges
 from llmload.sim.truth import load_truth
 
 FAST_SIM = {"accept_len": 1, "base_ms": 2, "per_seq_ms": 0.2}

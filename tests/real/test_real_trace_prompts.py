@@ -12,8 +12,8 @@ import pytest
 
 from llmload.core.config import SweepConfig
 from llmload.loadgen.request.payload import endpoint_path
-from llmload.loadgen.trace import TraceWorkload
-from llmload.loadgen.workload import calibrate
+from llmload.loadgen.workload.prompts import calibrate
+from llmload.loadgen.workload.trace import TraceWorkload
 
 pytestmark = pytest.mark.real
 

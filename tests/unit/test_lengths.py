@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from llmload.core.checks import ConfigError
 from llmload.core.config import load_config, parse_config
 from llmload.core.lengths import Lengths, parse_lengths, parse_scenario
-from llmload.loadgen.arrivals import slot_indices
 from llmload.loadgen.options import run_config
 from llmload.loadgen.run.messages import config_to_dict
+from llmload.loadgen.workload.arrivals import slot_indices
 
 N = 2000
 

@@ -13,7 +13,7 @@ from llmload.analysis.production_traffic import replay_warnings, turn_metrics
 from llmload.analysis.rung_tally import tally_rungs
 from llmload.core.config import ConfigError, SessionConfig, parse_config
 from llmload.loadgen.request.sse import StreamAccumulator
-from llmload.loadgen.sessions import Session, play_sessions
+from llmload.loadgen.workload.sessions import Session, play_sessions
 from llmload.sim.tokens import BOS_TOKENS, CHAT_TEMPLATE_TOKENS_PER_MESSAGE, chat_prompt
 
 

@@ -5,5 +5,5 @@ that times every token chunk (`sse`, with its fast path `sse_template`), reads b
 `llmload.loadgen.transport`'s.
 
 May import: `llmload.core`, `llmload.analysis`, `llmload.loadgen.transport`,
-`llmload.loadgen.workload` and the run's stage board (`llmload.loadgen.run.worker_state`).
+`llmload.loadgen.workload.prompts` and the run's stage board (`llmload.loadgen.run.worker_state`).
 """

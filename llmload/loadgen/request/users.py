@@ -28,7 +28,6 @@ from llmload.core.config import SweepConfig
 from llmload.core.lengths import draw
 from llmload.core.names import REQUEST_TYPE
 from llmload.core.records import RequestRecord, encode_json
-from llmload.loadgen.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_indices
 from llmload.loadgen.options import api_key
 from llmload.loadgen.preflight import auth_headers
 from llmload.loadgen.request.client import RequestContext, send_request
@@ -37,10 +36,11 @@ from llmload.loadgen.request.send_gate import send_gate
 from llmload.loadgen.run.messages import MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
 from llmload.loadgen.run.stage_plan import stage_trace
 from llmload.loadgen.run.worker_state import ProcessState, process_state
-from llmload.loadgen.sessions import Turn, play_sessions
 from llmload.loadgen.shutdown import cut_by_stop
 from llmload.loadgen.transport.exchange import Transport
-from llmload.loadgen.workload import workload_for
+from llmload.loadgen.workload.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_indices
+from llmload.loadgen.workload.prompts import workload_for
+from llmload.loadgen.workload.sessions import Turn, play_sessions
 
 STAGE_POLL_S = 1.0
 
@@ -60,11 +60,12 @@ def next_prompt_index(state: ProcessState, stage: Stage, process: str) -> int:
 
 
 def arrival_queue(state: ProcessState, stage: Stage, config: SweepConfig, process: str) -> ArrivalQueue:
-    """This process's share of a rate stage's schedule, shared by its users (llmload.loadgen.arrivals)."""
+    """This process's share of a rate stage's schedule, shared by its users
+    (llmload.loadgen.workload.arrivals)."""
     queue = state.arrivals.get(stage.seq)
     if queue is None:
         assert stage.rate is not None and stage.start_at is not None and stage.slots is not None
-        if config.mode == "trace":  # the trace's own schedule (llmload.loadgen.trace)
+        if config.mode == "trace":  # the trace's own schedule (llmload.loadgen.workload.trace)
             offsets = stage_trace(stage, config).offsets
         else:
             count = arrival_count(stage.rate, config.requests_per_rung, config.duration)

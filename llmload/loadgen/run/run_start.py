@@ -33,7 +33,7 @@ from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.run.run_state import RecordHook, RunState
 from llmload.loadgen.run.stage_plan import check_users_per_process, plan_stages, stall_limit
 from llmload.loadgen.run.stage_protocol import StageProtocol
-from llmload.loadgen.workload import calibrate, workload_for
+from llmload.loadgen.workload.prompts import calibrate, workload_for
 
 log = logging.getLogger("llmload")
 
@@ -109,7 +109,7 @@ def prepare_workload(
     env: Any, config: SweepConfig, model: str, ctx: Any
 ) -> tuple[int | None, list[str] | None, int | None]:
     """Check the prompt file; for synthetic prompts, traces and sessions, calibrate on the
-    server (llmload.loadgen.workload): the words per synthetic prompt (None without
+    server (llmload.loadgen.workload.prompts): the words per synthetic prompt (None without
     prompt_tokens), the words that cost one token each, and the tokens every prompt costs."""
     if config.prompt_file is not None:
         load_prompt_file(config.prompt_file, config.prompt_format)

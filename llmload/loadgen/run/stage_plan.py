@@ -19,9 +19,9 @@ from typing import Any
 from llmload.analysis.capacity import NextProbe
 from llmload.core.config import MAX_USERS_PER_PROCESS, ConfigError, SweepConfig
 from llmload.core.names import WARMUP_RUNG
-from llmload.loadgen.arrivals import arrival_count
 from llmload.loadgen.run.messages import Stage
-from llmload.loadgen.trace import TraceWorkload, trace_workload
+from llmload.loadgen.workload.arrivals import arrival_count
+from llmload.loadgen.workload.trace import TraceWorkload, trace_workload
 
 STALL_MARGIN_S = 10.0  # a stage with no progress for timeouts.total + this is abandoned...
 RETRY_WAIT_MAX_S = 60.0  # ...plus the longest wait between retries (client caps Retry-After at 60 s)

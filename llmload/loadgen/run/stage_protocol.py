@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.core.names import WARMUP_RUNG
-from llmload.loadgen.arrivals import slot_ranges
+from llmload.loadgen.workload.arrivals import slot_ranges
 
 GO_MARGIN_S = 0.25  # start_at is this far ahead of the "go" announcement, so it reaches every worker
 READY_TIMEOUT_S = 60.0  # a stage starts with the users that are ready after this long

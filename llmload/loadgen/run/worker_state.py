@@ -15,9 +15,9 @@ from typing import Any
 
 from gevent.event import Event
 
-from llmload.loadgen.arrivals import ArrivalQueue
 from llmload.loadgen.request.garbage import settle_before_start
 from llmload.loadgen.run.messages import Stage, announced_stage
+from llmload.loadgen.workload.arrivals import ArrivalQueue
 
 
 class StageBoard:

@@ -6,7 +6,7 @@ actual reply, the text the client received, unchanged), then a new user message 
 `user_tokens` tokens. Between a reply and the next turn the user thinks for `think_time_s`
 (constant, or exponentially distributed with that mean). A turn that fails ends its session
 (there is no reply to resend). The system and user messages are `system_tokens` / `user_tokens`
-words of the run's calibrated vocabulary (`Calibration.vocab`, `llmload.loadgen.workload`: words
+words of the run's calibrated vocabulary (`Calibration.vocab`, `llmload.loadgen.workload.prompts`: words
 that cost one token each after a space on the server), each preceded by a space, the first one
 too (some of them cost two tokens at the very start of a text), drawn by a generator seeded by
 (seed, session id), so sessions never share a prefix with each other. The server adds its chat
@@ -30,7 +30,7 @@ from typing import Protocol
 import gevent
 
 from llmload.core.config import SessionConfig
-from llmload.loadgen.workload import synthetic_text
+from llmload.loadgen.workload.prompts import synthetic_text
 
 
 @dataclass(frozen=True, slots=True)
