@@ -20,7 +20,7 @@ from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.run_monitor import RunMonitor
 from llmload.loadgen.shutdown import install as install_shutdown
 from llmload.loadgen.soak_monitor import SoakMonitor
-from llmload.loadgen.webui import register_web_ui
+from llmload.loadgen.webui.tokens_tab import register_web_ui
 
 
 @events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]

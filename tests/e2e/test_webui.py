@@ -30,8 +30,8 @@ from llmload.analysis.rung_tally import tally_rungs
 from llmload.cli.progress import Progress
 from llmload.core.names import REQUEST_TYPE, rung_name
 from llmload.core.records import RequestRecord, read_records
-from llmload.loadgen import live_sweep
-from llmload.loadgen.live_sweep import LiveSweep
+from llmload.loadgen.webui import live_sweep
+from llmload.loadgen.webui.live_sweep import LiveSweep
 from llmload.output.table import fmt_num
 from llmload.sim.truth import load_truth
 

@@ -18,7 +18,7 @@ import pytest
 from fixtures.webui import LocustWebUI, template_args
 
 from llmload.core.records import read_records
-from llmload.loadgen.webui import CSV_PATH, SECRET_PLACEHOLDER
+from llmload.loadgen.webui.tokens_tab import CSV_PATH, SECRET_PLACEHOLDER
 
 KEY = "sk-webui-9d41c7e2-SECRET"
 ROUTE = re.compile(r'@app_blueprint\.route\("([^"]+)"(?:, methods=\[([^\]]*)\])?\)')

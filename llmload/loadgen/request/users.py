@@ -5,7 +5,7 @@ requests for it, reports that it is done, and waits for the next stage. Each req
 one `RequestRecord` (sent to the master to be written) and one Locust request event named after
 the rung, with response_time = end-to-end ms and response_length = output tokens, so Locust's
 own stats, CSVs and web UI carry tokens. Nothing else is fired: Locust's "Aggregated" row counts
-real requests only (TTFT and TPOT are in the Tokens tab, `llmload.loadgen.live_sweep`).
+real requests only (TTFT and TPOT are in the Tokens tab, `llmload.loadgen.webui.live_sweep`).
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ Uses Locust's own extension points (see Locust's examples/extend_web_ui.py): `te
 `extended_tabs` / `extended_tables` declare the tab and its columns, an `after_request` hook adds
 the rows to the `/stats/requests` answer the page polls every 2 s (`extended_stats`), and
 `extended_csv_files` puts the CSV link (and the link to the live charts,
-`llmload.loadgen.token_charts`) beside Locust's own downloads. The rows come from
-`llmload.loadgen.live_sweep.LiveSweep`, fed by the ladder with every record the master (or the local process)
-receives. The CSV is the post-processor's (`llmload.analysis.postprocess`) on the run's own files, so it is
-exactly what `llmload table <prefix> --format csv` prints for the same run.
+`llmload.loadgen.webui.token_charts`) beside Locust's own downloads. The rows come from
+`llmload.loadgen.webui.live_sweep.LiveSweep`, fed by the ladder with every record the master (or the local
+process) receives. The CSV is the post-processor's (`llmload.analysis.postprocess`) on the run's own files, so
+it is exactly what `llmload table <prefix> --format csv` prints for the same run.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from werkzeug.datastructures import ImmutableMultiDict
 from llmload.analysis.postprocess import load_run
 from llmload.core.records import RecordFileError
 from llmload.core.run_files import RunFiles
-from llmload.loadgen.live_sweep import LiveSweep
 from llmload.loadgen.run.ladder import LadderShape
-from llmload.loadgen.token_charts import CHARTS_PATH, register_charts
+from llmload.loadgen.webui.live_sweep import LiveSweep
+from llmload.loadgen.webui.token_charts import CHARTS_PATH, register_charts
 from llmload.output.run_table import render_run
 
 TAB_KEY = "tokens"
