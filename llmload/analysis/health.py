@@ -48,7 +48,7 @@ from llmload.core.jsonl import iter_jsonl
 from llmload.core.run_files import RunFiles
 from llmload.core.stats import mean, percentile
 
-SAMPLE_INTERVAL_S = 1.0  # one sample per process per second (llmload.loadgen.health_sampler)
+SAMPLE_INTERVAL_S = 1.0  # one sample per process per second (llmload.loadgen.monitor.health_sampler)
 CPU_SATURATED_PCT = 85.0
 LAG_SATURATED_MS = 10.0
 MACHINE_BUSY_PCT = 90.0  # of all cores: no idle core left for the generator's next wake-up

@@ -17,7 +17,7 @@ from llmload.core.records import RecordFileError
 
 RECORDS = "_records.jsonl"  # one RequestRecord per request (llmload.core.records)
 RUN = "_run.json"  # the ladder's own account: stages, start times, finished or not, the config
-HEALTH = "_health.jsonl"  # the generator's health samples (llmload.loadgen.health_sampler)
+HEALTH = "_health.jsonl"  # the generator's health samples (llmload.loadgen.monitor.health_sampler)
 ENVIRONMENT = "_env.json"  # what produced the run (llmload.core.run_environment)
 SERVER_METRICS = "_server_metrics.jsonl"  # scrapes of the server's /metrics
 STATS_CSV = "_stats.csv"  # Locust's own CSVs

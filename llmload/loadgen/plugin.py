@@ -13,13 +13,13 @@ from locust import events
 
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError
-from llmload.loadgen.health_sampler import start_sampling
+from llmload.loadgen.monitor.health_sampler import start_sampling
+from llmload.loadgen.monitor.run_monitor import RunMonitor
+from llmload.loadgen.monitor.soak_monitor import SoakMonitor
 from llmload.loadgen.options import register_options, run_config
 from llmload.loadgen.run.ladder import register_messages
 from llmload.loadgen.run.run_errors import RunErrors
-from llmload.loadgen.run_monitor import RunMonitor
 from llmload.loadgen.shutdown import install as install_shutdown
-from llmload.loadgen.soak_monitor import SoakMonitor
 from llmload.loadgen.webui.tokens_tab import register_web_ui
 
 

@@ -23,7 +23,7 @@ from llmload.analysis.soak import soak_report
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError, load_config, parse_config
 from llmload.core.records import RequestRecord, write_records
-from llmload.loadgen.soak_monitor import HISTORY_MAX, KEEP_PER_SECOND_S, trim_stats
+from llmload.loadgen.monitor.soak_monitor import HISTORY_MAX, KEEP_PER_SECOND_S, trim_stats
 
 SCRIPT = REPO / "scripts" / "soak_report.py"
 T0 = 1_700_000_000.0

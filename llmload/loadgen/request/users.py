@@ -28,8 +28,8 @@ from llmload.core.config import SweepConfig
 from llmload.core.lengths import draw
 from llmload.core.names import REQUEST_TYPE
 from llmload.core.records import RequestRecord, encode_json
+from llmload.loadgen.monitor.preflight import auth_headers
 from llmload.loadgen.options import api_key
-from llmload.loadgen.preflight import auth_headers
 from llmload.loadgen.request.client import RequestContext, send_request
 from llmload.loadgen.request.payload import build_payload, endpoint_path
 from llmload.loadgen.request.send_gate import send_gate

@@ -43,8 +43,8 @@ from locust.runners import MasterRunner, WorkerRunner
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError
 from llmload.core.run_files import RunFiles
-from llmload.loadgen.health_sampler import MSG_HEALTH
-from llmload.loadgen.preflight import PreflightError
+from llmload.loadgen.monitor.health_sampler import MSG_HEALTH
+from llmload.loadgen.monitor.preflight import PreflightError
 from llmload.loadgen.run.messages import MSG_RECORD, MSG_STAGE, MSG_USER_DONE, MSG_USER_READY, stage_message
 from llmload.loadgen.run.run_end import RunEnd, may_end
 from llmload.loadgen.run.run_start import begin_run, records_path

@@ -9,7 +9,7 @@ Owns the wire between the master (or the local process) and the processes that r
 - `llmload_user_done` (user -> master): `{seq, requests, first_send}` once it sent its quota.
 - `llmload_record` (user -> master): one `RequestRecord`, as its dict from a worker (msgpack); in a
   local run the record itself (Locust's local runner calls the listener with the object as sent).
-(`llmload_health`, the generator's health samples, is `llmload.loadgen.health_sampler`'s.)
+(`llmload_health`, the generator's health samples, is `llmload.loadgen.monitor.health_sampler`'s.)
 Who sends and who handles each is `llmload.loadgen.run.ladder`'s docstring.
 """
 

@@ -36,7 +36,7 @@ class RunEnd:
         self.failed = False  # the run failed: the shape ticks no more until the run is closed
         self.error = ""  # why the run could not start (bad config, failed preflight) or stopped
         self.unfinished = False  # a run began (preflight included) and has not finished every rung
-        self.soak = False  # a soak run: its verdict (llmload.loadgen.soak_monitor) is the exit code
+        self.soak = False  # a soak run: its verdict (llmload.loadgen.monitor.soak_monitor) is the exit code
         self._errors: RunErrors | None = None
 
     def begin(self, environment: Any, run_file: Path) -> RunErrors:
