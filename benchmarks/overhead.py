@@ -64,7 +64,7 @@ from typing import Any
 
 import psutil
 
-from llmload.analysis.health import timing_errors
+from llmload.analysis.run.health import timing_errors
 from llmload.cli.sweep_run import LOCUSTFILES, locust_command
 from llmload.core.records import read_records
 from llmload.core.stats import percentile

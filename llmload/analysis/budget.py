@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
-from llmload.analysis.postprocess import load_run
-from llmload.analysis.server_metrics import load_server_metrics
+from llmload.analysis.run.postprocess import load_run
+from llmload.analysis.run.server_metrics import load_server_metrics
 from llmload.core import run_files
 from llmload.core.config import ConfigError
 from llmload.core.run_files import RunFiles

@@ -24,7 +24,7 @@ A probe's verdict, per SLO (`slo.ttft_ms`, `slo.tpot_ms`, `slo.itl_ms`, `slo.e2e
 `percentile`): the distribution-free confidence interval of the percentile from the probe's
 completed requests (order statistics: x_(l) <= true percentile <= x_(u) with probability >=
 `confidence`, l and u from the exact binomial distribution, no normal approximation). ITL pools
-the inter-token latencies of all completed requests (llmload.analysis.metrics.itl_ms); they are
+the inter-token latencies of all completed requests (llmload.analysis.run.metrics.itl_ms); they are
 not independent draws (gaps of one request are correlated), so its interval is narrower than the
 truth would give: read an ITL verdict's confidence as indicative. The SLO passes when the upper
 bound is <= the limit and fails when the lower bound is above it. The failure ratio is judged
@@ -41,8 +41,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmload.analysis.metrics import e2el_ms, itl_ms, queue_wait_ms, tpot_ms, ttft_ms
-from llmload.analysis.sweep_rows import Rung
+from llmload.analysis.run.metrics import e2el_ms, itl_ms, queue_wait_ms, tpot_ms, ttft_ms
+from llmload.analysis.run.sweep_rows import Rung
 from llmload.core.config import CapacityConfig, SloConfig
 from llmload.core.records import RequestRecord
 from llmload.core.stats import mean, percentile

@@ -35,9 +35,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
-from llmload.analysis.metrics import tpot_ms, ttft_ms
-from llmload.analysis.postprocess import RunResult
-from llmload.analysis.sweep_rows import Rung, SweepRow
+from llmload.analysis.run.metrics import tpot_ms, ttft_ms
+from llmload.analysis.run.postprocess import RunResult
+from llmload.analysis.run.sweep_rows import Rung, SweepRow
 from llmload.core.names import rung_name
 from llmload.core.records import RequestRecord
 from llmload.core.stats import mean, percentile, pstdev

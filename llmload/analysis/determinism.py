@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llmload.analysis.sweep_rows import Rung
+from llmload.analysis.run.sweep_rows import Rung
 from llmload.analysis.text_identity import checkable, compare_pairs, first_difference
 from llmload.core.names import rung_name
 from llmload.core.records import RequestRecord

@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmload.analysis.postprocess import RunResult
-from llmload.analysis.sweep_rows import Rung
+from llmload.analysis.run.postprocess import RunResult
+from llmload.analysis.run.sweep_rows import Rung
 from llmload.analysis.text_identity import checkable, compare_pairs, pair_places
 from llmload.core.names import rung_name
 

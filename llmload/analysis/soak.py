@@ -8,8 +8,8 @@ after the last full window (the drain after the deadline, or an unfinished windo
 left out of every figure. Per window:
 - agg_tok/s = output tokens of the completed requests that ended in the window / W;
 - TTFT and TPOT p50/p99 (ms) over the completed requests that ended in it (vLLM definitions, as
-  `llmload.analysis.metrics`; linear-interpolation percentiles from raw values);
-  each window is a `llmload.analysis.rung_tally.RungTally` of its requests, the post-processor's
+  `llmload.analysis.run.metrics`; linear-interpolation percentiles from raw values);
+  each window is a `llmload.analysis.run.rung_tally.RungTally` of its requests, the post-processor's
   one implementation of these figures, fed by the same streaming reader;
 - requests and failures that ended in it;
 - the load generator's own CPU (sum over its processes of each one's mean, % of one core), RSS
@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from llmload.analysis.drift import Trend, fit_trend
-from llmload.analysis.health import read_health
-from llmload.analysis.postprocess import read_run_info
-from llmload.analysis.rung_tally import RungTally
+from llmload.analysis.run.health import read_health
+from llmload.analysis.run.postprocess import read_run_info
+from llmload.analysis.run.rung_tally import RungTally
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError, SoakConfig, SweepConfig, load_config, parse_config
 from llmload.core.records import RecordFileError, iter_indexed_record_lines

@@ -40,9 +40,9 @@ from statistics import median
 from typing import Any
 
 from llmload.analysis.budget import CostModel, amdahl_gain
-from llmload.analysis.metrics import ttft_ms
-from llmload.analysis.postprocess import RunResult
-from llmload.analysis.sweep_rows import WARMUP_PHASE
+from llmload.analysis.run.metrics import ttft_ms
+from llmload.analysis.run.postprocess import RunResult
+from llmload.analysis.run.sweep_rows import WARMUP_PHASE
 from llmload.analysis.twin_fit import MIN_STEPS_PER_BATCH, TwinFit, TwinParams, usable
 from llmload.core.config import ConfigError
 from llmload.core.names import rung_name

@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from llmload.analysis.sweep_rows import WARMUP_PHASE
+from llmload.analysis.run.sweep_rows import WARMUP_PHASE
 from llmload.core.records import RequestRecord
 
 MAX_DRAFT = 7  # the simulator's default draft tokens per step: the accept length's distribution

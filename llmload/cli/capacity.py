@@ -28,8 +28,8 @@ import sys
 from pathlib import Path
 
 from llmload.analysis.capacity import CapacityResult, replay
-from llmload.analysis.postprocess import read_run_info
-from llmload.analysis.sweep_rows import group_rungs
+from llmload.analysis.run.postprocess import read_run_info
+from llmload.analysis.run.sweep_rows import group_rungs
 from llmload.cli.sweep import _sim_flag, check_input, records_at
 from llmload.cli.sweep_run import default_run_dir, run_sweep
 from llmload.core.config import ConfigError, load_config, parse_config

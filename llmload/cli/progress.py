@@ -4,7 +4,7 @@ its requests done of expected, and its agg and per-request tok/s so far.
 `Progress(prefix)` follows the run's own files as Locust writes them: it reads the growing
 `<prefix>_records.jsonl` from where it stopped last time (a half-written last line waits for the
 next poll) and `<prefix>_run.json` (the stages begun so far, with their expected requests). The
-figures are those of the sweep table: `llmload.analysis.rung_tally` (the post-processor's
+figures are those of the sweep table: `llmload.analysis.run.rung_tally` (the post-processor's
 definitions on running sums) with the table's rounding (`llmload.output.table.fmt_num`). The line
 is rewritten in place with `\\r` only when the stream is a terminal; piped or redirected, nothing
 is written (poll() still returns the line).
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from llmload.analysis.rung_tally import SweepTally
+from llmload.analysis.run.rung_tally import SweepTally
 from llmload.core.jsonl import loads
 from llmload.core.names import WARMUP_RUNG
 from llmload.core.run_files import RunFiles

@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from llmload.analysis.determinism import diverged
-from llmload.analysis.postprocess import load_run, read_run_info
+from llmload.analysis.run.postprocess import load_run, read_run_info
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, default_run_dir, locust_command, run_sweep
 from llmload.core.config import ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, EXIT_CODES, INTERRUPTED, OK

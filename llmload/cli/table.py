@@ -17,8 +17,8 @@ import sys
 from typing import Any
 
 from llmload.analysis.determinism import diverged
-from llmload.analysis.metrics import SLO_KEYS
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.metrics import SLO_KEYS
+from llmload.analysis.run.postprocess import load_run
 from llmload.core.checks import flag_type, list_text
 from llmload.core.config import SloConfig, SweepConfig
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, OK

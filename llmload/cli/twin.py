@@ -36,8 +36,8 @@ from typing import Any
 import yaml
 
 from llmload.analysis.budget import CostModel, check_positive, load_budget_config
-from llmload.analysis.postprocess import RunResult, load_run
-from llmload.analysis.server_metrics import load_server_metrics, metrics_path, read_samples
+from llmload.analysis.run.postprocess import RunResult, load_run
+from llmload.analysis.run.server_metrics import load_server_metrics, metrics_path, read_samples
 from llmload.analysis.twin import (
     Change,
     Verdict,

@@ -7,11 +7,11 @@ back into microseconds. `RecordWriter` therefore writes, for every record it wri
 into `<records file>.chunks`: the line's byte offset and length in the records file, the number
 of chunk times, the CRC-32 of the times' bytes, and the times themselves as little-endian int32
 microseconds (`round(t * 1e6)`, half to even: the client records them to the microsecond and
-`llmload.analysis.metrics.chunk_times_us` reads them the same way). The file starts with
+`llmload.analysis.run.metrics.chunk_times_us` reads them the same way). The file starts with
 `MAGIC`. A record whose times are not finite numbers within +-2147 s gets an entry without
 times (count `NO_TIMES`): its line is decoded in full.
 
-The records file stays the truth. The post-processor (`llmload.analysis.records_pass`, through
+The records file stays the truth. The post-processor (`llmload.analysis.run.records_pass`, through
 `llmload.core.records.iter_indexed_record_lines`) uses an entry only for the line it was written
 with: the same offset and length, times whose bytes have the entry's checksum, the same last
 time as the line's `chunk_times` list, and an index file at least as new as the records file (a

@@ -188,7 +188,7 @@ class SoakConfig:
 
 @dataclass(frozen=True, slots=True)
 class ReconcileConfig:
-    """Token reconciliation limits (llmload.analysis.reconcile): a rung beyond one fails the run."""
+    """Token reconciliation limits (llmload.analysis.run.reconcile): a rung beyond one fails the run."""
 
     max_stopped_early_ratio: float = setting(
         0.0, help="of completed requests stopped before max_tokens (checked with ignore_eos)", check=ratio()

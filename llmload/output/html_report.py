@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from llmload.analysis.postprocess import RunResult, load_run
-from llmload.analysis.server_metrics import ServerMetrics, load_server_metrics
+from llmload.analysis.run.postprocess import RunResult, load_run
+from llmload.analysis.run.server_metrics import ServerMetrics, load_server_metrics
 from llmload.core.run_environment import read_environment
 from llmload.core.run_files import RunFiles
 from llmload.output.server_report import render_server_metrics

@@ -19,8 +19,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from llmload.analysis.metrics import RungMetrics
-from llmload.analysis.sweep_rows import SweepRow
+from llmload.analysis.run.metrics import RungMetrics
+from llmload.analysis.run.sweep_rows import SweepRow
 
 FIG_SIZE = (8.0, 5.0)
 DPI = 100

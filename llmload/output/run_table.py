@@ -1,4 +1,4 @@
-"""A post-processed run (`llmload.analysis.postprocess.RunResult`) as text: the sweep table and,
+"""A post-processed run (`llmload.analysis.run.postprocess.RunResult`) as text: the sweep table and,
 for session runs, the per-turn table. Shared by `llmload table`, `llmload sweep` and the web UI's
 results download; rendering lives here, in the output layer, so analysis never imports output."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llmload.analysis.determinism import divergence_notes
-from llmload.analysis.postprocess import RunResult
-from llmload.analysis.production_traffic import turn_metrics
+from llmload.analysis.run.postprocess import RunResult
+from llmload.analysis.run.production_traffic import turn_metrics
 from llmload.core.stats import DEFAULT_PERCENTILES
 from llmload.output.table import render
 from llmload.output.turn_table import render_turns

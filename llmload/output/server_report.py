@@ -1,11 +1,11 @@
-"""The server's own counters per stage (llmload.analysis.server_metrics) as a table with its notes,
+"""The server's own counters per stage (llmload.analysis.run.server_metrics) as a table with its notes,
 in table or markdown: the HTML report's server section."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llmload.analysis.server_metrics import ServerMetrics, ServerRungMetrics
+from llmload.analysis.run.server_metrics import ServerMetrics, ServerRungMetrics
 from llmload.core.names import rung_name
 from llmload.output.grid import report_grid
 from llmload.output.table import fmt_num

@@ -19,8 +19,8 @@ from typing import Any
 from tabulate import tabulate
 
 from llmload.analysis.determinism import RungDivergence
-from llmload.analysis.metrics import LATENCY_NAMES, RungMetrics
-from llmload.analysis.sweep_rows import MissingRung, SweepRow
+from llmload.analysis.run.metrics import LATENCY_NAMES, RungMetrics
+from llmload.analysis.run.sweep_rows import MissingRung, SweepRow
 from llmload.core.config import SweepConfig
 from llmload.core.names import rung_name
 from llmload.core.stats import DEFAULT_PERCENTILES, Summary, percentile_label
@@ -129,7 +129,7 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
 
 def _uncertainty_notes(rows: Sequence[SweepRow]) -> list[str]:
     """Rungs where the generator read streams late enough that some times may be late
-    (`llmload.analysis.uncertainty`): how many values of each metric, by how much."""
+    (`llmload.analysis.run.uncertainty`): how many values of each metric, by how much."""
     notes = []
     for r in rows:
         u = r.timing_uncertainty
@@ -184,7 +184,7 @@ def _mixed(summary: dict[str, Any]) -> bool:
 
 
 def _length_note(label: str, by: str, sent: Sequence[tuple[SweepRow, dict[str, Any]]], off_words: str) -> str:
-    """One note of asked against sent lengths (`llmload.analysis.reconcile.length_summary`), the
+    """One note of asked against sent lengths (`llmload.analysis.run.reconcile.length_summary`), the
     input and the output note alike: one ask (`(asked N)`, each rung's sent mean, min, max), one
     drawn mix for every rung (stated once, then each rung's sent mean, p50, p99), or each rung
     its own mix; each rung's requests off their ask, and those the client counted."""

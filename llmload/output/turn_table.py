@@ -1,4 +1,4 @@
-"""Presentation of session metrics per turn (`llmload.analysis.production_traffic.turn_metrics`):
+"""Presentation of session metrics per turn (`llmload.analysis.run.production_traffic.turn_metrics`):
 one row per rung and turn index, in the table or markdown format of the sweep table."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from tabulate import tabulate
 
-from llmload.analysis.production_traffic import TurnMetrics
+from llmload.analysis.run.production_traffic import TurnMetrics
 from llmload.output.table import fmt_num
 
 COLUMNS = (

@@ -17,7 +17,7 @@ import pytest
 from test_capacity_e2e import search  # the same search run (pytest puts tests/e2e on the path)
 
 from llmload.analysis.capacity import FAIL
-from llmload.analysis.metrics import itl_ms
+from llmload.analysis.run.metrics import itl_ms
 from llmload.cli import capacity
 from llmload.core.stats import percentile
 from llmload.sim.engine import StepModel

@@ -14,7 +14,7 @@ from fixtures.paths import REPO
 from fixtures.runs import make_record
 
 from llmload.analysis.compare import IMPROVED, NOISE, REGRESSED, compare_runs
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.postprocess import load_run
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.records import write_records
 

@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 from fixtures.connections import MAX_TOKENS, Paired, drive, pair
 
-from llmload.analysis.rung_tally import sweep_rows, tally_rungs
+from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.records import read_records
 from llmload.core.stats import percentile

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fixtures.paths import REPO
 
-from llmload.analysis.locust_csv import read_stats_csv
+from llmload.analysis.run.locust_csv import read_stats_csv
 from llmload.cli.sweep_run import LOCUSTFILES, locust_command
 from llmload.core import exit_codes
 from llmload.core.records import read_records

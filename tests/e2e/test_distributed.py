@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from test_sweep_e2e import check_against_truth
 
-from llmload.analysis.health import read_health
-from llmload.analysis.rung_tally import sweep_rows, tally_rungs
-from llmload.analysis.sweep_rows import group_rungs
+from llmload.analysis.run.health import read_health
+from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
+from llmload.analysis.run.sweep_rows import group_rungs
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep, target
 from llmload.core.records import read_records
 from llmload.core.run_files import RunFiles

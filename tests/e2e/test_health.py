@@ -1,4 +1,4 @@
-"""The generator's self-calibration (llmload.analysis.health): the health file every run writes, and the
+"""The generator's self-calibration (llmload.analysis.run.health): the health file every run writes, and the
 saturation flag, checked on a deliberately saturated run and a light one. Whether the generator
 really was late is judged against the simulator's truth log (when each chunk left the server)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.analysis.health import (
+from llmload.analysis.run.health import (
     CPU_SATURATED_PCT,
     IDLE_GENERATOR_PCT,
     LAG_SATURATED_MS,
@@ -24,7 +24,7 @@ from llmload.analysis.health import (
     rung_health,
     timing_errors,
 )
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.postprocess import load_run
 from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.records import read_records
 from llmload.core.stats import percentile

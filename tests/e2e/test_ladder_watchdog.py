@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 from fixtures.paths import REPO
 
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.postprocess import load_run
 from llmload.cli.sweep_run import LOCUSTFILES, locust_command
 from llmload.servers.simulator import SimulatorProcess
 

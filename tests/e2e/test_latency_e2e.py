@@ -24,7 +24,7 @@ kernel's receive stamps (llmload.loadgen.transport.receive_stamps; every record 
 work, the simulator sharing the cores) is still timed when it arrived; without them the chat
 TTFT p99 at 4 streams missed the bar by 1-3 ms in about one run in three on a 2-core machine. A
 failure message gives the generator's event-loop lag from `<prefix>_health.jsonl`
-(llmload.analysis.health).
+(llmload.analysis.run.health).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from pathlib import Path
 
 import pytest
 
-from llmload.analysis.health import health_path, read_health
-from llmload.analysis.metrics import itl_ms
-from llmload.analysis.postprocess import load_run
-from llmload.analysis.rung_tally import tally_rungs
+from llmload.analysis.run.health import health_path, read_health
+from llmload.analysis.run.metrics import itl_ms
+from llmload.analysis.run.postprocess import load_run
+from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.chunk_index import index_path
 from llmload.core.records import RequestRecord, iter_indexed_record_lines, read_records

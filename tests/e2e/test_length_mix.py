@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fixtures.length_stats import KS_1PCT, ks_statistic, truncated_normal_cdf, uniform_cdf
 
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.postprocess import load_run
 from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.config import parse_config
 from llmload.core.lengths import Lengths

@@ -13,8 +13,8 @@ import pytest
 
 from llmload.analysis.budget import CostModel, budget_rows, load_points
 from llmload.analysis.compare import IMPROVED, NOISE, REGRESSED, compare_runs
-from llmload.analysis.metrics import tpot_ms
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.metrics import tpot_ms
+from llmload.analysis.run.postprocess import load_run
 from llmload.cli import budget, capacity, compare
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.records import read_records

@@ -13,7 +13,7 @@ import pytest
 from fixtures.paths import REPO
 
 from llmload.analysis.output_identity import CHANGED, IDENTICAL, UNMATCHED, output_identity
-from llmload.analysis.postprocess import RunResult, load_run
+from llmload.analysis.run.postprocess import RunResult, load_run
 from llmload.cli import sweep as sweep_command
 from llmload.core.exit_codes import OUTPUT_CHANGED
 from llmload.core.stats import percentile

@@ -1,4 +1,4 @@
-"""A records file read by two processes (`llmload.analysis.records_pass`: a child process reads
+"""A records file read by two processes (`llmload.analysis.run.records_pass`: a child process reads
 the first half) gives the table, metrics and warnings one process gives, unreadable lines named
 by their numbers in the whole file, also when the child fails; and `llmload table` on a file past
 the size threshold takes that path by itself."""
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from fixtures.paths import REPO
 
-from llmload.analysis import records_pass
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run import records_pass
+from llmload.analysis.run.postprocess import load_run
 from llmload.output.run_table import render_run
 
 
@@ -86,7 +86,7 @@ def test_the_table_command_reads_a_large_file_in_two_processes(tmp_path):
     path = write_run(prefix, 2000)
     assert path.stat().st_size < records_pass.TWO_PROCESS_BYTES  # one process by default ...
     probe = (  # past the size threshold; says which parts this process reads
-        "import sys, llmload.analysis.records_pass as p\n"
+        "import sys, llmload.analysis.run.records_pass as p\n"
         "p.TWO_PROCESS_BYTES = 1\n"
         "real = p.tally_part\n"
         "def part(*args, **kw):\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.analysis.rung_tally import tally_rungs
+from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.config import ConfigError, parse_config
 from llmload.core.records import read_records

@@ -10,8 +10,8 @@ import pytest
 from fixtures.paths import REPO
 
 from llmload.analysis.budget import CostModel, budget_rows, run_points
-from llmload.analysis.postprocess import load_run
-from llmload.analysis.server_metrics import (
+from llmload.analysis.run.postprocess import load_run
+from llmload.analysis.run.server_metrics import (
     Sample,
     ServerRungMetrics,
     Window,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.analysis.production_traffic import turn_metrics
+from llmload.analysis.run.production_traffic import turn_metrics
 from llmload.cli import table
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.records import read_records

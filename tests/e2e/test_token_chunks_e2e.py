@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from llmload.analysis.metrics import itl_ms
-from llmload.analysis.rung_tally import tally_rungs
+from llmload.analysis.run.metrics import itl_ms
+from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.records import read_records
 from llmload.sim.truth import load_truth

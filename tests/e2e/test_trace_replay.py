@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fixtures.paths import REPO
 
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.trace_stats import predicted_cached_tokens
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.records import read_records

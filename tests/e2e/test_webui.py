@@ -25,8 +25,8 @@ from fixtures.webui import (
     template_args,
 )
 
-from llmload.analysis.locust_csv import cross_check
-from llmload.analysis.rung_tally import tally_rungs
+from llmload.analysis.run.locust_csv import cross_check
+from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.progress import Progress
 from llmload.core.names import REQUEST_TYPE, rung_name
 from llmload.core.records import RequestRecord, read_records

@@ -12,7 +12,7 @@ import pytest
 from fixtures.real_runs import sweep_ladder
 
 from llmload.analysis.determinism import divergence, divergence_notes
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.postprocess import load_run
 
 pytestmark = pytest.mark.real
 

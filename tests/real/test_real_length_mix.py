@@ -12,7 +12,7 @@ import pytest
 from fixtures.length_stats import KS_1PCT, ks_statistic, truncated_normal_cdf, uniform_cdf
 from fixtures.real_runs import sweep_ladder
 
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.postprocess import load_run
 from llmload.core.config import parse_config
 from llmload.core.lengths import Lengths
 from llmload.core.records import read_records

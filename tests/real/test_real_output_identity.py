@@ -15,7 +15,7 @@ from fixtures.paths import REPO
 from fixtures.real_runs import sweep_ladder
 
 from llmload.analysis.output_identity import IDENTICAL, output_identity
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.postprocess import load_run
 
 pytestmark = pytest.mark.real
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from fixtures.real_runs import sweep_ladder
 
-from llmload.analysis.production_traffic import turn_metrics
+from llmload.analysis.run.production_traffic import turn_metrics
 from llmload.core.records import read_records
 
 pytestmark = pytest.mark.real

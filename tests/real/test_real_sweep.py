@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.postprocess import load_run
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.prometheus_text import scrape_metrics
 from llmload.core.records import read_records

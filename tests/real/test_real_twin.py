@@ -15,7 +15,7 @@ import sys
 import pytest
 from fixtures.real_runs import sweep_ladder
 
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.postprocess import load_run
 
 pytestmark = pytest.mark.real
 

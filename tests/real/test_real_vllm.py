@@ -29,8 +29,8 @@ import pytest
 import yaml
 from fixtures.real_runs import sweep_ladder
 
-from llmload.analysis.metrics import itl_ms
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.metrics import itl_ms
+from llmload.analysis.run.postprocess import load_run
 from llmload.core.prometheus_text import scrape_metrics
 from llmload.core.records import read_records
 

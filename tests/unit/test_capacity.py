@@ -20,7 +20,7 @@ from llmload.analysis.capacity import (
     quantile_interval,
     replay,
 )
-from llmload.analysis.sweep_rows import Rung
+from llmload.analysis.run.sweep_rows import Rung
 from llmload.core.config import CapacityConfig, ConfigError, SloConfig, parse_config
 from llmload.core.records import RequestRecord
 from llmload.core.stats import percentile

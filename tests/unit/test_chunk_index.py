@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_records_pass import BASE, FUZZ, records, rung_figures
 
-from llmload.analysis.records_pass import merge_parts, tally_part
+from llmload.analysis.run.records_pass import merge_parts, tally_part
 from llmload.core.chunk_index import MAGIC, ChunkIndex, entry, index_path
 from llmload.core.jsonl import line_start
 from llmload.core.records import RecordWriter, iter_indexed_record_lines

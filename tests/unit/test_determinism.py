@@ -12,7 +12,7 @@ from llmload.analysis.determinism import (
     first_difference,
     text_digests,
 )
-from llmload.analysis.sweep_rows import Rung
+from llmload.analysis.run.sweep_rows import Rung
 from llmload.core.config import ConfigError, parse_config
 from llmload.core.records import RequestRecord
 from llmload.sim.tokens import completion_text, flips, prompt_hash

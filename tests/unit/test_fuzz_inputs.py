@@ -37,7 +37,7 @@ from fixtures.fuzzing import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmload.analysis.locust_csv import (
+from llmload.analysis.run.locust_csv import (
     FAILURES_COLUMNS,
     STATS_COLUMNS,
     LocustCsvError,
@@ -45,8 +45,8 @@ from llmload.analysis.locust_csv import (
     read_failures_csv,
     read_stats_csv,
 )
-from llmload.analysis.postprocess import load_run
-from llmload.analysis.rung_tally import tally_rungs
+from llmload.analysis.run.postprocess import load_run
+from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.sweep import sim_args
 from llmload.core import checks, config
 from llmload.core.config import ConfigError, load_config

@@ -47,14 +47,14 @@ def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     ("module", "planted", "contract"),
     [
-        ("analysis/sweep_rows.py", "import gevent", "analysis and output never import gevent or Locust"),
+        ("analysis/run/sweep_rows.py", "import gevent", "analysis and output never import gevent or Locust"),
         ("output/table.py", "import locust", "analysis and output never import gevent or Locust"),
         ("analysis/compare.py", "import tabulate", "analysis renders nothing: it never imports tabulate"),
         ("core/records.py", "import llmload.analysis", "core imports nothing of llmload outside core"),
         ("sim/engine.py", "import llmload.core.stats", "the simulator stands alone"),
         # one upward import across each boundary of the layer order
-        ("core/stats.py", "import llmload.analysis.metrics", LAYERS),
-        ("analysis/metrics.py", "import llmload.output.table", LAYERS),
+        ("core/stats.py", "import llmload.analysis.run.metrics", LAYERS),
+        ("analysis/run/metrics.py", "import llmload.output.table", LAYERS),
         ("output/table.py", "import llmload.loadgen.request.payload", LAYERS),
         ("loadgen/request/payload.py", "import llmload.cli.table", LAYERS),
     ],

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fixtures.runs import FIXTURES, run_records
 
-from llmload.analysis.locust_csv import (
+from llmload.analysis.run.locust_csv import (
     LocustCsvError,
     check_failures,
     check_stats,
@@ -17,7 +17,7 @@ from llmload.analysis.locust_csv import (
     read_failures_csv,
     read_stats_csv,
 )
-from llmload.analysis.rung_tally import tally_rungs
+from llmload.analysis.run.rung_tally import tally_rungs
 
 STATS = FIXTURES / "run_stats.csv"
 FAILURES = FIXTURES / "run_failures.csv"

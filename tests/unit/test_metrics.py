@@ -15,8 +15,8 @@ from fixtures.runs import make_record, run_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmload.analysis.metrics import itl_gaps_us, itl_is_per_chunk, itl_ms, meets_slo, tpot_ms
-from llmload.analysis.rung_tally import (
+from llmload.analysis.run.metrics import itl_gaps_us, itl_is_per_chunk, itl_ms, meets_slo, tpot_ms
+from llmload.analysis.run.rung_tally import (
     GapHistogram,
     summarize_array,
     tally_records,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fixtures.runs import run_records
 
-from llmload.analysis.rung_tally import tally_rungs
+from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.progress import Progress
 from llmload.core.records import RequestRecord
 from llmload.output.table import fmt_num

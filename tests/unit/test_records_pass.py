@@ -6,7 +6,7 @@
   string, escaped, nested or repeated; booleans, nulls, strings and lists among the times; NaN,
   infinite and huge numbers).
 - A file read in two byte ranges and merged (`SweepTally.merge`, as the two processes of
-  `llmload.analysis.records_pass` do) gives the same rows, metrics and skipped line numbers as one
+  `llmload.analysis.run.records_pass` do) gives the same rows, metrics and skipped line numbers as one
   pass, cut at every line.
 """
 
@@ -24,7 +24,7 @@ from fixtures.runs import make_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmload.analysis.records_pass import _count_lines, merge_parts, tally_file, tally_part
+from llmload.analysis.run.records_pass import _count_lines, merge_parts, tally_file, tally_part
 from llmload.core.jsonl import iter_lines, line_start, loads
 from llmload.core.records import RequestRecord, parse_record, times_are_numbers
 

@@ -14,7 +14,7 @@ import pytest
 from fixtures.paths import REPO
 from PIL import Image
 
-from llmload.analysis.sweep_rows import SweepRow
+from llmload.analysis.run.sweep_rows import SweepRow
 from llmload.core.records import RecordFileError
 from llmload.core.run_files import RunFiles
 from llmload.output.html_report import write_report

@@ -14,7 +14,7 @@ import pytest
 from fixtures.paths import REPO
 from fixtures.runs import make_record
 
-from llmload.analysis.postprocess import read_run_info
+from llmload.analysis.run.postprocess import read_run_info
 from llmload.cli.sweep import report
 from llmload.cli.sweep_run import SweepRun
 from llmload.core import exit_codes

@@ -9,8 +9,8 @@ import pytest
 from fixtures.runs import make_record
 from fixtures.sim_calibration import SIM_VOCAB
 
-from llmload.analysis.production_traffic import replay_warnings, turn_metrics
-from llmload.analysis.rung_tally import tally_rungs
+from llmload.analysis.run.production_traffic import replay_warnings, turn_metrics
+from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.core.config import ConfigError, SessionConfig, parse_config
 from llmload.loadgen.request.sse import StreamAccumulator
 from llmload.loadgen.workload.sessions import Session, play_sessions

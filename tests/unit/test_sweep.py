@@ -12,8 +12,8 @@ import pytest
 from fixtures.paths import REPO
 from fixtures.runs import FIXTURES, make_record, run_records
 
-from llmload.analysis.postprocess import load_run
-from llmload.analysis.rung_tally import sweep_rows, tally_rungs
+from llmload.analysis.run.postprocess import load_run
+from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.core.records import read_records, write_records
 from llmload.output.table import render
 

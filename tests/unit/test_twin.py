@@ -12,7 +12,7 @@ from statistics import median
 import pytest
 
 from llmload.analysis.budget import CostModel
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.twin import (
     Change,
     RungFigures,

@@ -6,7 +6,7 @@ Every second each local or worker process sends the master one sample as the cus
 stream whose bytes just arrived gets the CPU), and the machine's own figures over the same
 interval, so a late event loop can be told from a busy machine: `machine_cpu` (percent of all
 cores busy), `steal` (percent stolen by the hypervisor), `load1` and `cores`. The master writes
-them to `<prefix>_health.jsonl`; `llmload.analysis.health` (analysis) judges rungs from them.
+them to `<prefix>_health.jsonl`; `llmload.analysis.run.health` (analysis) judges rungs from them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import gevent
 import psutil
 from locust.runners import MasterRunner, WorkerRunner
 
-from llmload.analysis.health import SAMPLE_INTERVAL_S
+from llmload.analysis.run.health import SAMPLE_INTERVAL_S
 
 MSG_HEALTH = "llmload_health"
 PROBE_S = 0.1  # the lag probe's sleep

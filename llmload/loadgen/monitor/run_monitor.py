@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import gevent
 
-from llmload.analysis.server_metrics import MetricsScraper, metrics_path
+from llmload.analysis.run.server_metrics import MetricsScraper, metrics_path
 from llmload.core.run_environment import collect_environment, write_environment
 from llmload.loadgen.run.ladder import LadderHook
 from llmload.loadgen.run.run_state import RunState

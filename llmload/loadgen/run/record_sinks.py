@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from llmload.analysis.reconcile import Tally, check_inputs, check_rung
+from llmload.analysis.run.reconcile import Tally, check_inputs, check_rung
 from llmload.core.config import SweepConfig
 from llmload.core.names import WARMUP_RUNG
 from llmload.core.records import RequestRecord
@@ -39,7 +39,7 @@ class RecordCounter:
 
 
 class RungReconciler:
-    """Token reconciliation (llmload.analysis.reconcile): every measured record tallied into its
+    """Token reconciliation (llmload.analysis.run.reconcile): every measured record tallied into its
     rung as it arrives; a finished rung whose accounts do not add up, or whose inputs are off the
     asked lengths, is a problem (the run's exit code 3)."""
 

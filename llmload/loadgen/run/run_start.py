@@ -19,7 +19,7 @@ from typing import Any
 from locust.runners import MasterRunner
 
 from llmload.analysis.capacity import CapacitySearch
-from llmload.analysis.health import health_path
+from llmload.analysis.run.health import health_path
 from llmload.core.config import SweepConfig
 from llmload.core.lengths import as_lengths
 from llmload.core.prompt_files import load_prompt_file

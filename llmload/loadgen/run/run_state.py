@@ -48,7 +48,7 @@ class RunState:
     errors: RunErrors  # what the run ended with or reported, in its run file
     sinks: list[RecordSink] = field(default_factory=list)  # what happens to each record, in order
     all_done_at: float | None = None
-    health: RecordWriter | None = None  # the generator's health samples (llmload.analysis.health)
+    health: RecordWriter | None = None  # the generator's health samples (llmload.analysis.run.health)
     probes: CapacityProbes | None = None  # mode: capacity: the search and its running probe
     workload: dict[str, Any] = field(default_factory=dict)  # Stage fields of every stage: calibration, run id
     run_id: str = field(default_factory=new_run_id)  # every record's and the run file's `run_id`

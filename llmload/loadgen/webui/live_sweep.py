@@ -3,7 +3,7 @@ Tokens tab's rows and the figures its charts draw.
 
 The ladder (`LadderShape.record_hooks`) hands every record to `LiveSweep.add` after writing it, so
 the master of a distributed run sees the records of all workers. The figures come from
-`llmload.analysis.rung_tally` (the post-processor's definitions on running sums) with the sweep
+`llmload.analysis.run.rung_tally` (the post-processor's definitions on running sums) with the sweep
 table's rounding (`llmload.output.table.fmt_num`), so at the end of a run they equal
 `llmload table` on the run's files, digit for digit (tests/e2e/test_webui.py checks it on real
 runs).
@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from llmload.analysis.rung_tally import RungTally, SweepTally, percentile_or_none
+from llmload.analysis.run.rung_tally import RungTally, SweepTally, percentile_or_none
 from llmload.core.names import WARMUP_RUNG, rung_name
 from llmload.core.records import RequestRecord
 from llmload.loadgen.run.run_state import RunState

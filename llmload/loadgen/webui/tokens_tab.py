@@ -6,8 +6,8 @@ the rows to the `/stats/requests` answer the page polls every 2 s (`extended_sta
 `extended_csv_files` puts the CSV link (and the link to the live charts,
 `llmload.loadgen.webui.token_charts`) beside Locust's own downloads. The rows come from
 `llmload.loadgen.webui.live_sweep.LiveSweep`, fed by the ladder with every record the master (or the local
-process) receives. The CSV is the post-processor's (`llmload.analysis.postprocess`) on the run's own files, so
-it is exactly what `llmload table <prefix> --format csv` prints for the same run.
+process) receives. The CSV is the post-processor's (`llmload.analysis.run.postprocess`) on the run's own
+files, so it is exactly what `llmload table <prefix> --format csv` prints for the same run.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import gevent
 from flask import Response, make_response, request
 from werkzeug.datastructures import ImmutableMultiDict
 
-from llmload.analysis.postprocess import load_run
+from llmload.analysis.run.postprocess import load_run
 from llmload.core.records import RecordFileError
 from llmload.core.run_files import RunFiles
 from llmload.loadgen.run.ladder import LadderShape

@@ -11,7 +11,7 @@ Sources (config keys):
   by such words, so it costs `overhead` + words tokens, where `overhead` (BOS, chat template, the
   anchor) is measured from `usage.prompt_tokens` of a probe request (from `/tokenize` when the
   server sends no usage). The run re-checks every request's `usage.prompt_tokens` against N
-  (`llmload.analysis.reconcile.check_inputs`).
+  (`llmload.analysis.run.reconcile.check_inputs`).
 - `prompt_tokens: {dist: ...}` (llmload.core.lengths): request i asks its own drawn length; the
   pool holds prompts of the longest length, and each request's is cut to its length (every body
   word is one token, so a cut of k words is k tokens shorter).

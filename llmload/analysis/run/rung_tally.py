@@ -8,10 +8,10 @@ floats (`array('d')`: TTFT, TPOT, E2EL, per-request tok/s, ...) and the pooled p
 (ITL) as a histogram: value -> count. The records themselves are not kept, so a rung of a million
 requests of 256 chunks costs tens of MB, not gigabytes (the ITL histogram grows with the distinct
 gaps, which are microsecond multiples: chunk times are recorded to the microsecond). The
-definitions are those of `llmload.analysis.sweep_rows` and `llmload.analysis.metrics` (their
+definitions are those of `llmload.analysis.run.sweep_rows` and `llmload.analysis.run.metrics` (their
 per-request functions are used here) and the statistics those of `llmload.core.stats`.
 
-Readers: the post-processor (`llmload.analysis.postprocess.load_run`, one pass over the records
+Readers: the post-processor (`llmload.analysis.run.postprocess.load_run`, one pass over the records
 file), records held in memory (`tally_rungs`, `tally_records`), the web UI's Tokens tab and
 charts (`llmload.loadgen.webui.live_sweep`) and the terminal progress line (`llmload.cli.progress`).
 A tally costs milliseconds per poll of the web page.
@@ -33,7 +33,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from llmload.analysis.metrics import (
+from llmload.analysis.run.metrics import (
     LATENCY_NAMES,
     RungMetrics,
     connect_ms,
@@ -48,9 +48,9 @@ from llmload.analysis.metrics import (
     ttft_content_ms,
     ttft_ms,
 )
-from llmload.analysis.reconcile import Tally
-from llmload.analysis.sweep_rows import WARMUP_PHASE, SweepRow
-from llmload.analysis.uncertainty import Uncertainty
+from llmload.analysis.run.reconcile import Tally
+from llmload.analysis.run.sweep_rows import WARMUP_PHASE, SweepRow
+from llmload.analysis.run.uncertainty import Uncertainty
 from llmload.core.records import OUTCOME_OK, RequestRecord
 from llmload.core.stats import (
     DEFAULT_PERCENTILES,
@@ -352,7 +352,7 @@ class RungTally:
         return self.tokens / seconds if seconds > 0 else 0.0
 
     def row(self, *, partial: bool = False) -> SweepRow:
-        """The sweep-table row (definitions: `llmload.analysis.sweep_rows`)."""
+        """The sweep-table row (definitions: `llmload.analysis.run.sweep_rows`)."""
         return SweepRow(
             rung=self.index,
             conc=self.users,
@@ -416,7 +416,7 @@ class RungTally:
         return counts
 
     def metrics(self, percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> RungMetrics:
-        """Latency summaries, rates, goodput and token reconciliation (`llmload.analysis.metrics`)."""
+        """Latency summaries, rates, goodput and token reconciliation (`llmload.analysis.run.metrics`)."""
         latencies = {
             name: summarize_counts(self.itl_counts(), percentiles)
             if name == "itl"

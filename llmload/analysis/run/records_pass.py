@@ -21,7 +21,7 @@ when every record is kept (`keep_records`: `llmload compare`), and inside a Locu
 `multiprocessing` one: those import the caller's main script again, which a script without a
 `__main__` guard would run twice.
 
-Used by `llmload.analysis.postprocess.load_run` (the table, reports, budget and the web UI's
+Used by `llmload.analysis.run.postprocess.load_run` (the table, reports, budget and the web UI's
 results tab); the records are decoded and checked by `llmload.core.records.iter_record_lines`,
 with their chunk times from the file's chunk index when it has one
 (`iter_indexed_record_lines`, `llmload.core.chunk_index`) unless every record is kept.
@@ -39,7 +39,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmload.analysis.rung_tally import SweepTally
+from llmload.analysis.run.rung_tally import SweepTally
 from llmload.core.jsonl import line_start
 from llmload.core.records import RequestRecord, iter_indexed_record_lines, iter_record_lines
 
@@ -227,6 +227,6 @@ def child(argv: list[str]) -> None:
 
 # the child runs this llmload (first on its path), whatever the working folder holds
 _CHILD = (
-    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
-    "from llmload.analysis.records_pass import child; child(sys.argv[1:])"
+    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r}); "
+    "from llmload.analysis.run.records_pass import child; child(sys.argv[1:])"
 )

@@ -4,7 +4,7 @@ Per rung and turn (sessions; completed measured requests whose record has a `tur
 rung and turn index):
 - requests: completed turns with that index;
 - ttft_ms / ttft_content_ms: median TTFT (first message with choices) and median time to the
-  first content, as in `llmload.analysis.metrics` (a chat server that sends the role-only delta
+  first content, as in `llmload.analysis.run.metrics` (a chat server that sends the role-only delta
   before prefilling, like the simulator, shows the prefix cache in ttft_content);
 - prompt_tokens: mean usage.prompt_tokens (turn k resends the history, so it grows with k);
 - cached_tokens: mean prompt tokens the server reported as served by its prefix cache, None when
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from llmload.analysis.metrics import ttft_content_ms, ttft_ms
-from llmload.analysis.rung_tally import RungTally
+from llmload.analysis.run.metrics import ttft_content_ms, ttft_ms
+from llmload.analysis.run.rung_tally import RungTally
 from llmload.core.names import rung_name
 from llmload.core.records import RequestRecord
 from llmload.core.stats import mean, percentile

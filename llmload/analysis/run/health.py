@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmload.analysis.rung_tally import RungTally
-from llmload.analysis.sweep_rows import SweepRow
+from llmload.analysis.run.rung_tally import RungTally
+from llmload.analysis.run.sweep_rows import SweepRow
 from llmload.core.jsonl import iter_jsonl
 from llmload.core.run_files import RunFiles
 from llmload.core.stats import mean, percentile

@@ -1,7 +1,7 @@
 """A finished (or crashed) run's files -> the sweep rows, metrics and warnings, in one call.
 
-One pass over the records file (`llmload.analysis.records_pass`: two processes for a large file):
-each record is decoded, tallied into its rung's `llmload.analysis.rung_tally.RungTally` and
+One pass over the records file (`llmload.analysis.run.records_pass`: two processes for a large file):
+each record is decoded, tallied into its rung's `llmload.analysis.run.rung_tally.RungTally` and
 dropped, so memory grows with the rungs (and the
 per-request floats and ITL histogram of each), not with the records and their chunk times. What
 needs the raw records reads the file again, one record at a time (`RunResult.iter_records`): the
@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from llmload.analysis.determinism import RungDivergence, divergence
-from llmload.analysis.health import flag_saturated, read_health
-from llmload.analysis.locust_csv import cross_check
-from llmload.analysis.metrics import SLO_KEYS, RungMetrics
-from llmload.analysis.production_traffic import replay_warnings
-from llmload.analysis.records_pass import RecordsPass, tally_file
-from llmload.analysis.rung_tally import RungTally, sweep_rows
-from llmload.analysis.sweep_rows import MissingRung, Rung, SweepRow, group_rungs
+from llmload.analysis.run.health import flag_saturated, read_health
+from llmload.analysis.run.locust_csv import cross_check
+from llmload.analysis.run.metrics import SLO_KEYS, RungMetrics
+from llmload.analysis.run.production_traffic import replay_warnings
+from llmload.analysis.run.records_pass import RecordsPass, tally_file
+from llmload.analysis.run.rung_tally import RungTally, sweep_rows
+from llmload.analysis.run.sweep_rows import MissingRung, Rung, SweepRow, group_rungs
 from llmload.core.chunk_index import index_path
 from llmload.core.records import RecordFileError, RequestRecord, iter_record_lines
 from llmload.core.run_files import RunFiles
@@ -163,7 +163,7 @@ def load_run(
 ) -> RunResult:
     """Post-process a run in one pass over its records; raises RecordFileError when there is nothing
     measured to show. `keep_records`: also keep every record in `RunResult.records`; `processes`:
-    read the records in 1 or 2 processes, None to choose (`llmload.analysis.records_pass`).
+    read the records in 1 or 2 processes, None to choose (`llmload.analysis.run.records_pass`).
     `prefix`: the run's prefix, or its RunFiles (a records file named otherwise)."""
     files = prefix if isinstance(prefix, RunFiles) else RunFiles(Path(prefix))
     prefix = str(files.prefix)

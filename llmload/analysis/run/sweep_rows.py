@@ -1,5 +1,5 @@
 """The sweep table's vocabulary: records grouped into rungs, and the row of throughput figures
-each rung gets (computed by `llmload.analysis.rung_tally.RungTally.row`, the one implementation of
+each rung gets (computed by `llmload.analysis.run.rung_tally.RungTally.row`, the one implementation of
 these definitions: a rung's wall time and rates are tallied there and nowhere else).
 
 A rung is identified by its index in the ladder (`RequestRecord.rung`), never by its concurrency:
@@ -17,7 +17,7 @@ Definitions (per rung):
 - partial: the rung did not finish (given by the caller, or fewer requests than expected).
 - input_tokens: usage.prompt_tokens of completed requests (mean, min, max, p50, p99), the asked
   lengths (one, or drawn: their mean, p50, p99), the mean's miss in % and `off`, the requests more
-  than a token off their own ask (llmload.analysis.reconcile.length_summary).
+  than a token off their own ask (llmload.analysis.run.reconcile.length_summary).
 - output_tokens: the same of output tokens (`usage.completion_tokens`, or the client's count
   where usage is missing: `client_counted` requests) against each request's `max_tokens`; `off`:
   requests whose output was not exactly their max_tokens (the ones token reconciliation flags
@@ -25,7 +25,7 @@ Definitions (per rung):
 - rate: rate mode, the rung's target request rate (the table shows it in place of `conc`).
 - new_connections: requests that opened a connection (`conn_reused` false); with keep-alive one
   per user plus the reconnects; None when the records do not say (older runs).
-- saturated / generator: the load generator's own health during the rung (llmload.analysis.health),
+- saturated / generator: the load generator's own health during the rung (llmload.analysis.run.health),
   filled in by post-processing when the run has a health file.
 """
 
@@ -89,7 +89,9 @@ class SweepRow:
     generator: dict[str, Any] | None = None
     new_connections: int | None = None  # requests that opened a connection; None: not recorded
     input_tokens: dict[str, Any] | None = None  # asked, mean, p50, p99, off... (reconcile.length_summary)
-    timing_uncertainty: dict[str, Any] | None = None  # llmload.analysis.uncertainty; None: every time exact
+    timing_uncertainty: dict[str, Any] | None = (
+        None  # llmload.analysis.run.uncertainty; None: every time exact
+    )
     rate: float | None = None  # rate mode: the rung's target request rate (its users are client slots)
     output_tokens: dict[str, Any] | None = None  # the same of output lengths, + client_counted
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from llmload.analysis.rung_tally import RungTally
+from llmload.analysis.run.rung_tally import RungTally
 from llmload.core.names import REQUEST_TYPE, parse_rung_name, rung_name
 from llmload.core.run_files import RunFiles
 

@@ -17,7 +17,7 @@ Latencies come from completed (outcome "ok") requests and are summarized from ra
   token-bearing chunk. Without `chunk_tokens`, ITL is per chunk and `itl_per_chunk` is set when
   some request has more tokens than chunks (a chunk then spans several tokens).
 
-Rates per rung (wall_s as in `llmload.analysis.sweep_rows`: first start to last end, all requests):
+Rates per rung (wall_s as in `llmload.analysis.run.sweep_rows`: first start to last end, all requests):
 - output_tok_s = output tokens of completed requests / wall_s (the sweep table's agg_tok/s).
 - total_tok_s = (prompt + output tokens of completed requests) / wall_s; None when a completed
   request has no prompt_tokens.
@@ -33,11 +33,11 @@ input_tokens summarizes usage.prompt_tokens (the real input lengths).
 Connections (llmload.loadgen.transport.connections): connect and tls summarize `connect_ms` / `tls_ms` of
 the rung's requests that opened a connection (any outcome); both times are inside their TTFT.
 
-Token reconciliation (`llmload.analysis.reconcile`, counts over completed requests): stopped_early
+Token reconciliation (`llmload.analysis.run.reconcile`, counts over completed requests): stopped_early
 (fewer tokens than max_tokens without finish_reason "length": ignore_eos not honoured?),
 disagree (usage, chunks, max_tokens and finish_reason do not add up), chunks_over_tokens.
 
-A rung's metrics are computed by `llmload.analysis.rung_tally.RungTally.metrics` (the one
+A rung's metrics are computed by `llmload.analysis.run.rung_tally.RungTally.metrics` (the one
 implementation, built on this module's per-request functions). `vllm_result()` gives a rung's
 figures under the key names of vLLM `bench serve`'s result JSON.
 """
@@ -170,7 +170,7 @@ class RungMetrics:
     goodput_request_s: float
     stopped_early: int
     chunks_over_tokens: int
-    disagree: int = 0  # completed requests whose token counts do not add up (llmload.analysis.reconcile)
+    disagree: int = 0  # completed requests whose token counts do not add up (llmload.analysis.run.reconcile)
     rate: float | None = None  # rate mode: the target request rate
     input_tokens: Summary | None = None  # usage.prompt_tokens of completed requests
     wall_s: float = 0.0
