@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from llmload.analysis.determinism import diverged
+from llmload.analysis.identity.determinism import diverged
 from llmload.analysis.run.postprocess import load_run, read_run_info
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, default_run_dir, locust_command, run_sweep
 from llmload.core.config import ConfigError, load_config

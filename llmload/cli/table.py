@@ -16,7 +16,7 @@ import argparse
 import sys
 from typing import Any
 
-from llmload.analysis.determinism import diverged
+from llmload.analysis.identity.determinism import diverged
 from llmload.analysis.run.metrics import SLO_KEYS
 from llmload.analysis.run.postprocess import load_run
 from llmload.core.checks import flag_type, list_text

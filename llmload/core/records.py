@@ -80,7 +80,7 @@ class RequestRecord:
     tls_ms: float | None = None  # new TLS connection: the handshake (inside TTFT)
     reconnect: str | None = None  # why a new one replaced the user's: closed/expired/resent/error
     conn_port: int | None = None  # the client's local port: names the connection (the server sees it as peer)
-    # greedy-determinism check (llmload.analysis.determinism); None when it is off
+    # greedy-determinism check (llmload.analysis.identity.determinism); None when it is off
     prompt_hash: str | None = None  # BLAKE2b-64 of the prompt sent, hex
     text_hash: str | None = None  # BLAKE2b-64 of the generated text, hex
     chunk_hashes: str | None = None  # 16 bits of CRC-32 of each content chunk's text, 4 hex digits each

@@ -18,7 +18,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from llmload.analysis.determinism import RungDivergence
+from llmload.analysis.identity.determinism import RungDivergence
 from llmload.analysis.run.metrics import LATENCY_NAMES, RungMetrics
 from llmload.analysis.run.sweep_rows import MissingRung, SweepRow
 from llmload.core.config import SweepConfig

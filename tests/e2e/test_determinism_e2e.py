@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmload.analysis.determinism import digest, divergence, first_difference
+from llmload.analysis.identity.determinism import digest, divergence, first_difference
 from llmload.analysis.run.sweep_rows import Rung, group_rungs
 from llmload.cli import sweep as sweep_command
 from llmload.cli import table

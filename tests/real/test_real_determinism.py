@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from fixtures.real_runs import sweep_ladder
 
-from llmload.analysis.determinism import divergence, divergence_notes
+from llmload.analysis.identity.determinism import divergence, divergence_notes
 from llmload.analysis.run.postprocess import load_run
 
 pytestmark = pytest.mark.real

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmload.analysis.determinism import (
+from llmload.analysis.identity.determinism import (
     digest,
     divergence,
     divergence_notes,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmload.analysis.determinism import RungDivergence, divergence
+from llmload.analysis.identity.determinism import RungDivergence, divergence
 from llmload.analysis.run.health import flag_saturated, read_health
 from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.metrics import SLO_KEYS, RungMetrics

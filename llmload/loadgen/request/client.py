@@ -29,7 +29,7 @@ from typing import Any
 import gevent
 import numpy as np
 
-from llmload.analysis.determinism import text_digests
+from llmload.analysis.identity.determinism import text_digests
 from llmload.core.config import RetryConfig
 from llmload.core.records import OUTCOME_OK, RequestRecord, encode_json, new_record
 from llmload.loadgen.request.sse import StreamAccumulator

@@ -23,7 +23,7 @@ from locust import User, constant, task
 from locust.exception import StopTest
 from locust.runners import WorkerRunner
 
-from llmload.analysis.determinism import digest
+from llmload.analysis.identity.determinism import digest
 from llmload.core.config import SweepConfig
 from llmload.core.lengths import draw
 from llmload.core.names import REQUEST_TYPE

@@ -9,7 +9,7 @@ Matching: rungs are matched by ladder index and concurrency (as the speed compar
 them); inside a rung, a candidate request is matched with the base request at the same place: the
 same prompt (`prompt_hash`) and `max_tokens`, the k-th such request in send order. The same seeded
 workload sends the same prompts in the same order, so every request finds its partner. Each pair is
-compared by llmload.analysis.text_identity (as the greedy-determinism check inside one run): its
+compared by llmload.analysis.identity.text_identity (as the greedy-determinism check inside one run): its
 texts differ or not (`text_hash`), and where they first differ (`chunk_hashes`).
 
 Not judged, and said why, when the prompts cannot be matched: a run without prompt or text hashes
@@ -27,9 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmload.analysis.identity.text_identity import checkable, compare_pairs, pair_places
 from llmload.analysis.run.postprocess import RunResult
 from llmload.analysis.run.sweep_rows import Rung
-from llmload.analysis.text_identity import checkable, compare_pairs, pair_places
 from llmload.core.names import rung_name
 
 IDENTICAL, CHANGED, UNMATCHED = "identical", "changed", "cannot be matched"

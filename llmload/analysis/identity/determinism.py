@@ -19,8 +19,8 @@ Definitions, per rung (completed requests with a text hash):
 - differing: compared requests whose text hash differs from the reference's; `share` is
   differing / compared.
 - first differing token: where the text first differs from the reference's, in tokens (or
-  chunks: `unit`), as llmload.analysis.text_identity finds it; the same comparison of texts
-  serves the check across two runs (`llmload compare`, llmload.analysis.output_identity).
+  chunks: `unit`), as llmload.analysis.identity.text_identity finds it; the same comparison of texts
+  serves the check across two runs (`llmload compare`, llmload.analysis.identity.output_identity).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llmload.analysis.identity.text_identity import checkable, compare_pairs, first_difference
 from llmload.analysis.run.sweep_rows import Rung
-from llmload.analysis.text_identity import checkable, compare_pairs, first_difference
 from llmload.core.names import rung_name
 from llmload.core.records import RequestRecord
 
