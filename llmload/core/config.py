@@ -158,7 +158,7 @@ class RetryConfig:
 
 @dataclass(frozen=True, slots=True)
 class SoakConfig:
-    """A soak run's windows and pass/fail thresholds (see llmload.analysis.soak); a None threshold
+    """A soak run's windows and pass/fail thresholds (see llmload.analysis.soak.verdict); a None threshold
     is not checked."""
 
     window_s: float = setting(300.0, help="windows by request end time, s", check=positive_number)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from llmload.analysis.soak import BREACHED, INCONCLUSIVE, SKIPPED, SoakReport
+from llmload.analysis.soak.verdict import BREACHED, INCONCLUSIVE, SKIPPED, SoakReport
 
-SUITE = "llmload.analysis.soak"
+SUITE = "llmload.analysis.soak.verdict"
 
 
 def junit_xml(report: SoakReport) -> str:

@@ -20,8 +20,8 @@ import pytest
 import yaml
 from fixtures.paths import REPO
 
-from llmload.analysis.drift import fit_trend
-from llmload.analysis.soak import soak_report
+from llmload.analysis.soak.drift import fit_trend
+from llmload.analysis.soak.verdict import soak_report
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep
 from llmload.sim.truth import load_truth
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from llmload.analysis.drift import fit_trend, t_cdf, t_quantile
+from llmload.analysis.soak.drift import fit_trend, t_cdf, t_quantile
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ import pytest
 from fixtures.paths import REPO
 from locust.stats import RequestStats
 
-from llmload.analysis.soak import soak_report
+from llmload.analysis.soak.verdict import soak_report
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError, load_config, parse_config
 from llmload.core.records import RequestRecord, write_records

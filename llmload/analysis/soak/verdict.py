@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmload.analysis.drift import Trend, fit_trend
 from llmload.analysis.run.health import read_health
 from llmload.analysis.run.postprocess import read_run_info
 from llmload.analysis.run.rung_tally import RungTally
+from llmload.analysis.soak.drift import Trend, fit_trend
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError, SoakConfig, SweepConfig, load_config, parse_config
 from llmload.core.records import RecordFileError, iter_indexed_record_lines
