@@ -7,10 +7,10 @@
     llmload twin reports/sweep-X --fit-only --format json      # the parameters, no replay
 
 RUN is a finished run (prefix, records file or folder) with its run file. The fit
-(llmload.analysis.twin_fit) estimates base_ms, per_seq_ms, prefill_ms_per_token, accept_len and
+(llmload.analysis.twin.fit) estimates base_ms, per_seq_ms, prefill_ms_per_token, accept_len and
 max_num_seqs from the records; the replay runs the run's own ladder and workload (its run file's
 config) with `llmload sweep` on the simulator with those parameters, and prints measured vs twin
-per rung with the verdict (llmload.analysis.twin). A change (--component-ms/--speedup, --config,
+per rung with the verdict (llmload.analysis.twin.replay). A change (--component-ms/--speedup, --config,
 --step-scale, --accept-len) or --rungs adds a prediction, run beside the replay (at the same
 time), and printed only when the twin fits. The twin's files go to reports/twin-<time>/
 (--run-dir): twin_sim.yaml (the fitted simulator settings: `llmload sweep --sim-file`), the
@@ -38,7 +38,8 @@ import yaml
 from llmload.analysis.budget import CostModel, check_positive, load_budget_config
 from llmload.analysis.run.postprocess import RunResult, load_run
 from llmload.analysis.run.server_metrics import load_server_metrics, metrics_path, read_samples
-from llmload.analysis.twin import (
+from llmload.analysis.twin.fit import TwinFit, TwinFitError, TwinParams, fit_accept_len, fit_twin, usable
+from llmload.analysis.twin.replay import (
     Change,
     Verdict,
     apply_change,
@@ -48,7 +49,6 @@ from llmload.analysis.twin import (
     row_dict,
     run_figures,
 )
-from llmload.analysis.twin_fit import TwinFit, TwinFitError, TwinParams, fit_accept_len, fit_twin, usable
 from llmload.cli.budget import add_component_arguments
 from llmload.core.checks import flag_type
 from llmload.core.config import ConfigError, parse_config

@@ -1,6 +1,6 @@
 """The what-if twin's report (`llmload twin`): the fitted parameters, the measured-vs-twin table of
 the replay and the prediction's table, in table or markdown, and the JSON document. The figures,
-the verdict and the change are llmload.analysis.twin's; this module only lays them out."""
+the verdict and the change are llmload.analysis.twin.replay's; this module only lays them out."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from llmload.analysis.twin import FIGURES, SHOWN, Change, TwinRow, amdahl_bound
-from llmload.analysis.twin_fit import TwinFit, TwinParams
+from llmload.analysis.twin.fit import TwinFit, TwinParams
+from llmload.analysis.twin.replay import FIGURES, SHOWN, Change, TwinRow, amdahl_bound
 from llmload.output.grid import report_grid
 from llmload.output.table import fmt_num
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llmload.analysis.twin import TOLERANCES_PCT, TTFT_FLOOR_MS
+from llmload.analysis.twin.replay import TOLERANCES_PCT, TTFT_FLOOR_MS
 from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.cli.twin import fit_run, load_measured
 from llmload.sim.truth import load_truth
@@ -94,7 +94,7 @@ def test_the_steps_found_are_the_simulators_steps(measured):
     client counted: the truth's step end is the client's first chunk of it within 15 ms (under
     half the shortest step; a loaded loop reads a chunk some ms late now and then), 2 ms at the
     median, and the durations the fit used are the truth's within 2 ms on average."""
-    from llmload.analysis.twin_fit import rung_steps, usable
+    from llmload.analysis.twin.fit import rung_steps, usable
 
     run = measured["limited"]
     _, steps = load_truth(run.truth_log)
@@ -147,7 +147,7 @@ def test_a_5ms_component_removal_predicts_the_changed_simulator(twins, tmp_path)
     """The prediction of the default model without 5 ms per step, beside a real run of the
     simulator with base_ms 22.2: agg tok/s within 3 % per rung; TTFT p50 within 10 % (5 ms at
     least) or, in a rung of more than one user, one step (the verdict's tolerance:
-    llmload.analysis.twin)."""
+    llmload.analysis.twin.replay)."""
     code, doc, _ = twins["default"]
     assert code == 0
     predicted = {r["conc"]: r["predicted"] for r in doc["prediction"]["rows"]}

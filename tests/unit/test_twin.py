@@ -1,6 +1,6 @@
 """The twin's fit and verdict on records made by a small engine of known steps (a step function
-of batch and time, the simulator's acceptance draws), and its arithmetic (llmload.analysis.twin,
-llmload.analysis.twin_fit). The end-to-end tests (tests/e2e/test_twin_e2e.py) run the real simulator."""
+of batch and time, the simulator's acceptance draws), and its arithmetic (llmload.analysis.twin.replay,
+llmload.analysis.twin.fit). The end-to-end tests (tests/e2e/test_twin_e2e.py) run the real simulator."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 from llmload.analysis.budget import CostModel
 from llmload.analysis.run.postprocess import load_run
-from llmload.analysis.twin import (
+from llmload.analysis.twin.fit import TwinFitError, TwinParams, expected_steps, fit_accept_len, fit_twin
+from llmload.analysis.twin.replay import (
     Change,
     RungFigures,
     apply_change,
@@ -24,7 +25,6 @@ from llmload.analysis.twin import (
     run_figures,
     ttft_tolerance_ms,
 )
-from llmload.analysis.twin_fit import TwinFitError, TwinParams, expected_steps, fit_accept_len, fit_twin
 from llmload.core.config import ConfigError
 from llmload.core.records import RequestRecord
 
@@ -139,7 +139,7 @@ def test_a_step_time_that_drifts_does_not_fit():
 def test_a_line_whose_base_falls_below_zero_is_fitted_through_the_origin():
     """Steps of 11.5 ms at batch 1 and 24 ms at batch 2: the free line is -1 + 12.5 x batch; the
     simulator needs base >= 0, and the least squares with base held at 0 is sum(b d) / sum(b b)."""
-    from llmload.analysis.twin_fit import _nonnegative_line
+    from llmload.analysis.twin.fit import _nonnegative_line
 
     (base, per_seq), _, bound = _nonnegative_line([1, 1, 2, 2], [11.0, 12.0, 23.5, 24.5])
     assert base == 0.0 and per_seq == pytest.approx((11 + 12 + 2 * 23.5 + 2 * 24.5) / 10)
@@ -281,7 +281,7 @@ def test_a_change_removes_the_component_from_every_step():
 
 def test_the_fits_defaults_are_the_simulators():
     """analysis/ imports only core/: the two simulator defaults the fit writes are copies, kept equal here."""
-    from llmload.analysis.twin_fit import MAX_DRAFT, SIM_DEFAULT_MAX_NUM_SEQS
+    from llmload.analysis.twin.fit import MAX_DRAFT, SIM_DEFAULT_MAX_NUM_SEQS
     from llmload.sim.config import SimConfig
     from llmload.sim.engine import StepModel
 

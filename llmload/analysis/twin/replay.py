@@ -1,5 +1,5 @@
 """The what-if twin's figures: a measured run beside the simulator's replay of it with the fitted
-model (llmload.analysis.twin_fit), the verdict, and predictions after a change (their tables are
+model (llmload.analysis.twin.fit), the verdict, and predictions after a change (their tables are
 llmload.output.twin_report's).
 
 - figures per rung, under the sweep JSON's keys: `agg_tok_s`, `per_req_tok_s`, `ttft_p50_ms`
@@ -43,7 +43,7 @@ from llmload.analysis.budget import CostModel, amdahl_gain
 from llmload.analysis.run.metrics import ttft_ms
 from llmload.analysis.run.postprocess import RunResult
 from llmload.analysis.run.sweep_rows import WARMUP_PHASE
-from llmload.analysis.twin_fit import MIN_STEPS_PER_BATCH, TwinFit, TwinParams, usable
+from llmload.analysis.twin.fit import MIN_STEPS_PER_BATCH, TwinFit, TwinParams, usable
 from llmload.core.config import ConfigError
 from llmload.core.names import rung_name
 
