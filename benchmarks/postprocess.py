@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from llmload.core.chunk_index import index_path
-from llmload.core.records import RecordWriter
+from llmload.core.files.chunk_index import index_path
+from llmload.core.files.records import RecordWriter
 
 RUNGS = (8, 16, 32, 64)
 

@@ -26,9 +26,9 @@ import yaml
 
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.server_metrics import load_server_metrics
-from llmload.core import run_files
 from llmload.core.config import ConfigError
-from llmload.core.run_files import RunFiles
+from llmload.core.files import run_files
+from llmload.core.files.run_files import RunFiles
 from llmload.core.stats import mean
 
 

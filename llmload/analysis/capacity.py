@@ -44,7 +44,7 @@ from typing import Any
 from llmload.analysis.run.metrics import e2el_ms, itl_ms, queue_wait_ms, tpot_ms, ttft_ms
 from llmload.analysis.run.sweep_rows import Rung
 from llmload.core.config import CapacityConfig, SloConfig
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 from llmload.core.stats import mean, percentile
 
 PASS, FAIL, UNDECIDED = "pass", "fail", "undecided"

@@ -38,8 +38,8 @@ from statistics import NormalDist
 from llmload.analysis.run.metrics import tpot_ms, ttft_ms
 from llmload.analysis.run.postprocess import RunResult
 from llmload.analysis.run.sweep_rows import Rung, SweepRow
+from llmload.core.files.records import RequestRecord
 from llmload.core.names import rung_name
-from llmload.core.records import RequestRecord
 from llmload.core.stats import mean, percentile, pstdev
 
 IMPROVED, REGRESSED, NOISE = "improved", "regressed", "within noise"

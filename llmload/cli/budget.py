@@ -27,7 +27,7 @@ from llmload.analysis.budget import (
 from llmload.core.checks import flag_type
 from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
-from llmload.core.records import RecordFileError
+from llmload.core.files.records import RecordFileError
 from llmload.output.budget_report import render_budget
 
 

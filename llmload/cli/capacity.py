@@ -34,9 +34,9 @@ from llmload.cli.sweep import _sim_flag, check_input, records_at
 from llmload.cli.sweep_run import default_run_dir, run_sweep
 from llmload.core.config import ConfigError, load_config, parse_config
 from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED
-from llmload.core.output_paths import check_output_file
-from llmload.core.records import RecordFileError, read_records
-from llmload.core.run_files import RunFiles
+from llmload.core.files.output_paths import check_output_file
+from llmload.core.files.records import RecordFileError, read_records
+from llmload.core.files.run_files import RunFiles
 from llmload.core.stop_signals import STOPS
 from llmload.output.capacity import FORMATS, capacity_plot, render_capacity
 

@@ -21,8 +21,8 @@ from llmload.analysis.identity.output_identity import output_identity
 from llmload.analysis.run.postprocess import load_run
 from llmload.core.checks import any_integer, flag_type, integer, non_negative_number, open_unit_interval
 from llmload.core.exit_codes import BAD_INPUT, OK, OUTPUT_CHANGED, REGRESSED
-from llmload.core.records import RecordFileError
-from llmload.core.run_files import RunFiles
+from llmload.core.files.records import RecordFileError
+from llmload.core.files.run_files import RunFiles
 from llmload.output.compare_report import render_comparison, render_outputs
 
 

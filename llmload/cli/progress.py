@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from llmload.analysis.run.rung_tally import SweepTally
-from llmload.core.jsonl import loads
+from llmload.core.files.jsonl import loads
+from llmload.core.files.run_files import RunFiles
 from llmload.core.names import WARMUP_RUNG
-from llmload.core.run_files import RunFiles
 from llmload.output.table import fmt_num
 
 

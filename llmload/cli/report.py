@@ -14,8 +14,8 @@ from pathlib import Path
 
 from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
-from llmload.core.output_paths import check_output_folder
-from llmload.core.records import RecordFileError
+from llmload.core.files.output_paths import check_output_folder
+from llmload.core.files.records import RecordFileError
 from llmload.output.html_report import write_report
 
 

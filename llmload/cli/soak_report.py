@@ -19,7 +19,7 @@ import sys
 
 from llmload.analysis.soak.verdict import EXIT_NOT_RUN, soak_report
 from llmload.core.config import ConfigError
-from llmload.core.records import RecordFileError
+from llmload.core.files.records import RecordFileError
 from llmload.output.soak_output import render_text, windows_csv, write_outputs
 
 

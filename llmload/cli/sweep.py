@@ -36,10 +36,10 @@ from llmload.analysis.run.postprocess import load_run, read_run_info
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, default_run_dir, locust_command, run_sweep
 from llmload.core.config import ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, EXIT_CODES, INTERRUPTED, OK
-from llmload.core.output_paths import check_output_folder
-from llmload.core.records import RecordFileError
-from llmload.core.run_errors import RunError, errors_of
-from llmload.core.run_files import RunFiles
+from llmload.core.files.output_paths import check_output_folder
+from llmload.core.files.records import RecordFileError
+from llmload.core.files.run_errors import RunError, errors_of
+from llmload.core.files.run_files import RunFiles
 from llmload.core.schema import shown
 from llmload.core.stop_signals import STOPS
 from llmload.loadgen.locust_args import parse_locust_args
@@ -151,7 +151,7 @@ def check_input(args: argparse.Namespace, run_dir: Path, locust_args: Sequence[s
 def run_errors(run: SweepRun) -> list[RunError]:
     """The errors this run's Locust recorded in its run file, each once, in order: why the run did
     not start, the server's first HTTP 400 reason, a failed reconciliation, a stalled rung, ...
-    (`llmload.core.run_errors.KINDS`). None when it wrote no run file (it died first, or refused
+    (`llmload.core.files.run_errors.KINDS`). None when it wrote no run file (it died first, or refused
     its configuration before writing any file) or left one older than its start (another run's)."""
     path = run.files.run
     try:

@@ -37,7 +37,7 @@ from typing import Any
 
 from llmload.cli.progress import Progress
 from llmload.core.exit_codes import INTERRUPTED
-from llmload.core.run_files import RunFiles
+from llmload.core.files.run_files import RunFiles
 from llmload.core.stop_signals import (
     LAUNCHER_PID_ENV,
     RUN_STOP_SIGNALS,

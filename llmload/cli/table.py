@@ -22,8 +22,8 @@ from llmload.analysis.run.postprocess import load_run
 from llmload.core.checks import flag_type, list_text
 from llmload.core.config import SloConfig, SweepConfig
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, OK
-from llmload.core.records import RecordFileError
-from llmload.core.run_files import RunFiles
+from llmload.core.files.records import RecordFileError
+from llmload.core.files.run_files import RunFiles
 from llmload.core.schema import key_check
 from llmload.output.run_table import render_run
 from llmload.output.table import FORMATS

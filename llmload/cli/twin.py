@@ -53,9 +53,9 @@ from llmload.cli.budget import add_component_arguments
 from llmload.core.checks import flag_type
 from llmload.core.config import ConfigError, parse_config
 from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED, NO_FIT, OK
-from llmload.core.output_paths import check_output_folder
-from llmload.core.records import RecordFileError
-from llmload.core.run_files import RunFiles
+from llmload.core.files.output_paths import check_output_folder
+from llmload.core.files.records import RecordFileError
+from llmload.core.files.run_files import RunFiles
 from llmload.core.schema import shown
 from llmload.core.stop_signals import STOPS
 from llmload.output.twin_report import fit_lines, params_line, prediction_table, render_json, replay_table

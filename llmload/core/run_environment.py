@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from llmload.core.run_files import RunFiles
+from llmload.core.files.run_files import RunFiles
 
 PACKAGES = ("llmload", "locust", "gevent", "geventhttpclient")
 VERSION_ENDPOINTS = (

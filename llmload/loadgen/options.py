@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from llmload.core.config import ConfigError, SweepConfig, load_config
-from llmload.core.output_paths import check_output_file
+from llmload.core.files.output_paths import check_output_file
 from llmload.core.schema import add_flags, flag_overrides
 from llmload.loadgen.argparse_adapter import parser_actions
 

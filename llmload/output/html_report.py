@@ -21,8 +21,8 @@ import yaml
 
 from llmload.analysis.run.postprocess import RunResult, load_run
 from llmload.analysis.run.server_metrics import ServerMetrics, load_server_metrics
+from llmload.core.files.run_files import RunFiles
 from llmload.core.run_environment import read_environment
-from llmload.core.run_files import RunFiles
 from llmload.output.server_report import render_server_metrics
 from llmload.output.table import render, render_metrics
 

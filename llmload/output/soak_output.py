@@ -17,7 +17,7 @@ from typing import Any
 from tabulate import tabulate
 
 from llmload.analysis.soak.verdict import SoakReport
-from llmload.core.run_files import RunFiles
+from llmload.core.files.run_files import RunFiles
 from llmload.output.junit import junit_xml
 from llmload.output.table import fmt_num
 

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from llmload.core.jsonl import iter_jsonl
+from llmload.core.files.jsonl import iter_jsonl
 
 
 def text_hash(text: str) -> str:

@@ -14,8 +14,8 @@ import pytest
 from geventhttpclient import HTTPClient
 
 from llmload.core.config import SweepConfig
-from llmload.core.records import OUTCOME_OK as OK
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import OUTCOME_OK as OK
+from llmload.core.files.records import RequestRecord
 from llmload.loadgen.request.client import RequestContext, send_request
 from llmload.loadgen.request.payload import COMPLETIONS_PATH, build_payload
 from llmload.loadgen.transport.exchange import Transport

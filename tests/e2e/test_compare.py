@@ -16,7 +16,7 @@ from fixtures.runs import make_record
 from llmload.analysis.compare import IMPROVED, NOISE, REGRESSED, compare_runs
 from llmload.analysis.run.postprocess import load_run
 from llmload.cli.sweep_run import run_sweep
-from llmload.core.records import write_records
+from llmload.core.files.records import write_records
 
 SCRIPT = REPO / "scripts" / "compare.py"
 TOKENS = 128

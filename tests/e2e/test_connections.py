@@ -22,7 +22,7 @@ from fixtures.connections import MAX_TOKENS, Paired, drive, pair
 
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.cli.sweep_run import run_sweep
-from llmload.core.records import read_records
+from llmload.core.files.records import read_records
 from llmload.core.stats import percentile
 from llmload.loadgen.monitor.preflight import tls_context
 from llmload.output.table import render

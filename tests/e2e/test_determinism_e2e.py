@@ -10,7 +10,7 @@ from llmload.analysis.run.sweep_rows import Rung, group_rungs
 from llmload.cli import sweep as sweep_command
 from llmload.cli import table
 from llmload.core.exit_codes import DIVERGED
-from llmload.core.records import read_records
+from llmload.core.files.records import read_records
 from llmload.core.stats import percentile
 from llmload.sim.truth import load_truth
 

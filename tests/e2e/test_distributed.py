@@ -21,8 +21,8 @@ from llmload.analysis.run.health import read_health
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.analysis.run.sweep_rows import group_rungs
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep, target
-from llmload.core.records import read_records
-from llmload.core.run_files import RunFiles
+from llmload.core.files.records import read_records
+from llmload.core.files.run_files import RunFiles
 from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 

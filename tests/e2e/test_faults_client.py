@@ -14,7 +14,7 @@ from fixtures.sockets import unanswered_port
 from geventhttpclient import HTTPClient
 
 from llmload.core.config import RetryConfig, SweepConfig
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 from llmload.loadgen.request.client import RequestContext, send_request
 from llmload.loadgen.request.payload import COMPLETIONS_PATH, build_payload
 from llmload.loadgen.transport.exchange import Transport

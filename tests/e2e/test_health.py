@@ -26,7 +26,7 @@ from llmload.analysis.run.health import (
 )
 from llmload.analysis.run.postprocess import load_run
 from llmload.cli.sweep_run import SweepRun, run_sweep
-from llmload.core.records import read_records
+from llmload.core.files.records import read_records
 from llmload.core.stats import percentile
 from llmload.output.run_table import render_run
 from llmload.sim.truth import load_truth

@@ -38,9 +38,9 @@ from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.sweep_run import run_sweep
-from llmload.core.chunk_index import index_path
-from llmload.core.records import RequestRecord, iter_indexed_record_lines, read_records
-from llmload.core.run_files import RunFiles
+from llmload.core.files.chunk_index import index_path
+from llmload.core.files.records import RequestRecord, iter_indexed_record_lines, read_records
+from llmload.core.files.run_files import RunFiles
 from llmload.core.stats import percentile
 from llmload.sim.truth import load_truth
 

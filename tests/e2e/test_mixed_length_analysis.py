@@ -17,7 +17,7 @@ from llmload.analysis.run.metrics import tpot_ms
 from llmload.analysis.run.postprocess import load_run
 from llmload.cli import budget, capacity, compare
 from llmload.cli.sweep_run import run_sweep
-from llmload.core.records import read_records
+from llmload.core.files.records import read_records
 from llmload.core.stats import mean
 from llmload.sim.truth import load_truth
 

@@ -24,7 +24,7 @@ from fixtures.runs import make_record
 from llmload.cli.sweep_run import LOCUSTFILES, locust_command, run_sweep
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError, load_config
-from llmload.core.records import read_records, write_records
+from llmload.core.files.records import read_records, write_records
 from llmload.servers.process import LOOPBACK, free_port
 
 SMALL = ["--rungs", "1", "--requests-per-user", "2", "--max-tokens", "8", "--warmup-requests", "0"]

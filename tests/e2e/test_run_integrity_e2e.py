@@ -21,9 +21,9 @@ import pytest
 
 from llmload.cli import sweep as sweep_command
 from llmload.cli import table
-from llmload.core import chunk_index
 from llmload.core.exit_codes import BAD_INPUT, OK
-from llmload.core.run_files import RunFiles
+from llmload.core.files import chunk_index
+from llmload.core.files.run_files import RunFiles
 
 SIM = {"accept_len": 1, "max_draft": 0, "base_ms": 2, "per_seq_ms": 0.5, "batch_variance": 0}
 LADDER = "rungs: [1, 2]\nrequests_per_user: 3\nmax_tokens: 24\nprompt_tokens: 16\n"

@@ -12,7 +12,7 @@ from gevent.monkey import get_original
 from geventhttpclient import HTTPClient
 from test_faults_client import plain_client, send, truth_of
 
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 from llmload.loadgen.transport.receive_stamps import stamp_receive_times
 
 SLOW_STEPS = {"accept_len": 1, "base_ms": 40, "per_seq_ms": 0}  # one message every 40 ms

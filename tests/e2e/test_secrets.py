@@ -25,7 +25,7 @@ import pytest
 from fixtures.paths import REPO
 
 from llmload.cli.sweep_run import run_sweep
-from llmload.core.records import read_records
+from llmload.core.files.records import read_records
 from llmload.servers.process import LOOPBACK
 from llmload.servers.simulator import sim_flags
 

@@ -23,8 +23,8 @@ from llmload.analysis.run.server_metrics import (
     token_warnings,
 )
 from llmload.cli.sweep_run import run_sweep
+from llmload.core.files.records import read_records
 from llmload.core.prometheus_text import parse_prometheus
-from llmload.core.records import read_records
 from llmload.core.run_environment import read_environment
 from llmload.servers.process import free_port
 from llmload.sim.truth import load_truth

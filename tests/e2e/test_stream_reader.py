@@ -19,7 +19,7 @@ import pytest
 from geventhttpclient import HTTPClient
 from test_faults_client import send
 
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 from llmload.loadgen.transport.receive_stamps import stamp_receive_times
 from llmload.servers.process import LOOPBACK
 

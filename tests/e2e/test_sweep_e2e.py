@@ -11,7 +11,7 @@ import pytest
 from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.cli.sweep_run import SweepRun, run_sweep
-from llmload.core.records import RequestRecord, read_records
+from llmload.core.files.records import RequestRecord, read_records
 from llmload.sim.truth import load_truth
 
 LADDER = [1, 4, 8, 10]

@@ -23,7 +23,7 @@ import pytest
 from llmload.cli.sweep import report
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep
 from llmload.core import exit_codes
-from llmload.core.records import read_records
+from llmload.core.files.records import read_records
 from llmload.servers.process import LOOPBACK
 
 GONE_WITHIN_S = 10.0

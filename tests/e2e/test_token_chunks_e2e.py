@@ -16,7 +16,7 @@ import pytest
 from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.sweep_run import run_sweep
-from llmload.core.records import read_records
+from llmload.core.files.records import read_records
 from llmload.sim.truth import load_truth
 
 MAX_TOKENS = 16

@@ -28,8 +28,8 @@ from fixtures.webui import (
 from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.progress import Progress
+from llmload.core.files.records import RequestRecord, read_records
 from llmload.core.names import REQUEST_TYPE, rung_name
-from llmload.core.records import RequestRecord, read_records
 from llmload.loadgen.webui import live_sweep
 from llmload.loadgen.webui.live_sweep import LiveSweep
 from llmload.output.table import fmt_num

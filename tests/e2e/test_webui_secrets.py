@@ -17,7 +17,7 @@ import locust.web
 import pytest
 from fixtures.webui import LocustWebUI, template_args
 
-from llmload.core.records import read_records
+from llmload.core.files.records import read_records
 from llmload.loadgen.webui.tokens_tab import CSV_PATH, SECRET_PLACEHOLDER
 
 KEY = "sk-webui-9d41c7e2-SECRET"

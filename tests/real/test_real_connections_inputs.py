@@ -20,7 +20,7 @@ import pytest
 from fixtures.real_runs import sweep_ladder
 
 from llmload.cli.sweep_run import run_sweep
-from llmload.core.records import read_records
+from llmload.core.files.records import read_records
 
 pytestmark = pytest.mark.real
 

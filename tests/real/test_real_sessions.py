@@ -8,7 +8,7 @@ import pytest
 from fixtures.real_runs import sweep_ladder
 
 from llmload.analysis.run.production_traffic import turn_metrics
-from llmload.core.records import read_records
+from llmload.core.files.records import read_records
 
 pytestmark = pytest.mark.real
 

@@ -10,8 +10,8 @@ import pytest
 
 from llmload.analysis.run.postprocess import load_run
 from llmload.cli.sweep_run import run_sweep
+from llmload.core.files.records import read_records
 from llmload.core.prometheus_text import scrape_metrics
-from llmload.core.records import read_records
 
 pytestmark = pytest.mark.real
 

@@ -31,8 +31,8 @@ from fixtures.real_runs import sweep_ladder
 
 from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.postprocess import load_run
+from llmload.core.files.records import read_records
 from llmload.core.prometheus_text import scrape_metrics
-from llmload.core.records import read_records
 
 URL = os.environ.get("LLMLOAD_VLLM_URL", "")
 pytestmark = [

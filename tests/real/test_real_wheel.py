@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from llmload.core.files.records import read_records
 from llmload.core.prometheus_text import scrape_metrics
-from llmload.core.records import read_records
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 

@@ -22,7 +22,7 @@ from llmload.analysis.capacity import (
 )
 from llmload.analysis.run.sweep_rows import Rung
 from llmload.core.config import CapacityConfig, ConfigError, SloConfig, parse_config
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 from llmload.core.stats import percentile
 
 TOKENS = 32

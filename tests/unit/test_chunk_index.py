@@ -1,4 +1,4 @@
-"""The chunk-times index (`llmload.core.chunk_index`) changes how fast a records file is read,
+"""The chunk-times index (`llmload.core.files.chunk_index`) changes how fast a records file is read,
 never what is read from it.
 
 - A file with its index gives the rows, metrics and skipped lines the file alone gives, on fuzzed
@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from test_records_pass import BASE, FUZZ, records, rung_figures
 
 from llmload.analysis.run.records_pass import merge_parts, tally_part
-from llmload.core.chunk_index import MAGIC, ChunkIndex, entry, index_path
-from llmload.core.jsonl import line_start
-from llmload.core.records import RecordWriter, iter_indexed_record_lines
+from llmload.core.files.chunk_index import MAGIC, ChunkIndex, entry, index_path
+from llmload.core.files.jsonl import line_start
+from llmload.core.files.records import RecordWriter, iter_indexed_record_lines
 
 SLO = {"ttft_ms": 500.0}
 ODD_TIMES = st.sampled_from(

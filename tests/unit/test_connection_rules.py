@@ -16,7 +16,7 @@ import pytest
 from geventhttpclient import HTTPClient
 
 from llmload.core.config import ConfigError, SweepConfig, parse_config
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 from llmload.loadgen.options import run_config
 from llmload.loadgen.request.client import RequestContext, send_request
 from llmload.loadgen.transport.connections import UserConnections, is_dropped, keep_alive_limits

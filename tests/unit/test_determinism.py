@@ -14,7 +14,7 @@ from llmload.analysis.identity.determinism import (
 )
 from llmload.analysis.run.sweep_rows import Rung
 from llmload.core.config import ConfigError, parse_config
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 from llmload.sim.tokens import completion_text, flips, prompt_hash
 
 

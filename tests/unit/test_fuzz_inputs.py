@@ -51,7 +51,7 @@ from llmload.cli.sweep import sim_args
 from llmload.core import checks, config
 from llmload.core.config import ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT
-from llmload.core.records import RecordFileError, RequestRecord
+from llmload.core.files.records import RecordFileError, RequestRecord
 from llmload.core.schema import settings as config_settings
 from llmload.loadgen.options import run_config
 from llmload.loadgen.request.sse import MalformedStream, StreamAccumulator, StreamErrorEvent

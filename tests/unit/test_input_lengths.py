@@ -12,7 +12,7 @@ import pytest
 from llmload.analysis.run.reconcile import check_inputs, length_summary, tally
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.core.config import ConfigError, parse_config
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 from llmload.output.table import render
 
 

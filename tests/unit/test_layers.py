@@ -50,7 +50,7 @@ def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("analysis/run/sweep_rows.py", "import gevent", "analysis and output never import gevent or Locust"),
         ("output/table.py", "import locust", "analysis and output never import gevent or Locust"),
         ("analysis/compare.py", "import tabulate", "analysis renders nothing: it never imports tabulate"),
-        ("core/records.py", "import llmload.analysis", "core imports nothing of llmload outside core"),
+        ("core/files/records.py", "import llmload.analysis", "core imports nothing of llmload outside core"),
         ("sim/engine.py", "import llmload.core.stats", "the simulator stands alone"),
         # one upward import across each boundary of the layer order
         ("core/stats.py", "import llmload.analysis.run.metrics", LAYERS),

@@ -10,7 +10,7 @@ from test_determinism import WORDS, record
 from llmload.analysis.identity.output_identity import CHANGED, IDENTICAL, UNMATCHED, output_identity
 from llmload.analysis.identity.text_identity import pair_places
 from llmload.analysis.run.postprocess import RunResult
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 
 
 def run(records: list[RequestRecord], config: dict[str, Any] | None = None) -> RunResult:

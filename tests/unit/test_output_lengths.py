@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from llmload.analysis.run.reconcile import OFF_KINDS, LengthTally, Tally, check_rung, length_summary, tally
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.core.config import ReconcileConfig
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 from llmload.output.table import render
 
 

@@ -12,7 +12,7 @@ from fixtures.runs import run_records
 
 from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.progress import Progress
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 from llmload.output.table import fmt_num
 
 

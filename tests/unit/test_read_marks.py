@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from llmload.analysis.run.uncertainty import Uncertainty, request_bounds
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 from llmload.loadgen.request.sse import EXACT_SLACK_S, StreamAccumulator
 from llmload.loadgen.run.stage_protocol import start_spread
 

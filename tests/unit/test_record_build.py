@@ -11,7 +11,7 @@ import pytest
 from fixtures.runs import make_record
 
 from llmload.core.config import SweepConfig
-from llmload.core.records import RecordWriter, RequestRecord, encode_json, new_record, read_records
+from llmload.core.files.records import RecordWriter, RequestRecord, encode_json, new_record, read_records
 from llmload.loadgen.run.messages import Stage, announced_stage, config_to_dict, stage_message
 
 FIELDS = {

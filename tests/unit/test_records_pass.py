@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmload.analysis.run.records_pass import _count_lines, merge_parts, tally_file, tally_part
-from llmload.core.jsonl import iter_lines, line_start, loads
-from llmload.core.records import RequestRecord, parse_record, times_are_numbers
+from llmload.core.files.jsonl import iter_lines, line_start, loads
+from llmload.core.files.records import RequestRecord, parse_record, times_are_numbers
 
 FUZZ = settings(
     max_examples=examples(600),

@@ -15,8 +15,8 @@ from fixtures.paths import REPO
 from PIL import Image
 
 from llmload.analysis.run.sweep_rows import SweepRow
-from llmload.core.records import RecordFileError
-from llmload.core.run_files import RunFiles
+from llmload.core.files.records import RecordFileError
+from llmload.core.files.run_files import RunFiles
 from llmload.output.html_report import write_report
 from llmload.output.plots import pareto_front
 

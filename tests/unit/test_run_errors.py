@@ -19,9 +19,9 @@ from llmload.cli.sweep import report
 from llmload.cli.sweep_run import SweepRun
 from llmload.core import exit_codes
 from llmload.core.config import load_config
-from llmload.core.records import RecordWriter, write_records
-from llmload.core.run_errors import KINDS, UNKNOWN, RunError, errors_of
-from llmload.core.run_files import RunFiles
+from llmload.core.files.records import RecordWriter, write_records
+from llmload.core.files.run_errors import KINDS, UNKNOWN, RunError, errors_of
+from llmload.core.files.run_files import RunFiles
 from llmload.loadgen.run.record_sinks import RungReconciler
 from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.run.run_state import RunState
@@ -162,6 +162,6 @@ def test_the_sweep_prints_every_error_under_the_table_in_order(tmp_path, capsys)
 
 def test_the_docs_list_every_kind():
     page = (REPO / "docs" / "configuration.md").read_text()
-    table = page.split("The kinds (`llmload/core/run_errors.py`")[1].split("\n\n")[1]
+    table = page.split("The kinds (`llmload/core/files/run_errors.py`")[1].split("\n\n")[1]
     listed = re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE)
     assert listed == list(KINDS)

@@ -22,7 +22,7 @@ from locust.stats import RequestStats
 from llmload.analysis.soak.verdict import soak_report
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError, load_config, parse_config
-from llmload.core.records import RequestRecord, write_records
+from llmload.core.files.records import RequestRecord, write_records
 from llmload.loadgen.monitor.soak_monitor import HISTORY_MAX, KEEP_PER_SECOND_S, trim_stats
 
 SCRIPT = REPO / "scripts" / "soak_report.py"

@@ -14,7 +14,7 @@ from fixtures.runs import FIXTURES, make_record, run_records
 
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
-from llmload.core.records import read_records, write_records
+from llmload.core.files.records import read_records, write_records
 from llmload.output.table import render
 
 SCRIPT = REPO / "scripts" / "sweep_table.py"

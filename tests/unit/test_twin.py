@@ -26,7 +26,7 @@ from llmload.analysis.twin.replay import (
     ttft_tolerance_ms,
 )
 from llmload.core.config import ConfigError
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 
 
 def engine_records(

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 from llmload.analysis.identity.text_identity import checkable, compare_pairs, first_difference
 from llmload.analysis.run.sweep_rows import Rung
+from llmload.core.files.records import RequestRecord
 from llmload.core.names import rung_name
-from llmload.core.records import RequestRecord
 
 __all__ = [
     "RungDivergence",

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 from llmload.core.stats import percentile
 
 CHUNK_HASH_DIGITS = 4

@@ -44,8 +44,8 @@ from typing import Any
 
 from llmload.analysis.run.rung_tally import RungTally
 from llmload.analysis.run.sweep_rows import SweepRow
-from llmload.core.jsonl import iter_jsonl
-from llmload.core.run_files import RunFiles
+from llmload.core.files.jsonl import iter_jsonl
+from llmload.core.files.run_files import RunFiles
 from llmload.core.stats import mean, percentile
 
 SAMPLE_INTERVAL_S = 1.0  # one sample per process per second (llmload.loadgen.monitor.health_sampler)

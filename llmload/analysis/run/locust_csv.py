@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from llmload.analysis.run.rung_tally import RungTally
+from llmload.core.files.run_files import RunFiles
 from llmload.core.names import REQUEST_TYPE, parse_rung_name, rung_name
-from llmload.core.run_files import RunFiles
 
 STATS_COLUMNS = ("Type", "Name", "Request Count", "Failure Count", "Average Content Size")
 FAILURES_COLUMNS = ("Method", "Name", "Error", "Occurrences")

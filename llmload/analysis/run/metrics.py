@@ -50,7 +50,7 @@ from itertools import repeat
 from operator import mul, sub
 from typing import Any
 
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 from llmload.core.stats import Summary
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")

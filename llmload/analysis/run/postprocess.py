@@ -31,9 +31,9 @@ from llmload.analysis.run.production_traffic import replay_warnings
 from llmload.analysis.run.records_pass import RecordsPass, tally_file
 from llmload.analysis.run.rung_tally import RungTally, sweep_rows
 from llmload.analysis.run.sweep_rows import MissingRung, Rung, SweepRow, group_rungs
-from llmload.core.chunk_index import index_path
-from llmload.core.records import RecordFileError, RequestRecord, iter_record_lines
-from llmload.core.run_files import RunFiles
+from llmload.core.files.chunk_index import index_path
+from llmload.core.files.records import RecordFileError, RequestRecord, iter_record_lines
+from llmload.core.files.run_files import RunFiles
 from llmload.core.stats import DEFAULT_PERCENTILES
 
 

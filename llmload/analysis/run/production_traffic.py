@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from llmload.analysis.run.metrics import ttft_content_ms, ttft_ms
 from llmload.analysis.run.rung_tally import RungTally
+from llmload.core.files.records import RequestRecord
 from llmload.core.names import rung_name
-from llmload.core.records import RequestRecord
 from llmload.core.stats import mean, percentile
 
 LATE_P99_MS = 5.0  # a replay sends 99 % of its requests within this of their timestamps

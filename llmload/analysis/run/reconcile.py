@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.core.config import ReconcileConfig
-from llmload.core.records import OUTCOME_OK, RequestRecord
+from llmload.core.files.records import OUTCOME_OK, RequestRecord
 
 DISAGREE_KINDS = ("over_max_tokens", "length_short", "chunks_over_tokens")
 OFF_KINDS = ("stopped_early", "over_max_tokens", "length_short")  # an output that is not its max_tokens

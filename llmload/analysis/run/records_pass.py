@@ -22,9 +22,9 @@ when every record is kept (`keep_records`: `llmload compare`), and inside a Locu
 `__main__` guard would run twice.
 
 Used by `llmload.analysis.run.postprocess.load_run` (the table, reports, budget and the web UI's
-results tab); the records are decoded and checked by `llmload.core.records.iter_record_lines`,
+results tab); the records are decoded and checked by `llmload.core.files.records.iter_record_lines`,
 with their chunk times from the file's chunk index when it has one
-(`iter_indexed_record_lines`, `llmload.core.chunk_index`) unless every record is kept.
+(`iter_indexed_record_lines`, `llmload.core.files.chunk_index`) unless every record is kept.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmload.analysis.run.rung_tally import SweepTally
-from llmload.core.jsonl import line_start
-from llmload.core.records import RequestRecord, iter_indexed_record_lines, iter_record_lines
+from llmload.core.files.jsonl import line_start
+from llmload.core.files.records import RequestRecord, iter_indexed_record_lines, iter_record_lines
 
 _log = logging.getLogger(__name__)
 TWO_PROCESS_BYTES = 64 << 20  # ~25,000 records of 256 chunks: ~0.5 s in one process

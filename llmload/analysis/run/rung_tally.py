@@ -51,7 +51,7 @@ from llmload.analysis.run.metrics import (
 from llmload.analysis.run.reconcile import Tally
 from llmload.analysis.run.sweep_rows import WARMUP_PHASE, SweepRow
 from llmload.analysis.run.uncertainty import Uncertainty
-from llmload.core.records import OUTCOME_OK, RequestRecord
+from llmload.core.files.records import OUTCOME_OK, RequestRecord
 from llmload.core.stats import (
     DEFAULT_PERCENTILES,
     Summary,

@@ -30,11 +30,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from llmload.core.jsonl import iter_jsonl
+from llmload.core.files.jsonl import iter_jsonl
+from llmload.core.files.records import RequestRecord
+from llmload.core.files.run_files import RunFiles
 from llmload.core.names import WARMUP_RUNG, rung_name
 from llmload.core.prometheus_text import scrape_metrics
-from llmload.core.records import RequestRecord
-from llmload.core.run_files import RunFiles
 from llmload.core.stats import mean
 
 # quantity -> (kind, how label sets combine)

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 
 WARMUP_PHASE = "warmup"
 

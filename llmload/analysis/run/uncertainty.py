@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 
 UNCERTAIN_P99_MS = 1.0  # a p99 bound above this is reported under the table
 METRICS = ("ttft", "itl", "tpot")

@@ -46,8 +46,8 @@ from llmload.analysis.run.rung_tally import RungTally
 from llmload.analysis.soak.drift import Trend, fit_trend
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError, SoakConfig, SweepConfig, load_config, parse_config
-from llmload.core.records import RecordFileError, iter_indexed_record_lines
-from llmload.core.run_files import RunFiles
+from llmload.core.files.records import RecordFileError, iter_indexed_record_lines
+from llmload.core.files.run_files import RunFiles
 from llmload.core.stats import percentile
 
 # the soak verdict in the common exit codes (llmload.core.exit_codes): a breach is a failure

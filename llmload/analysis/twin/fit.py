@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from llmload.analysis.run.sweep_rows import WARMUP_PHASE
-from llmload.core.records import RequestRecord
+from llmload.core.files.records import RequestRecord
 
 MAX_DRAFT = 7  # the simulator's default draft tokens per step: the accept length's distribution
 SIM_DEFAULT_MAX_NUM_SEQS = 256

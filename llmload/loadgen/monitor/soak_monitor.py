@@ -25,7 +25,7 @@ import gevent
 
 from llmload.analysis.soak.verdict import EXIT_NOT_RUN, soak_report
 from llmload.core.config import ConfigError
-from llmload.core.records import RecordFileError
+from llmload.core.files.records import RecordFileError
 from llmload.loadgen.run.ladder import LadderHook, LadderShape
 from llmload.output.soak_output import write_outputs
 

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 from llmload.analysis.capacity import CapacitySearch, fmt_load
 from llmload.core.config import SweepConfig
+from llmload.core.files.records import RequestRecord
 from llmload.core.names import WARMUP_RUNG
-from llmload.core.records import RequestRecord
 from llmload.loadgen.run.messages import Stage
 from llmload.loadgen.run.stage_plan import probe_stage
 from llmload.loadgen.run.stage_protocol import StageProgress

@@ -42,7 +42,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError
-from llmload.core.run_files import RunFiles
+from llmload.core.files.run_files import RunFiles
 from llmload.loadgen.monitor.health_sampler import MSG_HEALTH
 from llmload.loadgen.monitor.preflight import PreflightError
 from llmload.loadgen.run.messages import MSG_RECORD, MSG_STAGE, MSG_USER_DONE, MSG_USER_READY, stage_message
@@ -53,7 +53,7 @@ from llmload.loadgen.run.stage_protocol import Announced, Finished, LadderDone, 
 from llmload.loadgen.run.worker_state import process_state
 
 log = logging.getLogger("llmload")
-# why a run cannot start, as the kind of its error (llmload.core.run_errors.KINDS)
+# why a run cannot start, as the kind of its error (llmload.core.files.run_errors.KINDS)
 START_ERRORS = ((ConfigError, "bad_config"), (PreflightError, "preflight"), (OSError, "io"))
 
 

@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from llmload.analysis.run.reconcile import Tally, check_inputs, check_rung
 from llmload.core.config import SweepConfig
+from llmload.core.files.records import RequestRecord
 from llmload.core.names import WARMUP_RUNG
-from llmload.core.records import RequestRecord
 from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.run.stage_protocol import StageProgress, StageProtocol
 

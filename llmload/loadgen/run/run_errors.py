@@ -1,7 +1,7 @@
 """The errors of one ladder run on the master (or the local process), each recorded once.
 
 Owns `RunErrors.record`, the one way the Locust side tells an error of a run (the kinds:
-`llmload.core.run_errors.KINDS`): logged as `llmload: <message>` (people read Locust's output),
+`llmload.core.files.run_errors.KINDS`): logged as `llmload: <message>` (people read Locust's output),
 the exit code set when the error carries one, and kept, in order and each once, in the run file's
 `errors` (programs read that, e.g. `llmload sweep`). Before the run has a run file of its own
 (its start failed: a refused configuration, the preflight) it writes one with no stages that
@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llmload.core.records import new_run_id
-from llmload.core.run_errors import RunError
-from llmload.core.run_files import write_run_json
+from llmload.core.files.records import new_run_id
+from llmload.core.files.run_errors import RunError
+from llmload.core.files.run_files import write_run_json
 
 log = logging.getLogger("llmload")
 
@@ -42,7 +42,7 @@ class RunErrors:
     def record(self, kind: str, message: str, exit_code: int | None = None) -> None:
         """Log the error, set its exit code, keep it in the run file; an error recorded again
         (same kind, message and code) is neither logged nor kept twice. ValueError for a kind
-        not in `llmload.core.run_errors.KINDS`."""
+        not in `llmload.core.files.run_errors.KINDS`."""
         error = RunError(kind, message, exit_code)
         if exit_code is not None:
             self.environment.process_exit_code = exit_code

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.core.config import SweepConfig
-from llmload.core.records import RecordWriter, RequestRecord, new_run_id
-from llmload.core.run_files import RunFiles, write_run_json
+from llmload.core.files.records import RecordWriter, RequestRecord, new_run_id
+from llmload.core.files.run_files import RunFiles, write_run_json
 from llmload.loadgen.run.capacity_probes import CapacityProbes
 from llmload.loadgen.run.messages import Stage, config_to_dict
 from llmload.loadgen.run.record_sinks import RecordSink, RungReconciler

@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from llmload.analysis.run.rung_tally import RungTally, SweepTally, percentile_or_none
+from llmload.core.files.records import RequestRecord
 from llmload.core.names import WARMUP_RUNG, rung_name
-from llmload.core.records import RequestRecord
 from llmload.loadgen.run.run_state import RunState
 from llmload.output.table import fmt_num
 

@@ -21,8 +21,8 @@ from flask import Response, make_response, request
 from werkzeug.datastructures import ImmutableMultiDict
 
 from llmload.analysis.run.postprocess import load_run
-from llmload.core.records import RecordFileError
-from llmload.core.run_files import RunFiles
+from llmload.core.files.records import RecordFileError
+from llmload.core.files.run_files import RunFiles
 from llmload.loadgen.run.ladder import LadderShape
 from llmload.loadgen.webui.live_sweep import LiveSweep
 from llmload.loadgen.webui.token_charts import CHARTS_PATH, register_charts

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmload.core.records import RecordFileError
+from llmload.core.files.records import RecordFileError
 
-RECORDS = "_records.jsonl"  # one RequestRecord per request (llmload.core.records)
+RECORDS = "_records.jsonl"  # one RequestRecord per request (llmload.core.files.records)
 RUN = "_run.json"  # the ladder's own account: stages, start times, finished or not, the config
 HEALTH = "_health.jsonl"  # the generator's health samples (llmload.loadgen.monitor.health_sampler)
 ENVIRONMENT = "_env.json"  # what produced the run (llmload.core.run_environment)

@@ -12,7 +12,7 @@ microseconds (`round(t * 1e6)`, half to even: the client records them to the mic
 times (count `NO_TIMES`): its line is decoded in full.
 
 The records file stays the truth. The post-processor (`llmload.analysis.run.records_pass`, through
-`llmload.core.records.iter_indexed_record_lines`) uses an entry only for the line it was written
+`llmload.core.files.records.iter_indexed_record_lines`) uses an entry only for the line it was written
 with: the same offset and length, times whose bytes have the entry's checksum, the same last
 time as the line's `chunk_times` list, and an index file at least as new as the records file (a
 records file edited after the run is read without its index). Any other line is decoded in

@@ -25,9 +25,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from llmload.core.chunk_index import DAMAGED, MAGIC, ChunkIndex, index_path, last_micros
-from llmload.core.chunk_index import entry as index_entry
-from llmload.core.jsonl import decode, iter_lines, iter_lines_at
+from llmload.core.files.chunk_index import DAMAGED, MAGIC, ChunkIndex, index_path, last_micros
+from llmload.core.files.chunk_index import entry as index_entry
+from llmload.core.files.jsonl import decode, iter_lines, iter_lines_at
 
 OUTCOME_OK = "ok"
 
@@ -317,7 +317,7 @@ class RecordWriter:
     """Appends records as JSON lines (`encode_json`: orjson, since the master writes one per
     request and json's encoder is the slower by far: docs/generator-cost.md), each flushed (and
     fsync'ed if asked); with `chunk_index`, each record's chunk times into the file's index too
-    (`llmload.core.chunk_index`), after its line."""
+    (`llmload.core.files.chunk_index`), after its line."""
 
     def __init__(
         self, path: Path, *, fsync: bool = True, truncate: bool = False, chunk_index: bool = False
@@ -412,7 +412,7 @@ class IndexMismatch(Exception):
 def parse_indexed_record(
     line: bytes, count: int, micros: bytes
 ) -> tuple[dict[str, Any], RequestRecord] | None:
-    """The record of a line whose chunk times its index entry holds (`llmload.core.chunk_index`:
+    """The record of a line whose chunk times its index entry holds (`llmload.core.files.chunk_index`:
     `count` times, as int32 `micros`), decoded without them: its `chunk_times` is left empty.
     The entry was written with this line (same offset and length, an index not older than the
     file), so the line is `RecordWriter`'s JSON of a record whose times are finite numbers: its
@@ -454,7 +454,7 @@ def iter_record_lines(
     """Yield (line number, (JSON object, record) or None) for each non-blank line, one at a time;
     None for a line that does not parse (for example the half-written last line of a killed run).
     RecordFileError when the file is missing or cannot be read. `start`, `end`: a byte range of
-    whole lines, numbered from 1 at `start` (`llmload.core.jsonl.iter_lines`)."""
+    whole lines, numbered from 1 at `start` (`llmload.core.files.jsonl.iter_lines`)."""
     with _reading(path):
         for lineno, line in iter_lines(path, start, end):
             yield lineno, parse_record(line)
@@ -464,7 +464,7 @@ def iter_indexed_record_lines(
     path: Path, start: int = 0, end: int | None = None, damaged: list[int] | None = None
 ) -> Iterator[tuple[int, tuple[dict[str, Any], RequestRecord] | None, bytes | None]]:
     """`iter_record_lines` with each record's chunk times from the file's index when it has one
-    for the line (`llmload.core.chunk_index`): (line number, parsed, int32 microseconds); then
+    for the line (`llmload.core.files.chunk_index`): (line number, parsed, int32 microseconds); then
     the record's `chunk_times` is empty and the microseconds are its times. None for the lines the
     index does not hold: their records hold their times. `damaged` gets the number of each line
     whose entry fails its checksum or disagrees with the line (that line is decoded in full)."""
