@@ -1,6 +1,6 @@
 """What a request trace asks of a server, before it is replayed: lengths, rate over time, cache hits.
 
-Definitions (over the lines of the replay window, `llmload.core.trace_file`):
+Definitions (over the lines of the replay window, `llmload.core.workload.trace_file`):
 - ISL / OSL: `input_length` / `output_length` per line, summarized from raw values.
 - rate over time: lines per bin of `bin_s` seconds of replay time (trace time / speed), as
   requests per second; the first bin starts at the window's start.
@@ -21,7 +21,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from llmload.core.stats import DEFAULT_PERCENTILES, Summary, summarize
-from llmload.core.trace_file import BLOCK_TOKENS, TraceLine
+from llmload.core.workload.trace_file import BLOCK_TOKENS, TraceLine
 from llmload.sim.prefix_cache import PrefixCache
 
 

@@ -25,7 +25,7 @@ from llmload.analysis.trace_stats import TraceStats, trace_stats
 from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.stats import Summary
-from llmload.core.trace_file import BLOCK_TOKENS, read_trace, replay_window
+from llmload.core.workload.trace_file import BLOCK_TOKENS, read_trace, replay_window
 
 
 def _sizes(text: str) -> list[int]:

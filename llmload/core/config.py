@@ -35,9 +35,9 @@ from llmload.core.checks import (
     section,
     string,
 )
-from llmload.core.lengths import Lengths, length_flag, length_key, parse_scenario
-from llmload.core.prompt_files import PROMPT_FORMATS
 from llmload.core.schema import parse_section, setting, settings, shown
+from llmload.core.workload.lengths import Lengths, length_flag, length_key, parse_scenario
+from llmload.core.workload.prompt_files import PROMPT_FORMATS
 
 DEFAULT_PROMPT = (
     "Write a detailed technical explanation of how continuous batching and speculative decoding "

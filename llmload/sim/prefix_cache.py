@@ -2,7 +2,7 @@
 
 The model (the same one `llmload trace-stats` uses to predict hit rates):
 - A prompt is a sequence of token units (`prompt_units`): the BOS unit, then the simulator's
-  tokens of a completions prompt (`llmload.core.token_count.text_tokens`), or for chat, per
+  tokens of a completions prompt (`llmload.core.workload.token_count.text_tokens`), or for chat, per
   message three template units then the tokens of its content; so unit i is the prompt's token i, and
   the units count exactly the tokens `count_tokens` / `chat_prompt` count.
 - Its full blocks of `block_size` units get keys chained over the prefix (a block's key hashes
@@ -23,7 +23,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
-from llmload.core.token_count import text_tokens
+from llmload.core.workload.token_count import text_tokens
 from llmload.sim.tokens import BOS_TOKENS, CHAT_TEMPLATE_TOKENS_PER_MESSAGE
 
 TEMPLATE_UNITS = ("<|start|>", "<|sep|>")  # with the role unit: 3 per chat message

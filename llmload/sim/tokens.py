@@ -1,7 +1,7 @@
 """The simulator's toy tokenizer and its deterministic "model output".
 
 Prompts are counted like a byte-pair-encoding tokenizer counts them, so a client that assumes
-one token per word is caught: by llmload's model of one (`llmload.core.token_count`: the text cut
+one token per word is caught: by llmload's model of one (`llmload.core.workload.token_count`: the text cut
 into pieces as GPT-2's pre-tokenizer does, a run of letters with its leading space, each digit,
 each other character, runs of whitespace; a letters piece costs one token per started
 `LETTERS_PER_TOKEN` letters, common short words: 1, "government": 2, every other piece 1), and a
@@ -27,7 +27,7 @@ import random
 import zlib
 from collections.abc import Collection, Sequence
 
-from llmload.core.token_count import text_tokens
+from llmload.core.workload.token_count import text_tokens
 
 # Plain ASCII words with no characters JSON would escape, so a chunk's text can be built by
 # concatenation and the token count survives any client-side whitespace split; none longer than

@@ -14,7 +14,7 @@ from llmload.analysis.trace_stats import predicted_cached_tokens
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
 from llmload.core.stats import percentile
-from llmload.core.trace_file import read_trace, replay_window
+from llmload.core.workload.trace_file import read_trace, replay_window
 from llmload.servers.process import free_port
 from llmload.sim.truth import load_truth
 

@@ -13,7 +13,7 @@ from fixtures.paths import REPO
 from llmload.cli.sweep_run import SweepRun, locust_command, run_sweep
 from llmload.core.config import ConfigError, SweepConfig, load_config
 from llmload.core.files.records import RequestRecord, read_records
-from llmload.core.prompt_files import load_prompt_file
+from llmload.core.workload.prompt_files import load_prompt_file
 from llmload.loadgen.workload.prompts import WORDS, Workload, calibrate, tag_words, workload_for
 from llmload.sim.truth import load_truth
 

@@ -15,7 +15,7 @@ from fixtures.real_runs import sweep_ladder
 from llmload.analysis.run.postprocess import load_run
 from llmload.core.config import parse_config
 from llmload.core.files.records import read_records
-from llmload.core.lengths import Lengths
+from llmload.core.workload.lengths import Lengths
 
 pytestmark = pytest.mark.real
 

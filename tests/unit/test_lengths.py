@@ -1,4 +1,4 @@
-"""Length distributions (llmload.core.lengths): the drawn lengths follow the asked distribution
+"""Length distributions (llmload.core.workload.lengths): the drawn lengths follow the asked distribution
 (mean within 2 %, a Kolmogorov-Smirnov test at 1 % does not reject), a seed gives the same
 sequence twice, any split of the indices gives back the single sequence, a scenario string equals
 its mapping, and bad parameters are one line naming the key (fuzzed)."""
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from llmload.core.checks import ConfigError
 from llmload.core.config import load_config, parse_config
-from llmload.core.lengths import Lengths, parse_lengths, parse_scenario
+from llmload.core.workload.lengths import Lengths, parse_lengths, parse_scenario
 from llmload.loadgen.options import run_config
 from llmload.loadgen.run.messages import config_to_dict
 from llmload.loadgen.workload.arrivals import slot_indices

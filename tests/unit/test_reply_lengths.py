@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from llmload.core.checks import ConfigError
 from llmload.core.config import load_config, parse_config
-from llmload.core.lengths import Lengths, parse_lengths
-from llmload.core.prompt_files import load_prompt_file, load_replies
-from llmload.core.token_count import count_text_tokens, text_tokens
+from llmload.core.workload.lengths import Lengths, parse_lengths
+from llmload.core.workload.prompt_files import load_prompt_file, load_replies
+from llmload.core.workload.token_count import count_text_tokens, text_tokens
 from llmload.loadgen.options import run_config
 from llmload.loadgen.run.messages import config_to_dict
 from llmload.sim.tokens import BOS_TOKENS, count_tokens

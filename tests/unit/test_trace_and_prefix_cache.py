@@ -14,7 +14,7 @@ from fixtures.sim_calibration import SIM_OVERHEAD, SIM_VOCAB
 from llmload.analysis.trace_stats import block_ids, predicted_cached_tokens, rate_bins, trace_stats
 from llmload.cli.trace_stats import main as trace_stats_main
 from llmload.core.config import ConfigError, SweepConfig
-from llmload.core.trace_file import TraceLine, parse_trace, read_trace, replay_window
+from llmload.core.workload.trace_file import TraceLine, parse_trace, read_trace, replay_window
 from llmload.loadgen.workload.trace import TraceWorkload
 from llmload.sim.prefix_cache import PrefixCache, block_keys, prompt_units
 from llmload.sim.tokens import CHAT_TEMPLATE_TOKENS_PER_MESSAGE, chat_prompt, count_tokens

@@ -26,8 +26,8 @@ from locust.runners import WorkerRunner
 from llmload.analysis.identity.determinism import digest
 from llmload.core.config import SweepConfig
 from llmload.core.files.records import RequestRecord, encode_json
-from llmload.core.lengths import draw
 from llmload.core.names import REQUEST_TYPE
+from llmload.core.workload.lengths import draw
 from llmload.loadgen.monitor.preflight import auth_headers
 from llmload.loadgen.options import api_key
 from llmload.loadgen.request.client import RequestContext, send_request

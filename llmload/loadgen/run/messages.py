@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 
 from llmload.core.config import SweepConfig, parse_config
-from llmload.core.lengths import Lengths
 from llmload.core.names import WARMUP_RUNG, rung_name
+from llmload.core.workload.lengths import Lengths
 
 MSG_STAGE = "llmload_stage"
 MSG_RECORD = "llmload_record"

@@ -23,8 +23,8 @@ from llmload.analysis.run.health import health_path
 from llmload.core.config import SweepConfig
 from llmload.core.files.records import RecordWriter, new_run_id
 from llmload.core.files.run_files import RunFiles
-from llmload.core.lengths import as_lengths
-from llmload.core.prompt_files import load_prompt_file
+from llmload.core.workload.lengths import as_lengths
+from llmload.core.workload.prompt_files import load_prompt_file
 from llmload.loadgen.monitor.preflight import auth_headers, preflight, tls_context
 from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.run.capacity_probes import CapacityProbes

@@ -12,17 +12,17 @@ Sources (config keys):
   anchor) is measured from `usage.prompt_tokens` of a probe request (from `/tokenize` when the
   server sends no usage). The run re-checks every request's `usage.prompt_tokens` against N
   (`llmload.analysis.run.reconcile.check_inputs`).
-- `prompt_tokens: {dist: ...}` (llmload.core.lengths): request i asks its own drawn length; the
+- `prompt_tokens: {dist: ...}` (llmload.core.workload.lengths): request i asks its own drawn length; the
   pool holds prompts of the longest length, and each request's is cut to its length (every body
   word is one token, so a cut of k words is k tokens shorter).
 - `shared_prefix_ratio: r`: the first r of a synthetic prompt's words are the same in every
   request (a system-prompt-like prefix a prefix cache can reuse); the rest differ per prompt.
 - `prompt_file`: text (one prompt per non-empty line), JSONL (objects with a "prompt" field), or
   ShareGPT JSON (a list of {"conversations": [{"from": "human", "value": ...}, ...]}; the first
-  human turn is the prompt), read by `llmload.core.prompt_files.load_prompt_file`.
+  human turn is the prompt), read by `llmload.core.workload.prompt_files.load_prompt_file`.
   `prompt_format: auto` picks by content. Every request asks for `max_tokens` with `ignore_eos`,
   so rungs stay comparable; `max_tokens: {dist: empirical, replies: true}` draws it from the
-  lengths of the file's replies (`llmload.core.lengths`), independently of the prompt.
+  lengths of the file's replies (`llmload.core.workload.lengths`), independently of the prompt.
 - `unique_prompts: true`: a per-request tag makes every prompt unique (defeats prefix caching);
   it goes right after the shared prefix, so the prefix stays shared. In a synthetic prompt the tag
   is `TAG_WORDS` one-token words (picked by a hash of the request id) counted inside N; in other
@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmload.core.config import ConfigError, SweepConfig
-from llmload.core.lengths import as_lengths
-from llmload.core.prompt_files import load_prompt_file
+from llmload.core.workload.lengths import as_lengths
+from llmload.core.workload.prompt_files import load_prompt_file
 from llmload.loadgen.request.payload import endpoint_path
 
 # Common English words; real BPE tokenizers give about one token each (with the leading space).

@@ -1,6 +1,6 @@
 """Trace replay (`mode: trace`): the requests of a trace file, their schedule and their prompts.
 
-One stage replays the window of `trace_file` (`llmload.core.trace_file`) with `max_concurrency`
+One stage replays the window of `trace_file` (`llmload.core.workload.trace_file`) with `max_concurrency`
 users as client slots, through the rate mode's machinery: a free user takes the next line from
 the process's `ArrivalQueue`, sleeps until it is due and sends it; with several processes or
 workers each sends its slots' share of the one schedule. Lateness, t_start - t_scheduled, is in
@@ -29,7 +29,7 @@ import random
 from collections.abc import Hashable, Sequence
 
 from llmload.core.config import ConfigError, SweepConfig
-from llmload.core.trace_file import BLOCK_TOKENS, TraceLine, read_trace, replay_window
+from llmload.core.workload.trace_file import BLOCK_TOKENS, TraceLine, read_trace, replay_window
 from llmload.loadgen.workload.prompts import ANCHOR, synthetic_text
 
 

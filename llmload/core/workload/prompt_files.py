@@ -1,5 +1,5 @@
 """Prompt files: their prompts (`prompt_file`) and the replies that follow them (the `replies`
-form of an empirical length distribution, `llmload.core.lengths`).
+form of an empirical length distribution, `llmload.core.workload.lengths`).
 
 Formats (`prompt_format`; `auto` picks by the first character: `[` ShareGPT, `{` JSONL, else
 lines):

@@ -10,7 +10,7 @@ A length is a number (every request the same, as before) or a mapping:
 - `{dist: empirical, file: path}`: the lengths of a file, one integer per non-empty line
   (`load_empirical`), each as likely as its share of the lines (or `values: [...]` inline, or
   `replies: FILE`: the token lengths of a ShareGPT / JSONL prompt file's replies, counted by
-  `llmload.core.token_count`; `replies: true`: those of the run's `prompt_file`); `min` / `max`
+  `llmload.core.workload.token_count`; `replies: true`: those of the run's `prompt_file`); `min` / `max`
   keep the lengths in [min, max] (the others are left out, as a truncated normal leaves its
   tails out).
 
@@ -36,9 +36,9 @@ from typing import Any
 import yaml
 
 from llmload.core.checks import ConfigError, expect
-from llmload.core.prompt_files import PROMPT_FORMATS, load_replies
 from llmload.core.schema import shown
-from llmload.core.token_count import count_text_tokens
+from llmload.core.workload.prompt_files import PROMPT_FORMATS, load_replies
+from llmload.core.workload.token_count import count_text_tokens
 
 DISTS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 _KEYS = {
@@ -247,7 +247,7 @@ def _path(source: str, key: str, value: Any, base: Path | None) -> Path:
 def reply_lengths(source: str, key: str, value: dict[str, Any], base: Path | None) -> tuple[int, ...]:
     """The token lengths of a prompt file's replies (`{dist: empirical, replies: FILE}`, `format`
     the file's, default auto), each counted by llmload's model of a BPE tokenizer
-    (`llmload.core.token_count`, the simulator's). `replies: true`, the run's own prompt_file,
+    (`llmload.core.workload.token_count`, the simulator's). `replies: true`, the run's own prompt_file,
     is made `replies: <prompt_file>` by the configuration (`llmload.core.config`) before this."""
     replies = value["replies"]
     if replies is True:

@@ -6,7 +6,7 @@ leading space, each digit, each other character, runs of whitespace); a letters 
 token per started `LETTERS_PER_TOKEN` letters (common short words: 1, "government": 2), every
 other piece 1. Two users: the simulator counts prompts with it (`llmload.sim.tokens`, which adds
 BOS and the chat template), and the `replies` form of an empirical length distribution
-(`llmload.core.lengths`) counts a prompt file's replies with it, so on the simulator a reply's
+(`llmload.core.workload.lengths`) counts a prompt file's replies with it, so on the simulator a reply's
 length is exactly the tokens the simulator's tokenizer gives its text. On a real server it is an
 estimate: real tokenizers merge common pairs of punctuation, digits and whitespace, and split
 rare words differently.
