@@ -54,7 +54,7 @@ from llmload.core.exit_codes import BAD_INPUT
 from llmload.core.files.records import RecordFileError, RequestRecord
 from llmload.core.schema import settings as config_settings
 from llmload.loadgen.options import run_config
-from llmload.loadgen.request.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
+from llmload.loadgen.stream.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
 from llmload.output.run_table import render_run
 from llmload.output.table import FORMATS
 from llmload.sim.__main__ import SimFlagError, build_parser, config_from_args

@@ -1,6 +1,6 @@
 """The package's shape (docs/architecture.md): no import circle between llmload's modules, counting
-every import (top-level, inside functions, under TYPE_CHECKING). The circle finder is checked on a
-planted circle, so a pass means something."""
+every import (top-level, inside functions, under TYPE_CHECKING), and no folder of more than 15
+modules. The circle finder is checked on a planted circle, so a pass means something."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import ast
 from pathlib import Path
 
 from fixtures.paths import REPO
+
+MAX_MODULES = 15  # modules of one folder, its __init__ and __main__ not counted
 
 
 def module_names(root: Path) -> dict[str, Path]:
@@ -94,3 +96,12 @@ def test_a_planted_circle_is_found(tmp_path: Path) -> None:
     (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n")
     (pkg / "d.py").write_text("import pkg.a\n")  # imports into the circle, not part of it
     assert import_circles(pkg) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+
+
+def test_no_folder_holds_more_than_15_modules() -> None:
+    crowded = {}
+    for folder in sorted(p for p in (REPO / "llmload").rglob("*") if p.is_dir() and p.name != "__pycache__"):
+        modules = [p for p in folder.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+        if len(modules) > MAX_MODULES:
+            crowded[str(folder.relative_to(REPO))] = len(modules)
+    assert crowded == {}

@@ -1,4 +1,4 @@
-"""Several messages taken by one read (llmload.loadgen.request.sse.StreamAccumulator.feed_read): only the
+"""Several messages taken by one read (llmload.loadgen.stream.sse.StreamAccumulator.feed_read): only the
 read's last message is timed by its stamp; the chunks before it, and t_first among them, are
 marked with how late that stamp may be for them: by the stream's previous read when a token chunk
 shares the read with a later message, by the polls' bound when the read's only token chunk is its
@@ -10,8 +10,8 @@ import pytest
 
 from llmload.analysis.run.uncertainty import Uncertainty, request_bounds
 from llmload.core.files.records import RequestRecord
-from llmload.loadgen.request.sse import EXACT_SLACK_S, StreamAccumulator
 from llmload.loadgen.run.stage_protocol import start_spread
+from llmload.loadgen.stream.sse import EXACT_SLACK_S, StreamAccumulator
 
 
 def chunk(text: str, finish: str | None = None) -> bytes:

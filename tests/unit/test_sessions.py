@@ -12,7 +12,7 @@ from fixtures.sim_calibration import SIM_VOCAB
 from llmload.analysis.run.production_traffic import replay_warnings, turn_metrics
 from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.core.config import ConfigError, SessionConfig, parse_config
-from llmload.loadgen.request.sse import StreamAccumulator
+from llmload.loadgen.stream.sse import StreamAccumulator
 from llmload.loadgen.workload.sessions import Session, play_sessions
 from llmload.sim.tokens import BOS_TOKENS, CHAT_TEMPLATE_TOKENS_PER_MESSAGE, chat_prompt
 

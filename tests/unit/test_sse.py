@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from llmload.loadgen.request.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
+from llmload.loadgen.stream.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
 
 
 def sse(*events: dict | str) -> list[bytes]:

@@ -1,7 +1,7 @@
 """How late the times of TTFT, ITL and TPOT may be where the generator read a stream late.
 
 A record marks the chunks whose time is not their own (several messages taken by one read, all
-stamped with the newest packet's arrival: `llmload.loadgen.request.sse.StreamAccumulator.feed_read`),
+stamped with the newest packet's arrival: `llmload.loadgen.stream.sse.StreamAccumulator.feed_read`),
 each with the most it may be late (`uncertain_chunks`, `uncertain_ms`), and t_first the same way
 (`ttft_uncertain_ms`). Per value that makes:
 - TTFT: `ttft_uncertain_ms`;

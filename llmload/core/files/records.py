@@ -57,7 +57,7 @@ class RequestRecord:
     stamps: str = "user"  # "kernel": message times are kernel receive stamps; "user": read times
     read_delay_ms: float | None = None  # kernel stamps: longest arrival-to-read delay of the generator
     # kernel stamps: chunks that shared a read with a later message (the generator read late), and
-    # for each the most its time may be late, ms; the same for t_first (llmload.loadgen.request.sse.feed_read)
+    # for each the most its time may be late, ms; the same for t_first (llmload.loadgen.stream.sse.feed_read)
     uncertain_chunks: list[int] | None = None
     uncertain_ms: list[float] | None = None
     ttft_uncertain_ms: float | None = None

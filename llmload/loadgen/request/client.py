@@ -32,7 +32,7 @@ import numpy as np
 from llmload.analysis.identity.determinism import text_digests
 from llmload.core.config import RetryConfig
 from llmload.core.files.records import OUTCOME_OK, RequestRecord, encode_json, new_record
-from llmload.loadgen.request.sse import StreamAccumulator
+from llmload.loadgen.stream.sse import StreamAccumulator
 from llmload.loadgen.transport.exchange import RequestFailed, Transport
 from llmload.loadgen.transport.receive_stamps import KERNEL, ReceiveClock
 

@@ -38,7 +38,7 @@ from geventhttpclient.client import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from llmload.loadgen.monitor.preflight import tls_context
-from llmload.loadgen.request.sse import MalformedStream, StreamAccumulator, StreamErrorEvent, check_usage
+from llmload.loadgen.stream.sse import MalformedStream, StreamAccumulator, StreamErrorEvent, check_usage
 from llmload.loadgen.transport.connections import Lease, UserConnections
 from llmload.loadgen.transport.receive_stamps import ReceiveClock, stamp_receive_times
 from llmload.loadgen.transport.request_head import RequestHeads, send_post

@@ -43,7 +43,7 @@ from gevent.monkey import get_original
 
 from llmload.core.kernel_stamps import ANCILLARY_SIZE
 from llmload.loadgen.request.send_gate import send_gate
-from llmload.loadgen.request.sse import StreamAccumulator
+from llmload.loadgen.stream.sse import StreamAccumulator
 from llmload.loadgen.transport.ghc_adapter import (
     body_buffer,
     raw_socket,

@@ -23,7 +23,7 @@ Definitions (as vLLM `bench serve`, see docs/metrics.md):
   shared a read with a later message (`feed_read`); `ttft_uncertain`: the same for t_first.
 
 The token-chunk fast path (`feed_lines`): a line that matches the stream's token-chunk template
-is a token chunk, recorded without a JSON decode (llmload.loadgen.request.sse_template).
+is a token chunk, recorded without a JSON decode (llmload.loadgen.stream.sse_template).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from llmload.loadgen.request.sse_template import TEMPLATE_TRIES, learn_template, not_ascii_plain, plain
+from llmload.loadgen.stream.sse_template import TEMPLATE_TRIES, learn_template, not_ascii_plain, plain
 
 # The hot path decodes a data line with orjson straight from bytes (the parse is the reader's
 # largest cost after the socket: benchmarks/sse_parse.py, figures in docs/generator-cost.md).
@@ -171,7 +171,7 @@ class StreamAccumulator:
 
     def _learn_template(self, line: bytes | bytearray) -> None:
         """Make `line`, just parsed in full, the stream's token-chunk template if it is one
-        (llmload.loadgen.request.sse_template); else leave it."""
+        (llmload.loadgen.stream.sse_template); else leave it."""
         self._tries -= 1
         template = learn_template(line, self.chat)
         if template is not None:

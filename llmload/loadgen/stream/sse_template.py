@@ -1,5 +1,5 @@
 """A stream's token-chunk template: the fast path of `StreamAccumulator.feed_lines`
-(llmload.loadgen.request.sse) for token chunks, and the proof that makes it safe.
+(llmload.loadgen.stream.sse) for token chunks, and the proof that makes it safe.
 
 A server writes every token chunk of a stream the same way except for its text (vLLM:
 `{"id":…,"choices":[{"index":0,"text":" the","logprobs":null,"finish_reason":null,…}]}`). The

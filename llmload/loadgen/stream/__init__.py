@@ -1,0 +1,7 @@
+"""A streamed answer, parsed: the SSE accumulator that turns an OpenAI-compatible stream's messages
+into token chunks with their receive times, counts and usage, and marks what a late read may have
+delayed (`sse`), and its fast path for a stream's repeated token-chunk shape (`sse_template`).
+
+May import: `llmload.core` and `llmload.analysis`; nothing else of `llmload.loadgen` (the
+transport feeds it, the request client reads it).
+"""
