@@ -1,4 +1,4 @@
-"""Reads before writes (llmload.loadgen.request.send_gate): a quiet loop sends at once; sends that come
+"""Reads before writes (llmload.loadgen.transport.send_gate): a quiet loop sends at once; sends that come
 after the turn's slice wait in line, are let go in order after the next poll, and a user alone
 in line is still let go (its wait keeps the loop alive)."""
 
@@ -8,7 +8,7 @@ import time
 
 import gevent
 
-from llmload.loadgen.request.send_gate import SEND_SLICE_S, send_gate
+from llmload.loadgen.transport.send_gate import SEND_SLICE_S, send_gate
 
 
 def _poll() -> None:

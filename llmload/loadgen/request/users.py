@@ -32,12 +32,12 @@ from llmload.loadgen.monitor.preflight import auth_headers
 from llmload.loadgen.options import api_key
 from llmload.loadgen.request.client import RequestContext, send_request
 from llmload.loadgen.request.payload import build_payload, endpoint_path
-from llmload.loadgen.request.send_gate import send_gate
 from llmload.loadgen.run.messages import MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
 from llmload.loadgen.run.stage_plan import stage_trace
 from llmload.loadgen.run.worker_state import ProcessState, process_state
 from llmload.loadgen.shutdown import cut_by_stop
 from llmload.loadgen.transport.exchange import Transport
+from llmload.loadgen.transport.send_gate import send_gate
 from llmload.loadgen.workload.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_indices
 from llmload.loadgen.workload.prompts import workload_for
 from llmload.loadgen.workload.sessions import Turn, play_sessions
@@ -195,7 +195,7 @@ class LLMUser(User):
         `index` picks the prompt (default: the process's next; trace mode: the trace line);
         `t_scheduled` is the rate-mode arrival; `turn` a session's messages, whose reply text
         goes to `on_reply`."""
-        send_gate().wait_turn()  # reads before writes (llmload.loadgen.request.send_gate)
+        send_gate().wait_turn()  # reads before writes (llmload.loadgen.transport.send_gate)
         config = self._stage_config(stage)
         request_id = os.urandom(16).hex()  # 32 random hex digits, as uuid4().hex, without a UUID object
         index = next_prompt_index(self._process, stage, self._worker) if index is None else index

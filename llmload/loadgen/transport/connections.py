@@ -38,7 +38,6 @@ from geventhttpclient.client import HTTPClient
 from geventhttpclient.connectionpool import SSLConnectionPool
 
 from llmload.core.config import CONNECTION_CLOSE, CONNECTION_KEEP_ALIVE
-from llmload.loadgen.request.send_gate import send_gate
 from llmload.loadgen.transport.ghc_adapter import (
     idle_sockets,
     new_socket,
@@ -46,6 +45,7 @@ from llmload.loadgen.transport.ghc_adapter import (
     pool_of,
     pool_semaphore,
 )
+from llmload.loadgen.transport.send_gate import send_gate
 
 EXPIRY_MARGIN_S = 0.25  # a connection this close to the server's Keep-Alive timeout is not reused
 _select = get_original("select", "select")  # a real non-blocking poll, not gevent's cooperative one

@@ -42,7 +42,6 @@ from gevent.hub import Waiter
 from gevent.monkey import get_original
 
 from llmload.core.kernel_stamps import ANCILLARY_SIZE
-from llmload.loadgen.request.send_gate import send_gate
 from llmload.loadgen.stream.sse import StreamAccumulator
 from llmload.loadgen.transport.ghc_adapter import (
     body_buffer,
@@ -52,6 +51,7 @@ from llmload.loadgen.transport.ghc_adapter import (
     response_socket,
 )
 from llmload.loadgen.transport.receive_stamps import ReceiveClock, StampedSocket
+from llmload.loadgen.transport.send_gate import send_gate
 
 READ_SIZE = 65536  # bytes asked of one recvmsg: one read takes everything a stream has waiting
 IDLE_CHECK_S = 0.1  # how often the silence limits are checked (a limit is exceeded by at most this)
@@ -138,7 +138,7 @@ class StreamReader:
     def _end(self, stream: _Stream) -> None:
         """Stop reading a stream and wake its greenlet with the stream's outcome (None: [DONE]),
         in the send gate's line when the loop's turn has no time left
-        (`llmload.loadgen.request.send_gate`)."""
+        (`llmload.loadgen.transport.send_gate`)."""
         stream.watcher.stop()
         self._streams.discard(stream)  # not silent while it waits in line
         send_gate().wake(stream.waiter, stream.outcome)
