@@ -15,7 +15,7 @@ from typing import Any
 
 from gevent.event import Event
 
-from llmload.loadgen.request.garbage import settle_before_start
+from llmload.loadgen.run.garbage import settle_before_start
 from llmload.loadgen.run.messages import Stage, announced_stage
 from llmload.loadgen.workload.arrivals import ArrivalQueue
 
@@ -33,7 +33,7 @@ class StageBoard:
 
     def announce(self, stage: Stage) -> None:
         if stage.start_at is not None:
-            # a full collection now, not during the rung (llmload.loadgen.request.garbage)
+            # a full collection now, not during the rung (llmload.loadgen.run.garbage)
             settle_before_start()
         self.stage = stage
         changed, self._changed = self._changed, Event()
