@@ -17,8 +17,8 @@ from llmload.core.config import SweepConfig
 from llmload.core.files.records import OUTCOME_OK as OK
 from llmload.core.files.records import RequestRecord
 from llmload.loadgen.request.client import RequestContext, send_request
-from llmload.loadgen.request.payload import COMPLETIONS_PATH, build_payload
 from llmload.loadgen.transport.exchange import Transport
+from llmload.loadgen.workload.payload import COMPLETIONS_PATH, build_payload
 from llmload.servers.process import LOOPBACK
 
 BODIES = {

@@ -16,9 +16,9 @@ from geventhttpclient import HTTPClient
 from llmload.core.config import RetryConfig, SweepConfig
 from llmload.core.files.records import RequestRecord
 from llmload.loadgen.request.client import RequestContext, send_request
-from llmload.loadgen.request.payload import COMPLETIONS_PATH, build_payload
 from llmload.loadgen.transport.exchange import Transport
 from llmload.loadgen.transport.receive_stamps import stamp_receive_times
+from llmload.loadgen.workload.payload import COMPLETIONS_PATH, build_payload
 from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from llmload.core.config import SweepConfig
-from llmload.loadgen.request.payload import endpoint_path
+from llmload.loadgen.workload.payload import endpoint_path
 from llmload.loadgen.workload.prompts import calibrate
 from llmload.loadgen.workload.trace import TraceWorkload
 

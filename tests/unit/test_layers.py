@@ -55,8 +55,8 @@ def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # one upward import across each boundary of the layer order
         ("core/stats.py", "import llmload.analysis.run.metrics", LAYERS),
         ("analysis/run/metrics.py", "import llmload.output.table", LAYERS),
-        ("output/table.py", "import llmload.loadgen.request.payload", LAYERS),
-        ("loadgen/request/payload.py", "import llmload.cli.table", LAYERS),
+        ("output/table.py", "import llmload.loadgen.workload.payload", LAYERS),
+        ("loadgen/workload/payload.py", "import llmload.cli.table", LAYERS),
     ],
 )
 def test_a_planted_forbidden_import_breaks_the_check(

@@ -49,7 +49,7 @@ from typing import Any
 from llmload.core.config import ConfigError, SweepConfig
 from llmload.core.workload.lengths import as_lengths
 from llmload.core.workload.prompt_files import load_prompt_file
-from llmload.loadgen.request.payload import endpoint_path
+from llmload.loadgen.workload.payload import endpoint_path
 
 # Common English words; real BPE tokenizers give about one token each (with the leading space).
 _VOCAB = (
