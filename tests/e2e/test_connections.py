@@ -24,7 +24,7 @@ from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
 from llmload.core.stats import percentile
-from llmload.loadgen.monitor.preflight import tls_context
+from llmload.loadgen.transport.preflight import tls_context
 from llmload.output.table import render
 from llmload.servers.process import LOOPBACK
 from llmload.servers.simulator import sim_flags

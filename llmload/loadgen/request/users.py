@@ -28,7 +28,6 @@ from llmload.core.config import SweepConfig
 from llmload.core.files.records import RequestRecord, encode_json
 from llmload.core.names import REQUEST_TYPE
 from llmload.core.workload.lengths import draw
-from llmload.loadgen.monitor.preflight import auth_headers
 from llmload.loadgen.options import api_key
 from llmload.loadgen.request.client import RequestContext, send_request
 from llmload.loadgen.run.messages import MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
@@ -36,6 +35,7 @@ from llmload.loadgen.run.stage_plan import stage_trace
 from llmload.loadgen.run.worker_state import ProcessState, process_state
 from llmload.loadgen.shutdown import cut_by_stop
 from llmload.loadgen.transport.exchange import Transport
+from llmload.loadgen.transport.preflight import auth_headers
 from llmload.loadgen.transport.send_gate import send_gate
 from llmload.loadgen.workload.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_indices
 from llmload.loadgen.workload.payload import build_payload, endpoint_path

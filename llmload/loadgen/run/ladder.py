@@ -44,13 +44,13 @@ from llmload.core import exit_codes
 from llmload.core.config import ConfigError
 from llmload.core.files.run_files import RunFiles
 from llmload.loadgen.monitor.health_sampler import MSG_HEALTH
-from llmload.loadgen.monitor.preflight import PreflightError
 from llmload.loadgen.run.messages import MSG_RECORD, MSG_STAGE, MSG_USER_DONE, MSG_USER_READY, stage_message
 from llmload.loadgen.run.run_end import RunEnd, may_end
 from llmload.loadgen.run.run_start import begin_run, records_path
 from llmload.loadgen.run.run_state import RecordHook, RunState
 from llmload.loadgen.run.stage_protocol import Announced, Finished, LadderDone, Stalled, Started
 from llmload.loadgen.run.worker_state import process_state
+from llmload.loadgen.transport.preflight import PreflightError
 
 log = logging.getLogger("llmload")
 # why a run cannot start, as the kind of its error (llmload.core.files.run_errors.KINDS)

@@ -2,7 +2,7 @@
 
 Owns what happens before the first stage is announced (`begin_run`): the run configuration read
 once, the users-per-process limit checked before anything is sent, the preflight
-(`llmload.loadgen.monitor.preflight`: `GET /v1/models` and the lengths the model must fit), the prompt file
+(`llmload.loadgen.transport.preflight`: `GET /v1/models` and the lengths the model must fit), the prompt file
 checked and synthetic prompts, traces and sessions calibrated on the server (`prepare_workload`),
 the stages planned (`llmload.loadgen.run.stage_plan`), the run's files started anew (as Locust rewrites
 its CSVs at a second start from the web UI), and the list of sinks every record goes to.
@@ -25,7 +25,6 @@ from llmload.core.files.records import RecordWriter, new_run_id
 from llmload.core.files.run_files import RunFiles
 from llmload.core.workload.lengths import as_lengths
 from llmload.core.workload.prompt_files import load_prompt_file
-from llmload.loadgen.monitor.preflight import auth_headers, preflight, tls_context
 from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.run.capacity_probes import CapacityProbes
 from llmload.loadgen.run.record_sinks import FirstBadRequest, RecordCounter, RecordSink, RungReconciler
@@ -33,6 +32,7 @@ from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.run.run_state import RecordHook, RunState
 from llmload.loadgen.run.stage_plan import check_users_per_process, plan_stages, stall_limit
 from llmload.loadgen.run.stage_protocol import StageProtocol
+from llmload.loadgen.transport.preflight import auth_headers, preflight, tls_context
 from llmload.loadgen.workload.prompts import calibrate, workload_for
 
 log = logging.getLogger("llmload")

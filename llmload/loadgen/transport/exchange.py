@@ -37,9 +37,9 @@ import gevent
 from geventhttpclient.client import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
-from llmload.loadgen.monitor.preflight import tls_context
 from llmload.loadgen.stream.sse import MalformedStream, StreamAccumulator, StreamErrorEvent, check_usage
 from llmload.loadgen.transport.connections import Lease, UserConnections
+from llmload.loadgen.transport.preflight import tls_context
 from llmload.loadgen.transport.receive_stamps import ReceiveClock, stamp_receive_times
 from llmload.loadgen.transport.request_head import RequestHeads, send_post
 from llmload.loadgen.transport.stream_reader import StreamEnded, reader_for

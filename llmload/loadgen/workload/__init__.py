@@ -2,6 +2,6 @@
 reproducible from the seed, and their calibration on the server (`prompts`), multi-turn sessions
 (`sessions`), trace replay (`trace`) and request-rate arrival schedules (`arrivals`).
 
-May import: `llmload.core` (and, for the calibration request, `llmload.loadgen.monitor.preflight`'s
+May import: `llmload.core` (and, for the calibration request, `llmload.loadgen.transport.preflight`'s
 HTTP helpers); never the ladder or a user.
 """
