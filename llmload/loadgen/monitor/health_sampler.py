@@ -21,8 +21,8 @@ import psutil
 from locust.runners import MasterRunner, WorkerRunner
 
 from llmload.analysis.run.health import SAMPLE_INTERVAL_S
+from llmload.loadgen.run.messages import MSG_HEALTH
 
-MSG_HEALTH = "llmload_health"
 PROBE_S = 0.1  # the lag probe's sleep
 
 

@@ -43,8 +43,14 @@ from locust.runners import MasterRunner, WorkerRunner
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError
 from llmload.core.files.run_files import RunFiles
-from llmload.loadgen.monitor.health_sampler import MSG_HEALTH
-from llmload.loadgen.run.messages import MSG_RECORD, MSG_STAGE, MSG_USER_DONE, MSG_USER_READY, stage_message
+from llmload.loadgen.run.messages import (
+    MSG_HEALTH,
+    MSG_RECORD,
+    MSG_STAGE,
+    MSG_USER_DONE,
+    MSG_USER_READY,
+    stage_message,
+)
 from llmload.loadgen.run.run_end import RunEnd, may_end
 from llmload.loadgen.run.run_start import begin_run, records_path
 from llmload.loadgen.run.run_state import RecordHook, RunState

@@ -9,7 +9,8 @@ Owns the wire between the master (or the local process) and the processes that r
 - `llmload_user_done` (user -> master): `{seq, requests, first_send}` once it sent its quota.
 - `llmload_record` (user -> master): one `RequestRecord`, as its dict from a worker (msgpack); in a
   local run the record itself (Locust's local runner calls the listener with the object as sent).
-(`llmload_health`, the generator's health samples, is `llmload.loadgen.monitor.health_sampler`'s.)
+- `llmload_health` (users' process -> master): the generator's health samples, once a second
+  (`llmload.loadgen.monitor.health_sampler` sends them).
 Who sends and who handles each is `llmload.loadgen.run.ladder`'s docstring.
 """
 
@@ -29,6 +30,7 @@ MSG_STAGE = "llmload_stage"
 MSG_RECORD = "llmload_record"
 MSG_USER_DONE = "llmload_user_done"
 MSG_USER_READY = "llmload_user_ready"
+MSG_HEALTH = "llmload_health"
 
 
 @dataclass(frozen=True, slots=True)
