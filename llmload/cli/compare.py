@@ -17,7 +17,7 @@ import json
 import sys
 
 from llmload.analysis.compare import compare_runs, comparison_dict
-from llmload.analysis.identity.output_identity import output_identity
+from llmload.analysis.output_identity import output_identity
 from llmload.analysis.run.postprocess import load_run
 from llmload.core.checks import any_integer, flag_type, integer, non_negative_number, open_unit_interval
 from llmload.core.exit_codes import BAD_INPUT, OK, OUTPUT_CHANGED, REGRESSED

@@ -1,13 +1,13 @@
 """The report of `llmload compare` in table or markdown: the speed comparison of
 llmload.analysis.compare (each figure's change with its interval, and the verdict, rung by rung)
-and under it the output-identity section of llmload.analysis.identity.output_identity."""
+and under it the output-identity section of llmload.analysis.output_identity."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from llmload.analysis.compare import FIGURES, IMPROVED, NOISE, REGRESSED, Change, Comparison
-from llmload.analysis.identity.output_identity import OutputIdentity, RungOutputs
+from llmload.analysis.output_identity import OutputIdentity, RungOutputs
 from llmload.core.names import rung_name
 from llmload.output.grid import report_grid
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fixtures.paths import REPO
 
-from llmload.analysis.identity.output_identity import CHANGED, IDENTICAL, UNMATCHED, output_identity
+from llmload.analysis.output_identity import CHANGED, IDENTICAL, UNMATCHED, output_identity
 from llmload.analysis.run.postprocess import RunResult, load_run
 from llmload.cli import sweep as sweep_command
 from llmload.core.exit_codes import OUTPUT_CHANGED

@@ -14,7 +14,7 @@ import pytest
 from fixtures.paths import REPO
 from fixtures.real_runs import sweep_ladder
 
-from llmload.analysis.identity.output_identity import IDENTICAL, output_identity
+from llmload.analysis.output_identity import IDENTICAL, output_identity
 from llmload.analysis.run.postprocess import load_run
 
 pytestmark = pytest.mark.real

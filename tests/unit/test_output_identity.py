@@ -7,8 +7,8 @@ from typing import Any
 
 from test_determinism import WORDS, record
 
-from llmload.analysis.identity.output_identity import CHANGED, IDENTICAL, UNMATCHED, output_identity
 from llmload.analysis.identity.text_identity import pair_places
+from llmload.analysis.output_identity import CHANGED, IDENTICAL, UNMATCHED, output_identity
 from llmload.analysis.run.postprocess import RunResult
 from llmload.core.files.records import RequestRecord
 

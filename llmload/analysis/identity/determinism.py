@@ -20,7 +20,7 @@ Definitions, per rung (completed requests with a text hash):
   differing / compared.
 - first differing token: where the text first differs from the reference's, in tokens (or
   chunks: `unit`), as llmload.analysis.identity.text_identity finds it; the same comparison of texts
-  serves the check across two runs (`llmload compare`, llmload.analysis.identity.output_identity).
+  serves the check across two runs (`llmload compare`, llmload.analysis.output_identity).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from llmload.analysis.identity.text_identity import checkable, compare_pairs, first_difference
-from llmload.analysis.run.sweep_rows import Rung
 from llmload.core.files.records import RequestRecord
 from llmload.core.names import rung_name
 
@@ -45,6 +45,17 @@ __all__ = [
     "first_difference",
     "text_digests",
 ]
+
+
+class Rung(Protocol):
+    """A rung's requests, as the check reads them (`llmload.analysis.run.sweep_rows.Rung`)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def users(self) -> int: ...
+    @property
+    def records(self) -> list[RequestRecord]: ...
 
 
 def digest(text: str) -> str:

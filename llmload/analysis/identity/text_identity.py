@@ -2,7 +2,7 @@
 
 The one implementation behind both output checks: the greedy-determinism check inside one run
 (llmload.analysis.identity.determinism: each request against its prompt's reference at the lowest
-concurrency) and the output-identity check across two runs (llmload.analysis.identity.output_identity: each
+concurrency) and the output-identity check across two runs (llmload.analysis.output_identity: each
 candidate request against the base request that sent the same prompt at the same place). Each
 builds its (record, reference) pairs; `compare_pairs` counts the differing texts and finds where
 each one first differs.
