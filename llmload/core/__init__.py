@@ -1,5 +1,7 @@
-"""The shared vocabulary every layer uses: the run configuration and its schema, per-request
-records, run-file names, Locust entry names, exit codes and small pure helpers.
+"""The shared vocabulary every layer uses: the run configuration, its schema and value checks
+(`config`, `schema`, `checks`), names, exit codes and small pure helpers; `files/` (records,
+their chunk index, every file of a run) and `workload/` (lengths, prompt files, traces, the token
+model).
 
 Imports nothing of llmload outside `core` (an import-linter contract checks it).
 """

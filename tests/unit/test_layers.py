@@ -14,11 +14,13 @@ from fixtures.paths import REPO
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 LAYERS = "layers: cli > loadgen > output > analysis > core"
+LOADGEN = "loadgen rooms: plugin > webui|monitor > request > run > workload|transport > stream"
+ANALYSIS = "analysis rooms: twin > commands (budget, compare...) > run > identity"
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     """lint-imports on the package under `root`, with the contracts of the repository."""
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"}  # a contract name on one line
     return subprocess.run(
         [str(LINT_IMPORTS), "--config", str(REPO / "pyproject.toml"), "--no-cache"],
         cwd=root,
@@ -57,6 +59,14 @@ def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("analysis/run/metrics.py", "import llmload.output.table", LAYERS),
         ("output/table.py", "import llmload.loadgen.workload.payload", LAYERS),
         ("loadgen/workload/payload.py", "import llmload.cli.table", LAYERS),
+        # one upward import in each room order, and one between two independent rooms
+        ("loadgen/stream/sse.py", "import llmload.loadgen.transport.exchange", LOADGEN),
+        ("loadgen/transport/exchange.py", "import llmload.loadgen.request.client", LOADGEN),
+        ("loadgen/run/ladder.py", "import llmload.loadgen.request.users", LOADGEN),
+        ("loadgen/webui/live_sweep.py", "import llmload.loadgen.monitor.run_monitor", LOADGEN),
+        ("analysis/identity/text_identity.py", "import llmload.analysis.run.metrics", ANALYSIS),
+        ("analysis/run/metrics.py", "import llmload.analysis.compare", ANALYSIS),
+        ("analysis/compare.py", "import llmload.analysis.soak.verdict", ANALYSIS),
     ],
 )
 def test_a_planted_forbidden_import_breaks_the_check(

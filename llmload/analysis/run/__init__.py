@@ -5,5 +5,6 @@ Locust CSV cross-check (`locust_csv`), the generator's health (`health`), timing
 where the generator read late (`uncertainty`), the server's own metrics per rung
 (`server_metrics`) and production-shaped traffic's figures (`production_traffic`).
 
-May import: `llmload.core` and the rest of `llmload.analysis`; never gevent, Locust or tabulate.
+May import: `llmload.core` and `llmload.analysis.identity` (the determinism check); never gevent,
+Locust or tabulate.
 """

@@ -1,5 +1,5 @@
 """A soak run judged from its files: windows, thresholds and the verdict (`verdict`), and the
 straight-line trend with its confidence interval that judges drift (`drift`).
 
-May import: `llmload.core` and `llmload.analysis.run`; never gevent, Locust or tabulate.
+May import: `llmload.core`, `llmload.analysis.run` and `identity`; never gevent, Locust or tabulate.
 """

@@ -3,5 +3,5 @@ the live sweep it shows, tallied from the records the master receives (`live_swe
 token charts page (`token_charts`, with `token_charts.html`).
 
 May import: `llmload.core`, `llmload.analysis`, `llmload.output` and the run in progress
-(`llmload.loadgen.run`).
+(`llmload.loadgen.run`); not the monitors (an independent room).
 """
