@@ -10,7 +10,7 @@ The ladder file sets `mode: capacity`, the bounds in `slo:` (ttft_ms, tpot_ms, i
 and the search in `capacity:`: `variable: concurrency` (closed-loop users, default) or `rate`
 (open-loop requests/s from `start`, `max_concurrency` client slots, bisected to
 `rate_resolution`), `percentile`, `confidence`, `max_failure_ratio`, `requests`, `max_requests`
-(see docs/capacity-and-determinism.md). The search runs as one Locust run like `llmload sweep`
+(see docs/capacity.md). The search runs as one Locust run like `llmload sweep`
 (each probe a rung of the records file; other options go to locust), then the answer is
 replayed from the records (llmload.analysis.capacity.replay), printed with the probes table,
 and plotted to `<prefix>_capacity.png`. In a rate search TTFT and E2EL count the wait for a

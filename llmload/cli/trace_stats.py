@@ -3,7 +3,7 @@
     llmload trace-stats FILE [--speed S] [--start-s S] [--duration-s S] [--bin-s 10]
         [--block-size 16] [--cache-blocks N[,N...]] [--format table|json]
 
-FILE is a Mooncake-style JSONL or CSV trace (`docs/traces-and-sessions.md`); the window and speed
+FILE is a Mooncake-style JSONL or CSV trace (`docs/traces.md`); the window and speed
 options select what `mode: trace` with the same keys would send. The ideal hit rate is computed
 for each cache size given (in blocks of --block-size tokens), and for an unbounded cache.
 Definitions: `llmload.analysis.trace_stats`. Exit status: 0, or 2 for an unreadable or invalid

@@ -497,7 +497,7 @@ class SweepConfig:
     # capacity search and greedy-determinism check (llmload.analysis.capacity / .determinism)
     capacity: CapacityConfig = setting(
         default_factory=CapacityConfig,
-        help="`mode: capacity`: the search (docs/capacity-and-determinism.md)",
+        help="`mode: capacity`: the search (docs/capacity.md)",
         check=section(CapacityConfig),
     )
     check_determinism: bool | None = setting(
@@ -527,7 +527,7 @@ class SweepConfig:
     )
     sessions: SessionConfig | None = setting(
         None,
-        help="multi-turn chat sessions instead of single requests (docs/traces-and-sessions.md)",
+        help="multi-turn chat sessions instead of single requests (docs/sessions.md)",
         check=optional(section(SessionConfig)),
     )
     source: str = "<defaults>"

@@ -4,14 +4,19 @@ process over loopback, and the sweep table is checked against the simulator's gr
 
 from __future__ import annotations
 
+import importlib.util
+import re
+import time
 from pathlib import Path
 
 import pytest
+from fixtures.paths import REPO
 
 from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.files.records import RequestRecord, read_records
+from llmload.sim.engine import StepModel
 from llmload.sim.truth import load_truth
 
 LADDER = [1, 4, 8, 10]
@@ -63,10 +68,39 @@ def check_against_truth(
     assert cross_check(run.prefix, tally_rungs(records)) == []
 
 
+def _readme_script():
+    spec = importlib.util.spec_from_file_location("readme_table", REPO / "scripts" / "readme_table.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+README = _readme_script()
+
+
 @pytest.fixture(scope="module")
-def seed_sweep(tmp_path_factory) -> SweepRun:
-    # the simulator's defaults model the seed's server: 4.5 tokens per step, several per chunk
-    return run_sweep(run_dir=tmp_path_factory.mktemp("sweep"), timeout=240)
+def readme_command(tmp_path_factory) -> tuple[SweepRun, str]:
+    """The README's first command, `make sweep` (`llmload sweep --ladder config/sweep.yaml` against
+    the simulator, whose defaults model the seed's server: 4.5 tokens per step, several per chunk),
+    run as scripts/readme_table.py runs it: the run and what it printed."""
+    cwd = tmp_path_factory.mktemp("sweep")
+    started = time.time()
+    proc = README.run_command(cwd, timeout=240)
+    (run_dir,) = (cwd / "reports").iterdir()
+    run = SweepRun(
+        prefix=run_dir / "run",
+        returncode=proc.returncode,
+        truth_log=run_dir / "sim_truth.jsonl",
+        log=run_dir / "locust.log",
+        started_at=started,
+    )
+    return run, proc.stdout
+
+
+@pytest.fixture(scope="module")
+def seed_sweep(readme_command) -> SweepRun:
+    return readme_command[0]
 
 
 def test_sweep_matches_ground_truth(seed_sweep):
@@ -119,3 +153,75 @@ def test_llama_cpp_like_server(tmp_path):
     check_against_truth(run, [1, 2], 64, rate_rel=0.05, per_user=3)
     records, _ = read_records(run.records)
     assert all(r.ok and not r.tokens_estimated for r in records)
+
+
+ROW = re.compile(r"^\s*(\d+)([!~^*]*)\s")
+HEALTH = re.compile(r"saturated|machine was busy|\blate\b")  # what the machine did at that moment
+
+
+def note_kind(line: str) -> str:
+    """A printed line without its numbers: rung labels dropped, cut at its first digit."""
+    return re.split(r"\d", re.sub(r"rung\d+ c\d+[!~^*]?:? ?", "", line), maxsplit=1)[0].rstrip()
+
+
+def split_output(lines: list[str]) -> tuple[str, list[list[str]], set[str]]:
+    """(the table's header, its rows split in columns, the kinds of every other line)."""
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("conc ")]
+    rows = []
+    for line in lines[at + 1 :]:
+        if not ROW.match(line):
+            break
+        rows.append(line.split())
+    rest = lines[:at] + lines[at + 1 + len(rows) :]
+    return lines[at], rows, {note_kind(line) for line in rest if line.strip()}
+
+
+def test_the_readme_shows_what_its_command_prints(readme_command):
+    """README.md's and docs/index.md's example block is what `make sweep` prints today (notes
+    included): the same columns, the same rungs and tokens (conc, tokens and failures exactly), the
+    same kinds of lines under the table. Timing figures differ from run to run, within:
+
+    - agg_tok/s, per_req_tok/s, wall_s: 10 %, as the seed curve above (the simulator's steps are
+      sleeps and its acceptance draws are seeded, so only a loaded machine's lateness moves them);
+    - ttft_p50_ms: one decode step at the rung's batch (27.2 + 6.0 x conc ms, the simulator's
+      default step) plus 5 ms: the users of a rung send at once, and which step each request
+      joins, the one in progress or the next, is a sub-millisecond race, so a rung's median moves
+      by up to a step between runs (docs/integrate.md: 66-129 ms at conc 10 in four runs);
+      the 5 ms are a loaded machine reading a chunk late.
+
+    Notes about the machine at that moment (a saturated generator, a busy machine, reads late) may
+    appear in this run and not in the README; every kind of line the README shows must be printed.
+    A failure here means: run scripts/readme_table.py and commit the pages."""
+    run, printed = readme_command
+    assert run.returncode == 0, printed
+    header, rows, kinds = split_output(printed.splitlines())
+    step = StepModel()
+    for page in README.PAGES:
+        where = page.relative_to(REPO)
+        shown_header, shown_rows, shown_kinds = split_output(README.block(page.read_text()))
+        assert shown_header.split() == header.split(), f"{where}: columns"
+        cols = header.split()
+        assert [r[0].rstrip("^") for r in shown_rows] == [r[0].rstrip("^") for r in rows], f"{where}: rungs"
+        for shown, now in zip(shown_rows, rows, strict=True):
+            fig = dict(zip(cols, now, strict=True))
+            was = dict(zip(cols, shown, strict=True))
+            conc = int(fig["conc"].rstrip("!~^*"))
+            assert (was["tokens"], was["failures"]) == (fig["tokens"], fig["failures"]), (
+                f"{where}: conc {conc}"
+            )
+            for col in ("agg_tok/s", "per_req_tok/s", "wall_s"):
+                assert float(was[col]) == pytest.approx(float(fig[col]), rel=0.10), (
+                    f"{where}: {col} at {conc}"
+                )
+            bound = step.base_ms + step.per_seq_ms * conc + 5.0
+            ttft = abs(float(was["ttft_p50_ms"]) - float(fig["ttft_p50_ms"]))
+            assert ttft <= bound, f"{where}: ttft_p50_ms at conc {conc} off by {ttft:.1f} ms (> {bound:.1f})"
+        assert shown_kinds <= kinds, f"{where} shows lines this run did not print: {shown_kinds - kinds}"
+        unshown = {k for k in kinds - shown_kinds if not HEALTH.search(k)}
+        assert not unshown, f"{where} lacks lines the command prints: {unshown} (run scripts/readme_table.py)"
+
+
+def test_the_readme_command_is_make_sweeps():
+    """scripts/readme_table.py runs what the Makefile's `sweep` target runs without arguments."""
+    recipe = (REPO / "Makefile").read_text().split("\nsweep:", 1)[1].split("\n\n", 1)[0]
+    assert "llmload sweep" in recipe and f"$(or $(LADDER),{README.LADDER})" in recipe

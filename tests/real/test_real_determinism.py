@@ -3,7 +3,7 @@
 Whether llama.cpp returns the same greedy text for a prompt at every batch size is the server's
 business, not the harness's: this test checks that the check ran (every request hashed and
 compared where a reference exists) and reports what it found on stdout (`pytest -s`), whatever
-it is. docs/capacity-and-determinism.md records the result.
+it is. docs/measurements.md records the result.
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ else:
     def new_record(*args: Any, **kwargs: Any) -> RequestRecord:
         """`RequestRecord(...)`, at the cost of a mutable record: a frozen dataclass's `__init__`
         sets each field through `object.__setattr__`, which costs several times a plain store, and
-        the reader builds a record per line (docs/generator-cost.md). The draft is never seen
+        the reader builds a record per line (docs/postprocessing.md). The draft is never seen
         mutable: it becomes the frozen class before anyone holds it."""
         record = _Draft(*args, **kwargs)
         record.__class__ = RequestRecord

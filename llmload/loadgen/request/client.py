@@ -153,7 +153,7 @@ def _attempt(
         t_first=None if acc.t_first is None else t_wall + acc.t_first,
         t_first_content=None if acc.t_first_content is None else t_wall + acc.t_first_content,
         # to the microsecond: numpy rounds the whole list at once, and the array's own round skips
-        # np.round's dispatch (same numbers as round() a time; timed in docs/generator-cost.md)
+        # np.round's dispatch (same numbers as round() a time; timed in docs/measurements.md)
         chunk_times=np.asarray(acc.chunk_times, dtype=np.float64).round(6).tolist(),
         stamps=clock.source,
         read_delay_ms=round(clock.max_delay * 1000.0, 3) if clock.source == KERNEL else None,

@@ -48,7 +48,7 @@ def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
 def warmup_per_user(config: SweepConfig, users: int, prompts: int) -> int:
     """Warm-up requests per user. With the greedy-determinism check, enough for the warm-up to
     send every prompt a count-based rung will send (of a pool of `prompts`) once, so a prefix
-    cache holds each prompt alike at every measured rung (see docs/capacity-and-determinism.md)."""
+    cache holds each prompt alike at every measured rung (see docs/determinism.md)."""
     if not config.determinism or config.duration is not None or config.mode == "trace":
         return config.warmup_requests
     if config.mode == "capacity":

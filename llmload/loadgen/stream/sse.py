@@ -37,7 +37,7 @@ import orjson
 from llmload.loadgen.stream.sse_template import TEMPLATE_TRIES, learn_template, not_ascii_plain, plain
 
 # The hot path decodes a data line with orjson straight from bytes (the parse is the reader's
-# largest cost after the socket: benchmarks/sse_parse.py, figures in docs/generator-cost.md).
+# largest cost after the socket: benchmarks/sse_parse.py, figures in docs/measurements.md).
 # orjson is stricter than json (NaN, integers beyond 64 bits, lone surrogates): a line it refuses
 # is decoded again by json, so both accept the same lines.
 _fast_decode = orjson.loads

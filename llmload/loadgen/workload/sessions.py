@@ -11,7 +11,7 @@ that cost one token each after a space on the server), each preceded by a space,
 too (some of them cost two tokens at the very start of a text), drawn by a generator seeded by
 (seed, session id), so sessions never share a prefix with each other. The server adds its chat
 template around each message (the simulator: `CHAT_TEMPLATE_TOKENS_PER_MESSAGE`, 3, plus one BOS
-per request; ChatML: 5, see docs/traces-and-sessions.md).
+per request; ChatML: 5, see docs/sessions.md).
 
 Count-based rungs: each user plays `per_user` sessions. Time-based rungs (`duration`): users play
 sessions until the deadline and start no turn after it. Every turn's record carries `session`
