@@ -75,7 +75,8 @@ def test_a_closing_chunk_that_is_no_token_closes_with_the_last_token() -> None:
     token by usage): one instant, the token is timed by the read."""
     acc = StreamAccumulator()
     acc.feed_read([chunk("a"), b""], 0.1, 0.0, 0.1, True)
-    closing = b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}],"usage":{"completion_tokens":2}}'
+    closing = b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}],'
+    closing += b'"usage":{"completion_tokens":2}}'
     assert acc.feed_read([chunk("b"), b"", closing, b"", DONE, b""], 0.2, 0.0001, 0.1, True)
     assert acc.chunk_times == [0.1, 0.2] and acc.uncertain == {}
 
