@@ -46,8 +46,11 @@ def machine(cpu: float, steal: float = 0.0) -> dict[str, float]:
 @pytest.mark.parametrize(
     ("cpu", "lag_ms", "figures", "saturated", "busy"),
     [
-        # a late loop on a machine with CPU to spare: the generator's own problem
-        (30.0, LAG_SATURATED_MS * 2, machine(60.0), True, False),
+        # a late loop in a busy generator on a machine with CPU to spare: the generator's own problem
+        (IDLE_GENERATOR_PCT + 10, LAG_SATURATED_MS * 2, machine(60.0), True, False),
+        # a late loop in a nearly idle generator: held by something else (start-up work, a
+        # moment's load), never called saturated: more processes would not cure it
+        (30.0, LAG_SATURATED_MS * 2, machine(60.0), False, False),
         # a late loop, an idle generator, a machine with no idle core left: the machine's
         (5.0, LAG_SATURATED_MS * 2, machine(MACHINE_BUSY_PCT + 5), False, True),
         # ... or the hypervisor taking the CPU
@@ -58,8 +61,9 @@ def machine(cpu: float, steal: float = 0.0) -> dict[str, float]:
         (CPU_SATURATED_PCT + 5, LAG_SATURATED_MS * 2, machine(99.0), True, False),
         # a busy machine and a loop on time: nothing to say
         (5.0, 1.0, machine(99.0), False, False),
-        # samples from before the machine's figures: the late loop is the generator's, as before
-        (5.0, LAG_SATURATED_MS * 2, {}, True, False),
+        # samples from before the machine's figures: a nearly idle generator is still not saturated
+        (5.0, LAG_SATURATED_MS * 2, {}, False, False),
+        (IDLE_GENERATOR_PCT + 10, LAG_SATURATED_MS * 2, {}, True, False),
     ],
 )
 def test_a_late_loop_is_told_from_a_busy_machine(cpu, lag_ms, figures, saturated, busy):
@@ -94,7 +98,8 @@ def test_a_rung_shorter_than_a_sample_takes_the_sample_overlapping_it_most():
     ("cpu", "lag_ms", "saturated"),
     [
         (CPU_SATURATED_PCT + 5, 1.0, True),
-        (30.0, LAG_SATURATED_MS * 2, True),
+        (IDLE_GENERATOR_PCT + 10, LAG_SATURATED_MS * 2, True),
+        (IDLE_GENERATOR_PCT - 10, LAG_SATURATED_MS * 20, False),  # the --processes 2 start of issue 40
         (CPU_SATURATED_PCT - 5, LAG_SATURATED_MS / 2, False),
     ],
 )

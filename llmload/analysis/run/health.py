@@ -24,13 +24,16 @@ Post-processing (`rung_health`) judges each rung from the samples of its time wi
 event loop (median per-interval lag above `LAG_SATURATED_MS`) has two causes that want opposite
 remedies, told apart by who used the CPU:
 - *saturated*: the generator itself is busy (some worker's mean CPU over the rung above
-  `CPU_SATURATED_PCT` of a core), or its loop is late while the machine has CPU to spare: the
-  table marks the rung `^` and advises more processes;
+  `CPU_SATURATED_PCT` of a core), or its loop is late while it used more than
+  `IDLE_GENERATOR_PCT` of a core and the machine had CPU to spare: the table marks the rung `^`
+  and advises more processes. A nearly idle generator is never saturated, whatever its lag: a
+  process that ran a few % of a core was held by the machine or by a moment's start-up work
+  (the collection at each stage's go), which more processes would not cure;
 - *machine busy*: the loop is late, the generator is nearly idle (CPU at most
   `IDLE_GENERATOR_PCT` of a core, so it is not itself a large part of the load), and the machine
-  is busy (`machine_cpu` at least `MACHINE_BUSY_PCT`, or `steal` at least `STEAL_BUSY_PCT`):
-  other processes or the hypervisor took the CPU, more processes would only add to it; the
-  table says the figures may be late and why. Thresholds: docs/scaling.md. With kernel
+  is busy (`machine_cpu` at least `MACHINE_BUSY_PCT`, or `steal` at least
+  `STEAL_BUSY_PCT`): other processes or the hypervisor took the CPU, more processes would only
+  add to it; the table says the figures may be late and why. Thresholds: docs/scaling.md. With kernel
 stamps the records also carry each request's longest read delay (arrival -> read); its p99 per
 rung is reported beside the samples' figures (`read_delay_p99_ms`).
 """
@@ -103,8 +106,13 @@ class RungHealth:
 
     @property
     def saturated(self) -> bool:
-        """The generator itself could not keep up: more processes would help."""
-        return self.cpu_pct > CPU_SATURATED_PCT or (self.late and not self.machine_busy)
+        """The generator itself could not keep up: more processes would help. Only a generator
+        that used much of its core can be: a late loop in a process that was nearly idle (at most
+        IDLE_GENERATOR_PCT of a core) was held by something else (a busy machine, start-up work
+        such as the garbage collection at each stage's go), which more processes would not cure."""
+        if self.cpu_pct > CPU_SATURATED_PCT:
+            return True
+        return self.late and self.cpu_pct > IDLE_GENERATOR_PCT
 
     def as_dict(self) -> dict[str, Any]:
         figures = {
