@@ -4,7 +4,9 @@ Human formats (table, markdown, csv) round rates and token counts to 1 decimal, 
 milliseconds to 1; json keeps full precision. In table/markdown a figure computed from
 client-counted tokens gets a `*` suffix, a partial rung's concurrency a `!` suffix and the
 concurrency of a rung where the load generator was saturated a `^` suffix, each explained in a
-note under the table; csv carries them as `estimated` / `partial` / `saturated` columns.
+note (`table_notes`); csv carries them as `estimated` / `partial` / `saturated` columns. Only the
+`table` format prints the notes under the table: markdown, csv and json hold data alone, and the
+commands print the notes on stderr (docs/reports.md: which notes, and their thresholds).
 """
 
 from __future__ import annotations
