@@ -89,6 +89,7 @@ class RungHealth:
     worker: str  # the worker with the highest CPU
     samples: int
     machine: MachineLoad | None = None  # None for samples without the machine's figures
+    wait_pct: float | None = None  # the busiest worker's mean run-queue wait, % of the time (None: unknown)
 
     @property
     def late(self) -> bool:
@@ -100,19 +101,29 @@ class RungHealth:
         return (
             self.late
             and self.cpu_pct <= IDLE_GENERATOR_PCT
+            and not (self.wait_pct is not None and self.demand_pct > CPU_SATURATED_PCT)
             and self.machine is not None
             and self.machine.busy
         )
 
     @property
+    def demand_pct(self) -> float:
+        """How much of a core the generator wanted: its CPU plus the time its loop waited, runnable,
+        for a CPU (`wait_pct`; samples without it: its CPU alone)."""
+        return self.cpu_pct + (self.wait_pct or 0.0)
+
+    @property
     def saturated(self) -> bool:
         """The generator itself could not keep up: more processes would help. Only a generator
-        that used much of its core can be: a late loop in a process that was nearly idle (at most
-        IDLE_GENERATOR_PCT of a core) was held by something else (a busy machine, start-up work
-        such as the garbage collection at each stage's go), which more processes would not cure."""
-        if self.cpu_pct > CPU_SATURATED_PCT:
+        that wanted much of its core can be (`demand_pct`): a late loop in a process that was
+        nearly idle (at most IDLE_GENERATOR_PCT of a core) was held by something else (a busy
+        machine, start-up work such as the garbage collection at each stage's go), which more
+        processes would not cure."""
+        if self.cpu_pct > CPU_SATURATED_PCT or (
+            self.wait_pct is not None and self.demand_pct > CPU_SATURATED_PCT
+        ):
             return True
-        return self.late and self.cpu_pct > IDLE_GENERATOR_PCT
+        return self.late and self.demand_pct > IDLE_GENERATOR_PCT and not self.machine_busy
 
     def as_dict(self) -> dict[str, Any]:
         figures = {
@@ -124,6 +135,8 @@ class RungHealth:
             "saturated": self.saturated,
             "machine_busy": self.machine_busy,
         }
+        if self.wait_pct is not None:
+            figures["wait_pct"] = round(self.wait_pct, 1)
         if self.machine is not None:
             figures |= self.machine.as_dict()
         return figures
@@ -193,7 +206,9 @@ def rung_health(samples: Iterable[dict[str, Any]], start: float, end: float) -> 
         if window:
             lags = [float(s["lag_ms"]) for s in window]
             cpu = mean([float(s["cpu"]) for s in window])
-            figures.append((cpu, percentile(lags, 50.0), max(lags), worker, len(window)))
+            waits = [float(s["wait"]) for s in window if isinstance(s.get("wait"), int | float)]
+            wait = mean(waits) if len(waits) == len(window) else None
+            figures.append((cpu, percentile(lags, 50.0), max(lags), worker, len(window), wait))
             machine = _machine_load(window)
             if machine is not None:
                 machines.append(machine)
@@ -206,6 +221,7 @@ def rung_health(samples: Iterable[dict[str, Any]], start: float, end: float) -> 
         lag_max_ms=max(f[2] for f in figures),
         worker=busiest[3],
         samples=sum(f[4] for f in figures),
+        wait_pct=busiest[5],
         # every worker must have reported the machine, or the verdict would rest on part of it
         machine=max(machines, key=lambda m: m.cpu_pct) if len(machines) == len(figures) else None,
     )
