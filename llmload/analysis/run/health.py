@@ -18,7 +18,9 @@ interval, "worker": id, "cpu": percent of one core, "rss": bytes, "lag_ms": larg
 interval}. The schema is shared with the soak reports: keep it.
 
 Each sample also carries the machine's figures over its interval (`machine_cpu`: percent of all
-cores busy, `steal`, `load1`, `cores`); samples written before these existed lack them.
+cores busy, `steal`, `load1`, `cores`) and, on Linux, `wait`: the percent of the interval the
+process's event loop was runnable but waited for a CPU; samples written before these existed lack
+them. The generator's demand is its CPU plus that wait: what it wanted, not what it got.
 
 Post-processing (`rung_health`) judges each rung from the samples of its time window. A late
 event loop (median per-interval lag above `LAG_SATURATED_MS`) has two causes that want opposite
