@@ -44,7 +44,7 @@ from llmload.core.schema import shown
 from llmload.core.stop_signals import STOPS
 from llmload.loadgen.locust_args import parse_locust_args
 from llmload.loadgen.options import check_api_key, check_host, options_help, run_config
-from llmload.output.run_table import render_run
+from llmload.output.run_table import render_run, run_notes
 from llmload.sim.__main__ import SimFlagError, config_from_args
 
 PROG = "llmload sweep"
@@ -190,6 +190,8 @@ def report(run: SweepRun, fmt: str, *, fail_on_divergence: bool = False) -> int:
         print(f"{PROG}: no measured request to tabulate ({exc})", file=sys.stderr)
         return code
     print(render_run(result, fmt))
+    for line in [] if fmt == "table" else run_notes(result):  # never inside data made to paste or parse
+        print(line, file=sys.stderr)
     for line in result.warnings:
         print(f"warning: {line}", file=sys.stderr)
     for error in errors:

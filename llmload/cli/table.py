@@ -25,7 +25,7 @@ from llmload.core.exit_codes import BAD_INPUT, DIVERGED, OK
 from llmload.core.files.records import RecordFileError
 from llmload.core.files.run_files import RunFiles
 from llmload.core.schema import key_check
-from llmload.output.run_table import render_run
+from llmload.output.run_table import render_run, run_notes
 from llmload.output.table import FORMATS
 
 
@@ -78,8 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmload table: error: {exc}", file=sys.stderr)
         return BAD_INPUT
     print(render_run(result, args.format, percentiles=args.percentiles, wide=args.wide))
-    # machine-readable formats keep stdout clean; human formats print the warnings under the table
-    out = sys.stderr if args.format in ("csv", "json") else sys.stdout
+    # formats made to paste or parse (markdown, csv, json) keep stdout data only: notes and
+    # warnings go to stderr; the table format prints them under the table
+    out = sys.stdout if args.format == "table" else sys.stderr
+    for line in [] if args.format == "table" else run_notes(result):
+        print(line, file=out)
     for line in result.warnings:
         print(f"warning: {line}", file=out)
     return DIVERGED if args.fail_on_divergence and diverged(result.divergence) else OK

@@ -10,7 +10,7 @@ from llmload.analysis.identity.determinism import divergence_notes
 from llmload.analysis.run.postprocess import RunResult
 from llmload.analysis.run.production_traffic import turn_metrics
 from llmload.core.stats import DEFAULT_PERCENTILES
-from llmload.output.table import render
+from llmload.output.table import render, table_notes
 from llmload.output.turn_table import render_turns
 
 
@@ -35,3 +35,10 @@ def render_run(
     sessions = fmt in ("table", "markdown") and any(t.sessions for t in result.rungs)
     turns = render_turns(turn_metrics(result.iter_records()), fmt) if sessions else ""
     return f"{text}\n\n{turns}" if turns else text
+
+
+def run_notes(result: RunResult) -> list[str]:
+    """The notes of the run's table (`llmload.output.table.table_notes`): printed under the table in
+    `table` output; in the formats made for pasting or parsing (markdown, csv, json) the commands
+    print them on stderr, so they never mix with the data."""
+    return table_notes(result.rows, result.missing, divergence_notes(result.divergence))

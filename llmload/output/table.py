@@ -4,7 +4,9 @@ Human formats (table, markdown, csv) round rates and token counts to 1 decimal, 
 milliseconds to 1; json keeps full precision. In table/markdown a figure computed from
 client-counted tokens gets a `*` suffix, a partial rung's concurrency a `!` suffix and the
 concurrency of a rung where the load generator was saturated a `^` suffix, each explained in a
-note under the table; csv carries them as `estimated` / `partial` / `saturated` columns.
+note (`table_notes`); csv carries them as `estimated` / `partial` / `saturated` columns. Only the
+`table` format prints the notes under the table: markdown, csv and json hold data alone, and the
+commands print the notes on stderr (docs/reports.md: which notes, and their thresholds).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ ESTIMATED_MARK = "*"
 PARTIAL_MARK = "!"
 SATURATED_MARK = "^"
 INPUT_TOLERANCE = SweepConfig().input_tolerance  # the note's threshold: the default that fails a run
+CONNECT_NOTE_PCT = 5.0  # connections opened in a rung are noted when they raise its TTFT p50 by more
 _ESTIMATED_COLUMNS = ("agg_tok/s", "per_req_tok/s", "tokens")
 
 
@@ -111,20 +114,32 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
     notes += _uncertainty_notes(rows)
     notes += _input_notes(rows)
     notes += _output_notes(rows)
-    opened = [r for r in rows if r.new_connections is not None]
+    opened = [r for r in rows if _connections_matter(r)]
     if opened:
         notes.append(
-            "requests that opened a connection (its connect and TLS inside their TTFT): "
-            + ", ".join(f"{r.new_connections} of {r.requests} in {rung_name(r.rung, r.conc)}" for r in opened)
+            "connections opened during the rung (their connect and TLS inside TTFT, as in vLLM) raise "
+            "ttft_p50_ms: "
+            + ", ".join(
+                f"{rung_name(r.rung, r.conc)} by {r.connect_ttft_ms:.1f} ms "
+                f"({r.new_connections} of {r.requests} requests opened one)"
+                for r in opened
+            )
+            + "; compare such rungs with runs that open as many, or read connect and tls in --metrics"
         )
     for r in rows:
         if r.failures:
             kinds = ", ".join(f"{k} x{n}" for k, n in r.failures_by_kind.items())
             notes.append(
                 f"{rung_name(r.rung, r.conc)}: {r.failures} of {r.requests} requests failed ({kinds}); "
-                f"their {r.partial_tokens} partial tokens are not counted"
+                f"their {r.partial_tokens} partial tokens are not counted: see their `error` in the records"
             )
     return notes
+
+
+def _connections_matter(row: SweepRow) -> bool:
+    """Whether the connections a rung opened moved its TTFT p50 beyond CONNECT_NOTE_PCT."""
+    moved, p50 = row.connect_ttft_ms, row.ttft_p50_ms
+    return moved is not None and p50 is not None and p50 > 0 and moved > CONNECT_NOTE_PCT / 100.0 * p50
 
 
 def _uncertainty_notes(rows: Sequence[SweepRow]) -> list[str]:
@@ -143,7 +158,7 @@ def _uncertainty_notes(rows: Sequence[SweepRow]) -> list[str]:
         )
         notes.append(
             f"{rung_name(r.rung, r.conc)}: the generator read some streams late, several chunks in one "
-            f"read, so their times may be late: {parts}"
+            f"read, so their times may be late: {parts}; rerun with more --processes, or on a quieter machine"
         )
     return notes
 
@@ -152,18 +167,21 @@ def _input_notes(rows: Sequence[SweepRow]) -> list[str]:
     """Runs that asked for a prompt length (`prompt_tokens`): the input tokens each rung sent
     (server's count), and a warning when they missed the ask. (JSON has them for every run.)"""
     sent = [(r, r.input_tokens) for r in rows if r.input_tokens is not None and r.input_tokens["asked"]]
-    if not sent:
-        return []
-    notes = [_length_note("input tokens", "", sent, "off their ask by > 1")]
     limit = 100.0 * INPUT_TOLERANCE
     missed = [(r, i) for r, i in sent if i["miss_pct"] is not None and abs(i["miss_pct"]) > limit]
-    if missed:
-        notes.append(
-            f"inputs missed the asked length by more than {limit:g} %: "
-            + ", ".join(f"{rung_name(r.rung, r.conc)} {i['miss_pct']:+.1f} %" for r, i in missed)
-            + " (every latency and rate is for a different input length than asked)"
+    if not missed:  # one length asked and sent needs no note (the JSON row has it: `input_tokens`)
+        return (
+            [_length_note("input tokens", "", sent, "off their ask by > 1")]
+            if any(_mixed(i) for _, i in sent)
+            else []
         )
-    return notes
+    return [
+        _length_note("input tokens", "", sent, "off their ask by > 1"),
+        f"inputs missed the asked length by more than {limit:g} %: "
+        + ", ".join(f"{rung_name(r.rung, r.conc)} {i['miss_pct']:+.1f} %" for r, i in missed)
+        + " (every latency and rate is for a different input length than asked): check the prompt "
+        "file or the tokenizer the calibration used",
+    ]
 
 
 def _output_notes(rows: Sequence[SweepRow]) -> list[str]:
@@ -364,10 +382,20 @@ def render(
     header = CORE_COLUMNS + (WIDE_COLUMNS if wide else ())
     cells = _with_missing(list(zip([r.rung for r in rows], _marked(rows, wide), strict=True)), missing, wide)
     table = _grid(header, [[c[h] for h in header] for c in cells], fmt)
-    parts = ["\n".join([table, *sweep_notes(rows), *missing_notes(missing), *notes])]
+    if fmt == "table":  # a format to paste (markdown) holds data only: the caller shows table_notes
+        table = "\n".join([table, *table_notes(rows, missing, notes)])
+    parts = [table]
     if metrics is not None:
         parts.append(render_metrics(metrics, fmt, percentiles))
     return "\n\n".join(parts)
+
+
+def table_notes(
+    rows: Sequence[SweepRow], missing: Sequence[MissingRung] = (), notes: Sequence[str] = ()
+) -> list[str]:
+    """Every note of the sweep table, in the order printed under it (`sweep_notes`, the missing
+    rungs', then `notes`): under the table in `table` output, on stderr in the others."""
+    return [*sweep_notes(rows), *missing_notes(missing), *notes]
 
 
 # --- rungs without a record (issue 13): a stopped run never looks shorter than its ladder ----------

@@ -372,6 +372,7 @@ class SimServer:
             await resp.write(chunk)
         if fault != "no_done":
             await resp.write(shapes.DONE)
+        rec.closed = time.time()
         await resp.write_eof()
         if cfg.close_after_stream and request.transport is not None:
             request.transport.close()  # after the buffered reply is flushed, as llama-server does

@@ -7,7 +7,7 @@ Two kinds of line, each flushed as soon as it is written:
   tokens admitted in the step minus those the prefix cache served).
 - `{"type": "request", "id", "endpoint", "stream", "arrival", "admitted", "first_token",
   "last_token", "prompt_tokens", "completion_tokens", "tokens_sent", "finish_reason", "fault",
-  "chunk_times", "chunk_tokens", "status", "flipped", "cached_tokens"}` (plus `"role_sent"`,
+  "chunk_times", "chunk_tokens", "status", "flipped", "cached_tokens", "closed"}` (plus `"role_sent"`,
   `"history_hashes"` and `"reply_hash"` for chat: hashes of the assistant messages it was sent and
   of the reply it generated, so a multi-turn client's history can be checked) when a request
   ends, faulted, rejected or not; `"connection"` names the connection that carried it.
@@ -53,6 +53,7 @@ class RequestTruth:
     chunk_times: list[float] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     role_sent: float | None = None  # chat only: when the role-only first chunk was written
+    closed: float | None = None  # a stream: when its closing messages (usage, [DONE]) were written
     status: int | None = None  # HTTP status sent; None when the connection was reset before headers
     connection: int | None = None  # id of the connection that carried it (llmload.sim.connections)
     received: float | None = None  # when its first bytes were received, before the handler ran

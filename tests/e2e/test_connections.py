@@ -190,7 +190,6 @@ def test_locust_run_keeps_one_connection_per_user(tmp_path):
     assert len(p.served_connections()) == 4
     (row,) = sweep_rows(tally_rungs(records))
     assert row.new_connections == 4
-    assert (
-        "requests that opened a connection (its connect and TLS inside their TTFT): 4 of 200 in rung01 c4"
-        in render([row])
-    )
+    # 4 connects on loopback in 200 requests do not move the TTFT p50: no note (issue 40)
+    assert row.connect_ttft_ms is not None and abs(row.connect_ttft_ms) < 0.05 * row.ttft_p50_ms
+    assert "connections opened" not in render([row])

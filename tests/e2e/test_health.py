@@ -46,8 +46,11 @@ def machine(cpu: float, steal: float = 0.0) -> dict[str, float]:
 @pytest.mark.parametrize(
     ("cpu", "lag_ms", "figures", "saturated", "busy"),
     [
-        # a late loop on a machine with CPU to spare: the generator's own problem
-        (30.0, LAG_SATURATED_MS * 2, machine(60.0), True, False),
+        # a late loop in a busy generator on a machine with CPU to spare: the generator's own problem
+        (IDLE_GENERATOR_PCT + 10, LAG_SATURATED_MS * 2, machine(60.0), True, False),
+        # a late loop in a nearly idle generator: held by something else (start-up work, a
+        # moment's load), never called saturated: more processes would not cure it
+        (30.0, LAG_SATURATED_MS * 2, machine(60.0), False, False),
         # a late loop, an idle generator, a machine with no idle core left: the machine's
         (5.0, LAG_SATURATED_MS * 2, machine(MACHINE_BUSY_PCT + 5), False, True),
         # ... or the hypervisor taking the CPU
@@ -58,8 +61,16 @@ def machine(cpu: float, steal: float = 0.0) -> dict[str, float]:
         (CPU_SATURATED_PCT + 5, LAG_SATURATED_MS * 2, machine(99.0), True, False),
         # a busy machine and a loop on time: nothing to say
         (5.0, 1.0, machine(99.0), False, False),
-        # samples from before the machine's figures: the late loop is the generator's, as before
-        (5.0, LAG_SATURATED_MS * 2, {}, True, False),
+        # a generator that wanted its whole core (CPU + run-queue wait) but got 40 % of it: its own
+        # load, however full the machine (issue 40: the busy-loop fixture on a loaded machine)
+        (40.0, LAG_SATURATED_MS * 4, machine(85.0) | {"wait": 55.0}, True, False),
+        (40.0, LAG_SATURATED_MS * 4, machine(99.0) | {"wait": 55.0}, True, False),
+        # issue 40's --processes 2 start: 9 % of a core, a late loop, the machine took the CPU
+        (9.0, LAG_SATURATED_MS * 4, machine(85.0) | {"wait": 20.0}, False, False),
+        (9.0, LAG_SATURATED_MS * 4, machine(95.0) | {"wait": 20.0}, False, True),
+        # samples from before the machine's figures: a nearly idle generator is still not saturated
+        (5.0, LAG_SATURATED_MS * 2, {}, False, False),
+        (IDLE_GENERATOR_PCT + 10, LAG_SATURATED_MS * 2, {}, True, False),
     ],
 )
 def test_a_late_loop_is_told_from_a_busy_machine(cpu, lag_ms, figures, saturated, busy):
@@ -69,6 +80,7 @@ def test_a_late_loop_is_told_from_a_busy_machine(cpu, lag_ms, figures, saturated
     assert (health.saturated, health.machine_busy) == (saturated, busy)
     assert health.as_dict()["machine_busy"] is busy
     assert ("machine_cpu_pct" in health.as_dict()) is bool(figures)
+    assert ("wait_pct" in health.as_dict()) is ("wait" in figures)
 
 
 def test_rung_health_uses_the_samples_of_the_rung_window():
@@ -94,7 +106,8 @@ def test_a_rung_shorter_than_a_sample_takes_the_sample_overlapping_it_most():
     ("cpu", "lag_ms", "saturated"),
     [
         (CPU_SATURATED_PCT + 5, 1.0, True),
-        (30.0, LAG_SATURATED_MS * 2, True),
+        (IDLE_GENERATOR_PCT + 10, LAG_SATURATED_MS * 2, True),
+        (IDLE_GENERATOR_PCT - 10, LAG_SATURATED_MS * 20, False),  # the --processes 2 start of issue 40
         (CPU_SATURATED_PCT - 5, LAG_SATURATED_MS / 2, False),
     ],
 )
@@ -130,7 +143,7 @@ def chunk_delays_ms(run: SweepRun) -> list[float]:
 
 def check_health_file(run: SweepRun) -> None:
     samples = read_health(f"{run.prefix}_health.jsonl")
-    assert samples and all(set(s) == SCHEMA for s in samples)
+    assert samples and all(SCHEMA <= set(s) <= SCHEMA | {"wait"} for s in samples)  # wait: Linux
     records, _ = read_records(run.records)
     assert {s["worker"] for s in samples} == {r.worker for r in records}
     # sampled all through the run, one sample per interval
@@ -171,7 +184,7 @@ def test_a_saturated_run_is_flagged(tmp_path):
     )
     result = load_run(run.prefix)
     (row,) = result.rows
-    assert row.saturated and row.generator["saturated"]
+    assert row.saturated and row.generator["saturated"], row.generator
     table = render_run(result)
     assert "256^" in table and "load generator saturated on rung01 c256" in table and "--processes" in table
     assert "the machine was busy" not in table and not row.machine_busy

@@ -1,8 +1,9 @@
-"""Several messages taken by one read (llmload.loadgen.stream.sse.StreamAccumulator.feed_read): only the
-read's last message is timed by its stamp; the chunks before it, and t_first among them, are
-marked with how late that stamp may be for them: by the stream's previous read when a token chunk
-shares the read with a later message, by the polls' bound when the read's only token chunk is its
-last message or is cut by a line the read ended in."""
+"""Several messages taken by one read (llmload.loadgen.stream.sse.StreamAccumulator.feed_read): the
+read's stamp times its last message, or the stream's last token when the closing messages written
+with it (usage, [DONE]) came in the read; the chunks before the timed one, and t_first among them,
+are marked with how late that stamp may be for them: by the stream's previous read when a token
+chunk came before it, by the polls' bound when the read's only token chunk is the timed one's
+message or is cut by a line the read ended in."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def chunk(text: str, finish: str | None = None) -> bytes:
 
 
 DONE = b"data: [DONE]"
+USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":%d}}'
 
 
 def test_one_message_per_read_is_never_marked() -> None:
@@ -40,22 +42,64 @@ def test_a_read_of_three_chunks_marks_the_first_two_and_ttft() -> None:
     assert acc.ttft_uncertain == 0.03
 
 
-def test_a_read_ending_with_done_marks_its_last_chunk_too() -> None:
+def test_a_last_token_read_with_the_closing_messages_is_timed_by_them() -> None:
+    """The server writes its usage and [DONE] with its last token: the read's stamp is that
+    token's, however long since the stream's previous read (no mark)."""
     acc = StreamAccumulator()
     acc.feed_read([chunk("a"), b""], 0.1, 0.02, 0.02, True)
-    assert acc.feed_read([chunk("b", "length"), b"", DONE, b""], 0.2, 0.01, 0.1, True)
-    assert acc.uncertain == {1: 0.1} and acc.ttft_uncertain is None
+    assert acc.feed_read([chunk("b", "length"), b"", USAGE % 2, b"", DONE, b""], 0.2, 0.01, 0.1, True)
+    assert acc.uncertain == {} and acc.ttft_uncertain is None and acc.output_tokens(2) == (2, False)
 
 
-def test_a_last_token_read_with_the_closing_messages_is_bounded_by_the_previous_read() -> None:
-    """The polls say the read's data arrived at most 0.1 ms before its stamp, but the server wrote
-    its last token a millisecond before its usage and [DONE], and the kernel made them readable
-    together: only the previous read bounds the last token's time."""
+def test_a_token_before_the_last_in_the_closing_read_is_bounded_by_the_previous_read() -> None:
+    """Two token chunks (two steps) and the closing messages in one read: the last token is timed
+    by the closing messages, the one before it only by the stream's previous read."""
     acc = StreamAccumulator()
     acc.feed_read([chunk("a"), b""], 0.1, 0.0, 0.1, True)
-    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}'
-    assert acc.feed_read([chunk("b", "length"), b"", usage, b"", DONE, b""], 0.12, 0.0001, 0.02, True)
-    assert acc.uncertain == {1: 0.02} and acc.output_tokens(2) == (2, False)
+    lines = [chunk("b"), b"", chunk("c", "length"), b"", USAGE % 3, b"", DONE, b""]
+    assert acc.feed_read(lines, 0.2, 0.0001, 0.05, True)
+    assert acc.uncertain == {1: 0.05} and acc.ttft_uncertain is None
+
+
+def test_a_closing_message_that_usage_proves_a_token_is_the_timed_last_token() -> None:
+    """vLLM's last token whose bytes end inside a character: an empty closing choice that usage
+    counts. It is the stream's last token, written a step after the text chunk before it."""
+    acc = StreamAccumulator()
+    lines = [chunk("a"), b"", chunk("", "length"), b"", USAGE % 2, b"", DONE, b""]
+    assert acc.feed_read(lines, 0.2, 0.0001, 0.05, True)
+    assert acc.chunk_times == [0.2, 0.2] and acc.uncertain == {0: 0.05} and acc.ttft_uncertain == 0.05
+
+
+def test_a_closing_chunk_that_is_no_token_closes_with_the_last_token() -> None:
+    """llama.cpp: the last token, then a closing choice with the finish_reason and usage (not a
+    token by usage): one instant, the token is timed by the read."""
+    acc = StreamAccumulator()
+    acc.feed_read([chunk("a"), b""], 0.1, 0.0, 0.1, True)
+    closing = b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}],'
+    closing += b'"usage":{"completion_tokens":2}}'
+    assert acc.feed_read([chunk("b"), b"", closing, b"", DONE, b""], 0.2, 0.0001, 0.1, True)
+    assert acc.chunk_times == [0.1, 0.2] and acc.uncertain == {}
+
+
+def test_a_closing_choice_whose_usage_is_still_to_come_leaves_the_read_to_the_old_bound() -> None:
+    """An empty closing choice without usage may still be a token (usage decides, in a later
+    read): the stream has not provably ended, so the token before it is bounded as before."""
+    acc = StreamAccumulator()
+    acc.feed_read([chunk("a"), b""], 0.1, 0.0, 0.1, True)
+    acc.feed_read([chunk("b"), b"", chunk("", "length"), b""], 0.2, 0.0001, 0.1, True)
+    assert acc.uncertain == {1: 0.1}
+    assert acc.feed_read([USAGE % 3, b"", DONE, b""], 0.3, 0.0001, 0.1, True)
+    assert acc.chunk_times == [0.1, 0.2, 0.2] and acc.uncertain == {1: 0.1}  # the closing token: its own read
+
+
+def test_a_chat_reply_of_one_token_read_whole_marks_ttft_by_the_polls() -> None:
+    """The role delta was written before the token (at admission): t_first is the role delta's,
+    bounded by the polls, while the token itself is timed by the closing messages."""
+    acc = StreamAccumulator(chat=True)
+    role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}'
+    last = b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"length"}]}'
+    assert acc.feed_read([role, b"", last, b"", USAGE % 1, b"", DONE, b""], 0.2, 0.003, 0.2, True)
+    assert acc.uncertain == {} and acc.ttft_uncertain == 0.003
 
 
 def test_a_read_ending_inside_a_line_marks_all_its_chunks() -> None:
@@ -68,7 +112,7 @@ def test_slack_within_the_exact_bound_marks_nothing() -> None:
     acc = StreamAccumulator()
     acc.feed_read([chunk("a"), b"", chunk("b"), b""], 0.2, 0.0, EXACT_SLACK_S, True)
     assert acc.uncertain == {} and acc.ttft_uncertain is None
-    acc.feed_read([chunk("c"), b"", DONE, b""], 0.3, EXACT_SLACK_S, EXACT_SLACK_S, True)
+    acc.feed_read([chunk("c"), b"", chunk("d"), b""], 0.3, EXACT_SLACK_S, EXACT_SLACK_S, True)
     assert acc.uncertain == {}
 
 

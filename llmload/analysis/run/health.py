@@ -18,19 +18,24 @@ interval, "worker": id, "cpu": percent of one core, "rss": bytes, "lag_ms": larg
 interval}. The schema is shared with the soak reports: keep it.
 
 Each sample also carries the machine's figures over its interval (`machine_cpu`: percent of all
-cores busy, `steal`, `load1`, `cores`); samples written before these existed lack them.
+cores busy, `steal`, `load1`, `cores`) and, on Linux, `wait`: the percent of the interval the
+process's event loop was runnable but waited for a CPU; samples written before these existed lack
+them. The generator's demand is its CPU plus that wait: what it wanted, not what it got.
 
 Post-processing (`rung_health`) judges each rung from the samples of its time window. A late
 event loop (median per-interval lag above `LAG_SATURATED_MS`) has two causes that want opposite
 remedies, told apart by who used the CPU:
 - *saturated*: the generator itself is busy (some worker's mean CPU over the rung above
-  `CPU_SATURATED_PCT` of a core), or its loop is late while the machine has CPU to spare: the
-  table marks the rung `^` and advises more processes;
+  `CPU_SATURATED_PCT` of a core), or its loop is late while it used more than
+  `IDLE_GENERATOR_PCT` of a core and the machine had CPU to spare: the table marks the rung `^`
+  and advises more processes. A nearly idle generator is never saturated, whatever its lag: a
+  process that ran a few % of a core was held by the machine or by a moment's start-up work
+  (the collection at each stage's go), which more processes would not cure;
 - *machine busy*: the loop is late, the generator is nearly idle (CPU at most
   `IDLE_GENERATOR_PCT` of a core, so it is not itself a large part of the load), and the machine
-  is busy (`machine_cpu` at least `MACHINE_BUSY_PCT`, or `steal` at least `STEAL_BUSY_PCT`):
-  other processes or the hypervisor took the CPU, more processes would only add to it; the
-  table says the figures may be late and why. Thresholds: docs/scaling.md. With kernel
+  is busy (`machine_cpu` at least `MACHINE_BUSY_PCT`, or `steal` at least
+  `STEAL_BUSY_PCT`): other processes or the hypervisor took the CPU, more processes would only
+  add to it; the table says the figures may be late and why. Thresholds: docs/scaling.md. With kernel
 stamps the records also carry each request's longest read delay (arrival -> read); its p99 per
 rung is reported beside the samples' figures (`read_delay_p99_ms`).
 """
@@ -86,6 +91,7 @@ class RungHealth:
     worker: str  # the worker with the highest CPU
     samples: int
     machine: MachineLoad | None = None  # None for samples without the machine's figures
+    wait_pct: float | None = None  # the busiest worker's mean run-queue wait, % of the time (None: unknown)
 
     @property
     def late(self) -> bool:
@@ -97,14 +103,29 @@ class RungHealth:
         return (
             self.late
             and self.cpu_pct <= IDLE_GENERATOR_PCT
+            and not (self.wait_pct is not None and self.demand_pct > CPU_SATURATED_PCT)
             and self.machine is not None
             and self.machine.busy
         )
 
     @property
+    def demand_pct(self) -> float:
+        """How much of a core the generator wanted: its CPU plus the time its loop waited, runnable,
+        for a CPU (`wait_pct`; samples without it: its CPU alone)."""
+        return self.cpu_pct + (self.wait_pct or 0.0)
+
+    @property
     def saturated(self) -> bool:
-        """The generator itself could not keep up: more processes would help."""
-        return self.cpu_pct > CPU_SATURATED_PCT or (self.late and not self.machine_busy)
+        """The generator itself could not keep up: more processes would help. Only a generator
+        that wanted much of its core can be (`demand_pct`): a late loop in a process that was
+        nearly idle (at most IDLE_GENERATOR_PCT of a core) was held by something else (a busy
+        machine, start-up work such as the garbage collection at each stage's go), which more
+        processes would not cure."""
+        if self.cpu_pct > CPU_SATURATED_PCT or (
+            self.wait_pct is not None and self.demand_pct > CPU_SATURATED_PCT
+        ):
+            return True
+        return self.late and self.demand_pct > IDLE_GENERATOR_PCT and not self.machine_busy
 
     def as_dict(self) -> dict[str, Any]:
         figures = {
@@ -116,6 +137,8 @@ class RungHealth:
             "saturated": self.saturated,
             "machine_busy": self.machine_busy,
         }
+        if self.wait_pct is not None:
+            figures["wait_pct"] = round(self.wait_pct, 1)
         if self.machine is not None:
             figures |= self.machine.as_dict()
         return figures
@@ -185,7 +208,9 @@ def rung_health(samples: Iterable[dict[str, Any]], start: float, end: float) -> 
         if window:
             lags = [float(s["lag_ms"]) for s in window]
             cpu = mean([float(s["cpu"]) for s in window])
-            figures.append((cpu, percentile(lags, 50.0), max(lags), worker, len(window)))
+            waits = [float(s["wait"]) for s in window if isinstance(s.get("wait"), int | float)]
+            wait = mean(waits) if len(waits) == len(window) else None
+            figures.append((cpu, percentile(lags, 50.0), max(lags), worker, len(window), wait))
             machine = _machine_load(window)
             if machine is not None:
                 machines.append(machine)
@@ -198,6 +223,7 @@ def rung_health(samples: Iterable[dict[str, Any]], start: float, end: float) -> 
         lag_max_ms=max(f[2] for f in figures),
         worker=busiest[3],
         samples=sum(f[4] for f in figures),
+        wait_pct=busiest[5],
         # every worker must have reported the machine, or the verdict would rest on part of it
         machine=max(machines, key=lambda m: m.cpu_pct) if len(machines) == len(figures) else None,
     )

@@ -88,6 +88,7 @@ class SweepRow:
     machine_busy: bool = False
     generator: dict[str, Any] | None = None
     new_connections: int | None = None  # requests that opened a connection; None: not recorded
+    connect_ttft_ms: float | None = None  # ttft_p50_ms less the p50 of TTFT without connect + TLS
     input_tokens: dict[str, Any] | None = None  # asked, mean, p50, p99, off... (reconcile.length_summary)
     timing_uncertainty: dict[str, Any] | None = (
         None  # llmload.analysis.run.uncertainty; None: every time exact

@@ -5,7 +5,10 @@ Every second each local or worker process sends the master one sample as the cus
 `lag_ms` (the largest oversleep of a greenlet that sleeps `PROBE_S` again and again: how late a
 stream whose bytes just arrived gets the CPU), and the machine's own figures over the same
 interval, so a late event loop can be told from a busy machine: `machine_cpu` (percent of all
-cores busy), `steal` (percent stolen by the hypervisor), `load1` and `cores`. The master writes
+cores busy), `steal` (percent stolen by the hypervisor), `load1` and `cores`; and, on Linux, `wait`:
+the percent of the interval its event loop's thread was runnable but waited for a CPU (the
+kernel's run_delay), so a generator that wanted the CPU can be told from one that did not get it
+or did not want it. The master writes
 them to `<prefix>_health.jsonl`; `llmload.analysis.run.health` (analysis) judges rungs from them.
 """
 
@@ -60,18 +63,32 @@ class HealthSampler:
         return worst
 
     def _run(self) -> None:
+        waited, began = run_queue_wait_s(), time.perf_counter()
         while True:
             lag = self._interval_lag()
-            self._send(
-                {
-                    "t": time.time(),
-                    "worker": self.worker,
-                    "cpu": self._process.cpu_percent(None),
-                    "rss": self._process.memory_info().rss,
-                    "lag_ms": round(lag * 1000.0, 3),
-                    **machine_figures(),
-                }
-            )
+            sample = {
+                "t": time.time(),
+                "worker": self.worker,
+                "cpu": self._process.cpu_percent(None),
+                "rss": self._process.memory_info().rss,
+                "lag_ms": round(lag * 1000.0, 3),
+                **machine_figures(),
+            }
+            now_waited, now = run_queue_wait_s(), time.perf_counter()
+            if waited is not None and now_waited is not None and now > began:
+                sample["wait"] = round(100.0 * (now_waited - waited) / (now - began), 1)
+            waited, began = now_waited, now
+            self._send(sample)
+
+
+def run_queue_wait_s() -> float | None:
+    """Seconds the process's main thread (its event loop) has waited for a CPU while runnable
+    (Linux `/proc/self/schedstat`, run_delay); None where the kernel does not say."""
+    try:
+        with open("/proc/self/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def machine_figures() -> dict[str, float]:

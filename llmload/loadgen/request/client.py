@@ -5,9 +5,10 @@ The hot path of the load generator. Each attempt is one exchange on the user's t
 (`llmload.loadgen.transport.exchange.Transport`: its connections, the request written, the
 response's head and body read into a `StreamAccumulator`); this module times it, bounds it by the
 total timeout and records it. Every way a request can go wrong ends as a record with an `outcome`
-naming the failure kind (listed in `llmload.loadgen.transport.exchange`) and the tokens received
-until then; nothing raises out of `send_request` except greenlet kills. The record says how the
-request got its connection (`conn_reused`, `connect_ms`, `tls_ms`, `reconnect`, `conn_port`:
+naming the failure kind (listed in `llmload.loadgen.transport.exchange`; and this module's own two,
+`no_finish` and `bad_usage`, for an answer that ended well but is not one: `judge_answer`) and the
+tokens received until then; nothing raises out of `send_request` except greenlet kills. The record
+says how the request got its connection (`conn_reused`, `connect_ms`, `tls_ms`, `reconnect`, `conn_port`:
 `llmload.loadgen.transport.connections`).
 
 Retries: none unless the run configures them (`retries.max` > 0, `llmload.core.config.RetryConfig`).
@@ -38,6 +39,27 @@ from llmload.loadgen.transport.receive_stamps import KERNEL, ReceiveClock
 
 MAX_RETRY_WAIT_S = 60.0  # a longer Retry-After is cut to this
 NO_RETRIES = RetryConfig()
+NO_FINISH, BAD_USAGE = "no_finish", "bad_usage"  # an answer that ended well but is not one
+PROMPT_SLACK_TOKENS = 4096  # a prompt's tokens beyond its request's bytes: a chat template's at most
+
+
+def judge_answer(acc: StreamAccumulator, max_tokens: int, body_bytes: int) -> tuple[str, str | None]:
+    """(outcome, error) of an answer that ended as the protocol asks ([DONE], or a whole body):
+    `ok`, or `no_finish` when no choice carried a finish_reason (`[DONE]` before any choice
+    included), or `bad_usage` when its usage counts more completion tokens than max_tokens
+    allowed, or more prompt tokens than its request had bytes (plus PROMPT_SLACK_TOKENS for a
+    chat template): a count no server can have produced, which would make a figure of it."""
+    if acc.finish_reason is None:
+        if acc.t_first is None:
+            return NO_FINISH, "data: [DONE] before any choice"
+        return NO_FINISH, f"the answer ended without a finish_reason ({len(acc.chunk_times)} chunks)"
+    completion = acc.completion_tokens
+    if completion is not None and completion > max_tokens:
+        return BAD_USAGE, f"usage.completion_tokens {completion} is over max_tokens {max_tokens}"
+    prompt = acc.prompt_tokens
+    if prompt is not None and prompt > body_bytes + PROMPT_SLACK_TOKENS:
+        return BAD_USAGE, f"usage.prompt_tokens {prompt} is over the request's {body_bytes} bytes"
+    return OUTCOME_OK, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +164,11 @@ def _attempt(
         outcome, error, status, retry_after = e.kind, e.detail or None, e.status, e.retry_after
     lease = transport.lease
     t_fail = time.perf_counter() - clock.t0
+    if outcome == OUTCOME_OK:
+        outcome, error = judge_answer(acc, ctx.max_tokens, len(body))
     output_tokens, estimated = acc.output_tokens(ctx.max_tokens)
+    if outcome == BAD_USAGE:  # the server's count is not believed: the chunks received, a lower bound
+        output_tokens, estimated = len(acc.chunk_times), True
     end = acc.t_last if (outcome == OUTCOME_OK and acc.t_last is not None) else t_fail
     texts = acc.texts  # kept for the greedy-determinism check or a session's reply
     text_hash, chunk_hashes = (None, None) if texts is None else text_digests(texts)

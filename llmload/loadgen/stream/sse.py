@@ -20,7 +20,8 @@ Definitions (as vLLM `bench serve`, see docs/metrics.md):
 - `texts` (only when built with `keep_text`): the text of each token chunk, in order (one list
   append per chunk; the greedy-determinism check hashes them when the request ends).
 - `uncertain`: token chunk index -> seconds by which its time may be late, for chunks that
-  shared a read with a later message (`feed_read`); `ttft_uncertain`: the same for t_first.
+  shared a read with a message written at a later instant (`feed_read`: not the closing
+  messages a server writes with its last token); `ttft_uncertain`: the same for t_first.
 
 The token-chunk fast path (`feed_lines`): a line that matches the stream's token-chunk template
 is a token chunk, recorded without a JSON decode (llmload.loadgen.stream.sse_template).
@@ -137,35 +138,49 @@ class StreamAccumulator:
     def feed_read(
         self, lines: list[bytes | bytearray], t: float, slack: float, since_read: float, ends_whole: bool
     ) -> bool:
-        """Consume the lines of one read whose stamp `t` is exact for its last message; True at
-        [DONE]. Its earlier messages arrived at most `slack` before it (by the stream's previous
-        read and the hub's polls) or, when a token chunk came before its last message, `since_read`
-        (by the previous read alone). `ends_whole`: the read ended at the end of a line (else its stamp is
-        the next, incomplete line's). Token chunks (and t_first) not timed by the read's last
-        message are marked in `uncertain` (and `ttft_uncertain`) when the bound exceeds
-        EXACT_SLACK_S."""
+        """Consume the lines of one read whose stamp `t` is exact for the message it times; True
+        at [DONE]. That message is the read's last one, or, when the stream ended in this read
+        (its finish_reason came in it, and no closing message is left in doubt), the stream's
+        last token chunk: a server writes the closing messages (a finish chunk that is not a
+        token, usage, [DONE]) with its last token, so their stamp is that token's. The read's
+        earlier messages arrived at most `slack` before it (by the stream's previous read and
+        the hub's polls) or, when a token chunk came before the timed message, `since_read` (by
+        the previous read alone). `ends_whole`: the read ended at the end of a line (else its
+        stamp is the next, incomplete line's). Token chunks (and t_first) not timed by the stamp
+        are marked in `uncertain` (and `ttft_uncertain`) when the bound exceeds EXACT_SLACK_S."""
         last = len(lines) - 1
         while last > 0 and not lines[last]:
             last -= 1
-        before, first_before = len(self.chunk_times), self.t_first
+        before, first_before, open_before = len(self.chunk_times), self.t_first, self.finish_reason is None
         done = self.feed_lines(lines[:last], t)
         middle, first_middle, closing = len(self.chunk_times), self.t_first, self._closing is not None
         if not done:
             done = self.feed_lines(lines[last:], t)
-        # A token chunk and a later message were written at two instants (two steps, or a last
-        # token and the closing messages), yet they became readable together: the polls' bound
-        # assumes data is readable once it arrived, which fails when the kernel (or a buffering
-        # proxy) delivers a backlog at once, after a poll that waited for it.
-        bound = since_read if middle > before else slack
+        times = self.chunk_times
+        end = len(times)
+        if end > before and times[-1] != t:
+            end -= 1  # an earlier read's closing message that usage proved a token: timed by that read
+        first_new = first_before is None and self.t_first is not None
+        if open_before and self.finish_reason is not None and self._closing is None:
+            # the stream ended in this read: the stamp times its last token chunk; a token chunk
+            # before it in the read was written a step earlier (so was a chat stream's role delta)
+            timed = end - 1
+            bound = since_read if timed > before else slack
+            first_late = first_new and (timed > before or self.chat)
+        else:
+            # A token chunk and a later message were written at two instants (two steps), yet
+            # they became readable together: the polls' bound assumes data is readable once it
+            # arrived, which fails when the kernel (or a buffering proxy) delivers a backlog at
+            # once, after a poll that waited for it.
+            bound = since_read if middle > before else slack
+            timed = end - 1 if ends_whole and end > middle and not closing else -1
+            first_late = first_new and (first_middle is not None or not ends_whole)
         if bound <= EXACT_SLACK_S:
             return done
-        # the last message's own chunk is timed by the stamp (a held closing chunk counted by it is not)
-        grew = len(self.chunk_times) > middle
-        exact = len(self.chunk_times) - 1 if ends_whole and grew and not closing else -1
-        for i in range(before, len(self.chunk_times)):
-            if i != exact:
+        for i in range(before, end):
+            if i != timed:
                 self.uncertain[i] = bound
-        if first_before is None and self.t_first is not None and (first_middle is not None or not ends_whole):
+        if first_late:
             self.ttft_uncertain = bound
         return done
 
