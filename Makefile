@@ -18,8 +18,12 @@ sweep: $(STAMP)
 
 ## what CI runs: lint, types, layer contracts, the docs site, then every test (unit, end to end,
 ## the real llama.cpp server's, built once from PyPI and cached in ~/.cache/llmload, and the browser's)
-test: lint docs
-	$(PY) -m pytest -q --durations=25  # the slowest tests, for keeping CI under its time budget
+## --durations=25: the slowest tests; the last line: the wall time of the whole target (budget: 25 min)
+test: $(STAMP)
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory lint docs && $(PY) -m pytest -q --durations=25 $(PYTEST_ARGS); rc=$$?; \
+	t=$$(( $$(date +%s) - start )); echo "make test: $$((t / 60)) min $$((t % 60)) s (lint, docs, pytest), exit $$rc"; \
+	exit $$rc
 
 ## pure logic only: no processes, about a minute
 test-unit: $(STAMP)

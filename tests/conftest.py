@@ -62,3 +62,16 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     bin_dir = root / "venv" / "bin"
     subprocess.run([str(bin_dir / "pip"), "install", "--quiet", str(wheel)], check=True, timeout=900)
     return bin_dir
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reverse",
+        action="store_true",
+        help="run the collected tests in reverse order (each test must pass whatever ran before it)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--reverse"):
+        items.reverse()
