@@ -63,10 +63,13 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def text_digests(chunks: Sequence[str]) -> tuple[str, str]:
-    """(text_hash, chunk_hashes) of a completion given the text of each content chunk."""
+def text_digests(chunks: Sequence[str], answer: str | None = None) -> tuple[str, str]:
+    """(text_hash, chunk_hashes) of a completion given the text of each token chunk; the text
+    hash is of `answer` when given (a reasoning reply: its answer alone, `reasoning_hash` holds
+    the rest), else of all the chunks' text."""
     crcs = [zlib.crc32(c.encode()) & 0xFFFF for c in chunks]
-    return digest("".join(chunks)), struct.pack(f">{len(crcs)}H", *crcs).hex()
+    text = "".join(chunks) if answer is None else answer
+    return digest(text), struct.pack(f">{len(crcs)}H", *crcs).hex()
 
 
 @dataclass(frozen=True, slots=True)
