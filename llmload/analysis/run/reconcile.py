@@ -8,8 +8,8 @@ requested `max_tokens` and the `finish_reason` are compared:
   `over_max_tokens` (more tokens than asked for), `length_short` (finish_reason "length" with
   fewer tokens than max_tokens), `chunks_over_tokens` (more content chunks than tokens: usage
   undercounts), `reasoning_over_tokens` (the server counted more reasoning tokens than output
-  tokens: its usage contradicts itself). `no_usage` (no usage sent; tokens estimated by the client: max_tokens on
-  finish_reason "length", else the content chunks) is counted and shown but is not a
+  tokens: its usage contradicts itself). `no_usage` (no usage sent; tokens estimated by the
+  client: max_tokens on finish_reason "length", else the content chunks) is counted and shown but is not a
   disagreement: there is no server count to disagree with, and the sweep table marks such
   figures as estimated (`*`). So a server that never sends usage does not fail the run.
 `check_rung` turns a rung's counts into the message that fails a run beyond the configured ratios
