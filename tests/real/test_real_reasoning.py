@@ -1,8 +1,8 @@
 """A real reasoning server, when you have one: what it streams is the ground truth.
 
 Opt-in: `LLMLOAD_REASONING_URL=http://127.0.0.1:8000 .venv/bin/python -m pytest
-tests/real/test_real_reasoning.py` against a server that streams a model's thinking (vLLM or SGLang with `--reasoning-parser`,
-llama.cpp with `--reasoning-format deepseek` on a thinking model); `LLMLOAD_REASONING_ENDPOINT`
+tests/real/test_real_reasoning.py` against a server that streams a model's thinking (vLLM or
+SGLang with `--reasoning-parser`, llama.cpp with `--reasoning-format deepseek` on a thinking model); `LLMLOAD_REASONING_ENDPOINT`
 picks `chat` (default) or `responses`. Without the variable the test is skipped and says so: no
 server here reasons (the llama.cpp of the real tier serves SmolLM2-135M, whose chat template
 llama.cpp does not parse for thinking and whose tokenizer has no `<think>` token:
