@@ -2,11 +2,11 @@
 
 Opt-in: `LLMLOAD_REASONING_URL=http://127.0.0.1:8000 .venv/bin/python -m pytest
 tests/real/test_real_reasoning.py` against a server that streams a model's thinking (vLLM or
-SGLang with `--reasoning-parser`, llama.cpp with `--reasoning-format deepseek` on a thinking model); `LLMLOAD_REASONING_ENDPOINT`
-picks `chat` (default) or `responses`. Without the variable the test is skipped and says so: no
-server here reasons (the llama.cpp of the real tier serves SmolLM2-135M, whose chat template
-llama.cpp does not parse for thinking and whose tokenizer has no `<think>` token:
-docs/measurements.md says what was tried).
+SGLang with `--reasoning-parser`, llama.cpp with `--reasoning-format deepseek` on a thinking
+model); `LLMLOAD_REASONING_ENDPOINT` picks `chat` (default) or `responses`. Without the variable
+the test is skipped and says so: no server here reasons (the real tier's llama.cpp serves
+SmolLM2-135M, whose chat template llama.cpp does not parse for thinking and whose tokenizer has
+no `<think>` token: docs/measurements.md says what was tried).
 
 The server's own account of each chunk comes from a greedy request read here with the standard
 library's HTTP client: which of its messages carried reasoning, which answer text. llmload's
