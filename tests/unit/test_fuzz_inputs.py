@@ -193,7 +193,8 @@ def test_locust_options():
                 "warmup_requests": option_text,
                 "max_tokens": option_text,
                 "model": option_text,
-                "endpoint": option_text,
+                "endpoint": option_text | st.sampled_from(["responses", "chat"]),
+                "max_tokens_field": option_text | st.sampled_from(["max_completion_tokens", "auto"]),
                 "stream": option_text,
                 "host": hosts,
                 "api_key": st.text(max_size=10),
@@ -216,7 +217,10 @@ SIM_OPTIONS = sorted(
 sim_keys = st.sampled_from([o.replace("-", "_") for o in SIM_OPTIONS if o != "help"]) | st.text(
     alphabet=string.ascii_lowercase + "_", min_size=1, max_size=8
 )
-sim_values = st.one_of(option_text, st.sampled_from(["drop=0.5", "http_500=2", "x=1", "no_usage=1", "4.5"]))
+sim_values = st.one_of(
+    option_text,
+    st.sampled_from(["drop=0.5", "http_500=2", "x=1", "no_usage=1", "4.5", "10-40", "60%", "5-2", "tags"]),
+)  # fmt: skip
 
 
 def test_sim_flags():
@@ -781,7 +785,7 @@ COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {
     "trace-stats": (["TRACE"], ["--speed", "--start-s", "--duration-s", "--bin-s", "--block-size",
                                 "--cache-blocks", "--format"], (0,)),
     "llama-server": (["serve"], ["--port", "--parallel", "--threads"], (0,)),
-    "locustfile": ([], ["completions", "chat", "--help"], (0,)),
+    "locustfile": ([], ["completions", "chat", "responses", "--help"], (0,)),
 }  # fmt: skip
 
 

@@ -330,3 +330,17 @@ def test_responses_malformed_events(data, message):
 def test_the_endpoint_picks_its_accumulator():
     assert isinstance(accumulator_for("responses"), ResponsesAccumulator)
     assert accumulator_for("chat").chat and not accumulator_for("completions").chat
+
+
+def test_the_default_table_of_a_reasoning_run_fits_100_columns():
+    """A reasoning run's table: its two columns and every mark, within 100 columns."""
+    from llmload.analysis.run.sweep_rows import SweepRow
+    from llmload.output.table import render
+
+    reasoning = {"tokens": 123456, "share": 0.667, "requests": 99, "counted": 0, "unanswered": 0,
+                 "ttfo_p50_ms": 123456.7, "think_p50_ms": 1.0, "odd": {}}  # fmt: skip
+    row = SweepRow(0, 10000, 123456.7, 1234.5, 1234567, 1234.56, 12345.6, 100, 12, reasoning=reasoning,
+                   partial=True, estimated=True, saturated=True)  # fmt: skip
+    table = render([row]).split("\n\n")[0].splitlines()
+    assert "think_%" in table[0] and "ttfo_p50_ms" in table[0]
+    assert max(len(line) for line in table[:2]) <= 100
