@@ -25,7 +25,9 @@ from pathlib import Path
 import gevent
 import pytest
 
+from llmload.analysis.output_identity import output_identity
 from llmload.analysis.run.metrics import itl_ms
+from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.reconcile import issues
 from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.sweep_run import run_sweep
@@ -215,3 +217,28 @@ def test_simulator_each_shape(tmp_path, name):
     assert all(r.reasoning["share"] == pytest.approx(N / (N + M)) for r in rows)
     table = render(rows)
     assert "think_%" in table and "66.7" in table and max(map(len, table.splitlines()[:3])) <= 100
+
+
+def test_compare_reports_a_change_in_the_thinking_only(tmp_path):
+    """Two runs of one workload against simulators that think other words (`--reasoning-salt`)
+    but answer the same: compare says the outputs changed, every one in its reasoning only."""
+    ladder = tmp_path / "ladder.yaml"
+    ladder.write_text(
+        "rungs: [1, 2]\nrequests_per_user: 2\nwarmup_requests: 0\nmax_tokens: 16\nendpoint: chat\n"
+    )
+    results = []
+    for salt in (0, 1):
+        sweep = run_sweep(
+            run_dir=tmp_path / f"salt{salt}",
+            endpoint="chat",
+            locust_args=["--ladder", str(ladder)],
+            sim={"reasoning": 8, "reasoning_salt": salt, "base_ms": 2, "per_seq_ms": 1},
+            timeout=180,
+        )
+        assert sweep.returncode == 0, sweep.log.read_text()[-3000:]
+        results.append(load_run(str(sweep.prefix)))
+    same = output_identity(results[0], results[0])
+    assert same.verdict == "identical"
+    changed = output_identity(results[0], results[1])
+    assert changed.verdict == "changed" and changed.differing == changed.compared == 6
+    assert changed.reasoning_only == 6 and "in their reasoning only" in changed.summary()

@@ -44,7 +44,7 @@ def tab_cells(tally: RungTally, *, state: str, now_tok_s: float | None) -> dict[
         "ttft_p50_ms": fmt_num(row.ttft_p50_ms),
         "ttft_p99_ms": fmt_num(percentile_or_none(tally.ttfts_ms, 99.0)),
         "tpot_p50_ms": fmt_num(percentile_or_none(tally.tpots_ms, 50.0)),
-        "ttfo_p50_ms": fmt_num(None if row.reasoning is None else row.reasoning["ttfo_p50_ms"]),
+        "ttfo_p50_ms": fmt_num(percentile_or_none(tally.values["ttfo"], 50.0)),  # the first answer token
         "think_pct": _share(row.reasoning),
         "tokens": str(row.tokens),
         "requests": str(row.requests),
