@@ -29,17 +29,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from llmload.loadgen.stream.reasoning import ANSWER
 from llmload.loadgen.stream.sse import (
     MalformedStream,
     StreamAccumulator,
     StreamErrorEvent,
-    _fast_decode,
     _shown,
-    _slow_decode,
     check_usage,
+    decode_data,
 )
 
 ANSWER_DELTAS = frozenset(
@@ -120,16 +117,10 @@ class ResponsesAccumulator(StreamAccumulator):
 
     def _feed_data(self, payload: bytes | bytearray, t: float) -> bool:
         """One event's data; True at the event that ends the response."""
-        try:
-            obj = _fast_decode(payload)
-        except orjson.JSONDecodeError:
-            payload = payload.strip()
-            if payload == b"[DONE]":  # not sent by the API; a server that adds it is done
-                self.done = True
-                return True
-            obj = _slow_decode(payload)
-        if not isinstance(obj, dict):
-            raise MalformedStream(f"data line is not a JSON object: {_shown(payload)!r}")
+        obj = decode_data(payload)
+        if obj is None:  # `[DONE]`: not sent by the API; a server that adds it is done
+            self.done = True
+            return True
         kind = obj.get("type")
         if not isinstance(kind, str):
             raise MalformedStream(f"event without a type: {_shown(payload)!r}")

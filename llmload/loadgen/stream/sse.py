@@ -276,16 +276,10 @@ class StreamAccumulator:
 
     def _feed_data(self, payload: bytes | bytearray, t: float) -> bool:
         """One data field (JSON may have whitespace around it)."""
-        try:
-            obj = _fast_decode(payload)
-        except orjson.JSONDecodeError:
-            payload = payload.strip()
-            if payload == b"[DONE]":
-                self.done = True
-                return True
-            obj = _slow_decode(payload)
-        if not isinstance(obj, dict):
-            raise MalformedStream(f"data line is not a JSON object: {_shown(payload)!r}")
+        obj = decode_data(payload)
+        if obj is None:
+            self.done = True
+            return True
         choices = obj.get("choices")
         usage = obj.get("usage")
         if usage is not None:
@@ -480,6 +474,20 @@ class StreamAccumulator:
         if self.tokens_per_chunk() is not None:
             return self._reasoning_tokens, True
         return self.reasoning_chunks + self.mixed_chunks, True
+
+
+def decode_data(payload: bytes | bytearray) -> dict[str, Any] | None:
+    """A data field's JSON object; None for `[DONE]`; MalformedStream for anything else."""
+    try:
+        obj = _fast_decode(payload)
+    except orjson.JSONDecodeError:
+        payload = payload.strip()
+        if payload == b"[DONE]":
+            return None
+        obj = _slow_decode(payload)
+    if not isinstance(obj, dict):
+        raise MalformedStream(f"data line is not a JSON object: {_shown(payload)!r}")
+    return obj
 
 
 def _shown(payload: bytes | bytearray) -> bytes:
