@@ -47,6 +47,7 @@ class RungOutputs:
     unit: str  # "token" or "chunk"
     cand_unmatched: int  # checkable candidate requests without a base request at their place
     base_unmatched: int
+    reasoning_only: int = 0  # differing pairs whose answers agree: only the reasoning changed
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +60,7 @@ class RungOutputs:
             "unit": self.unit,
             "cand_unmatched": self.cand_unmatched,
             "base_unmatched": self.base_unmatched,
+            "reasoning_only": self.reasoning_only,
         }
 
 
@@ -78,6 +80,10 @@ class OutputIdentity:
         return sum(r.differing for r in self.rungs)
 
     @property
+    def reasoning_only(self) -> int:
+        return sum(r.reasoning_only for r in self.rungs)
+
+    @property
     def verdict(self) -> str:
         if self.reasons:
             return UNMATCHED
@@ -92,7 +98,12 @@ class OutputIdentity:
         if self.reasons:
             return f"outputs cannot be matched, not judged: {'; '.join(self.reasons)}"
         if self.differing:
-            return f"outputs changed on {self.differing} of {self.compared} matched requests"
+            which = (
+                f" ({self.reasoning_only} in their reasoning only, the answer the same)"
+                if self.reasoning_only
+                else ""
+            )
+            return f"outputs changed on {self.differing} of {self.compared} matched requests{which}"
         return f"outputs identical ({self.compared} of {self.compared} matched requests)"
 
     def as_dict(self) -> dict[str, Any]:
@@ -101,6 +112,7 @@ class OutputIdentity:
             "summary": self.summary(),
             "compared": self.compared,
             "differing": self.differing,
+            "reasoning_only": self.reasoning_only,
             "reasons": list(self.reasons),
             "rungs": [r.as_dict() for r in self.rungs],
         }
@@ -156,6 +168,7 @@ def output_identity(base: RunResult, cand: RunResult) -> OutputIdentity:
                 texts.unit,
                 cand_left,
                 base_left,
+                texts.reasoning_only,
             )
         )
     reasons = _config_reasons(base, cand) + _hash_reasons(runs)

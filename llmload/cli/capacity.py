@@ -32,7 +32,7 @@ from llmload.analysis.run.postprocess import read_run_info
 from llmload.analysis.run.sweep_rows import group_rungs
 from llmload.cli.sweep import _sim_flag, check_input, records_at
 from llmload.cli.sweep_run import default_run_dir, run_sweep
-from llmload.core.config import ConfigError, load_config, parse_config
+from llmload.core.config import ENDPOINTS, ConfigError, load_config, parse_config
 from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED
 from llmload.core.files.output_paths import check_output_file
 from llmload.core.files.records import RecordFileError, read_records
@@ -73,9 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sim", type=_sim_flag, action="append", default=[], help="simulator flag KEY=VALUE")
     p.add_argument(
         "--endpoint",
-        choices=["completions", "chat"],
+        choices=list(ENDPOINTS),
         default="completions",
-        help="the Locust user class: /v1/completions or /v1/chat/completions (default: completions)",
+        help="the Locust user class: /v1/completions, /v1/chat/completions or /v1/responses "
+        "(default: completions)",
     )
     p.add_argument(
         "--format", choices=FORMATS, default="table", help="how the answer is printed (default: table)"

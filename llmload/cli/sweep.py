@@ -34,7 +34,7 @@ import yaml
 from llmload.analysis.identity.determinism import diverged
 from llmload.analysis.run.postprocess import load_run, read_run_info
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, default_run_dir, locust_command, run_sweep
-from llmload.core.config import ConfigError, load_config
+from llmload.core.config import ENDPOINTS, ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, EXIT_CODES, INTERRUPTED, OK
 from llmload.core.files.output_paths import check_output_folder
 from llmload.core.files.records import RecordFileError
@@ -231,10 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--endpoint",
-        choices=["completions", "chat"],
+        choices=list(ENDPOINTS),
         default="completions",
-        help="the Locust user class and the endpoint it sends to: /v1/completions or "
-        "/v1/chat/completions (default: completions)",
+        help="the Locust user class and the endpoint it sends to: /v1/completions, "
+        "/v1/chat/completions or /v1/responses (default: completions)",
     )
     p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table")
     p.add_argument(

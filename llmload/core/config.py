@@ -43,7 +43,9 @@ DEFAULT_PROMPT = (
     "Write a detailed technical explanation of how continuous batching and speculative decoding "
     "work together in a modern LLM inference server."
 )
-ENDPOINTS = ("completions", "chat")
+ENDPOINTS = ("completions", "chat", "responses")
+# which request field carries the output length (`max_tokens_field`): `auto` is the endpoint's own
+MAX_TOKENS_FIELDS = ("auto", "max_tokens", "max_completion_tokens")
 MODES = ("concurrency", "rate", "capacity", "trace")  # users, request rates, a search, or a trace file
 CAPACITY_VARIABLES = ("concurrency", "rate")  # what a capacity search varies
 THINK_TIMES = ("constant", "exponential")  # sessions: the pause between a reply and the next turn
@@ -316,8 +318,31 @@ def _check_trace_and_sessions(config: SweepConfig) -> None:
     if config.sessions is not None:
         if config.mode != "concurrency":
             raise ConfigError(f"{source}: 'sessions' run in 'mode: concurrency' (users play sessions)")
-        if config.endpoint != "chat" or not config.stream:
-            raise ConfigError(f"{source}: 'sessions' need 'endpoint: chat' and 'stream: true'")
+        if config.endpoint not in ("chat", "responses") or not config.stream:
+            raise ConfigError(
+                f"{source}: 'sessions' need 'endpoint: chat' (or 'responses') and 'stream: true'"
+            )
+
+
+def _check_endpoint(config: SweepConfig) -> None:
+    """What the endpoint allows: the Responses API is read as a stream; `max_completion_tokens`
+    is a chat field, and the Responses API has its own (`max_output_tokens`)."""
+    source = config.source
+    if config.endpoint == "responses" and not config.stream:
+        raise ConfigError(
+            f"{source}: 'endpoint: responses' needs 'stream: true' (llmload reads the Responses API's events)"
+        )
+    field = config.max_tokens_field
+    if field == "max_completion_tokens" and config.endpoint != "chat":
+        raise ConfigError(
+            f"{source}: 'max_tokens_field: max_completion_tokens' is a chat field; "
+            f"'endpoint: {config.endpoint}' sends "
+            + ("max_output_tokens" if config.endpoint == "responses" else "max_tokens")
+        )
+    if field == "max_tokens" and config.endpoint == "responses":
+        raise ConfigError(
+            f"{source}: 'endpoint: responses' sends max_output_tokens; leave 'max_tokens_field' at auto"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,7 +412,8 @@ class SweepConfig:
     )
     endpoint: str = setting(
         "completions",
-        help="`completions` (/v1/completions) or `chat` (/v1/chat/completions)",
+        help="`completions` (/v1/completions), `chat` (/v1/chat/completions) or `responses` "
+        "(/v1/responses, streamed: docs/reasoning.md)",
         check=one_of(ENDPOINTS),
         flag="--endpoint",
         choices=ENDPOINTS,
@@ -405,6 +431,15 @@ class SweepConfig:
         check=length_key,
         flag="--max-tokens",
         parse=length_flag,
+    )
+    max_tokens_field: str = setting(
+        "auto",
+        help="the request field of max_tokens: `auto` (completions: max_tokens; chat: max_tokens and "
+        "max_completion_tokens; responses: max_output_tokens), `max_tokens`, or `max_completion_tokens` "
+        "(chat: OpenAI's reasoning models refuse max_tokens)",
+        check=one_of(MAX_TOKENS_FIELDS),
+        flag="--max-tokens-field",
+        choices=MAX_TOKENS_FIELDS,
     )
     ignore_eos: bool = setting(
         True, help="ask the server to decode exactly max_tokens (vLLM, SGLang, llama.cpp)", check=boolean
@@ -574,6 +609,7 @@ def _check_mode(config: SweepConfig) -> None:
     """Rules that tie several keys together (rate mode, workloads, soak)."""
     source = config.source
     _check_trace_and_sessions(config)
+    _check_endpoint(config)
     if config.soak is not None and (config.duration is None or len(config.rungs) != 1):
         raise ConfigError(f"{source}: 'soak' needs one time-based rung: set 'rungs: [N]' and 'duration'")
     if config.mode in ("concurrency", "capacity"):

@@ -57,7 +57,7 @@ def _outputs_row(r: RungOutputs) -> Sequence[str]:
     return [
         rung_name(r.rung, r.conc),
         str(r.compared),
-        str(r.differing),
+        f"{r.differing} ({r.reasoning_only} reasoning only)" if r.reasoning_only else str(r.differing),
         median,
         f"{r.cand_unmatched}/{r.base_unmatched}",
     ]

@@ -21,7 +21,7 @@ from typing import Any
 from tabulate import tabulate
 
 from llmload.analysis.identity.determinism import RungDivergence
-from llmload.analysis.run.metrics import LATENCY_NAMES, RungMetrics
+from llmload.analysis.run.metrics import LATENCY_ALIASES, LATENCY_NAMES, RungMetrics
 from llmload.analysis.run.sweep_rows import MissingRung, SweepRow
 from llmload.core.config import SweepConfig
 from llmload.core.names import rung_name
@@ -29,6 +29,9 @@ from llmload.core.stats import DEFAULT_PERCENTILES, Summary, percentile_label
 
 FORMATS = ("table", "markdown", "csv", "json")
 CORE_COLUMNS = ("conc", "agg_tok/s", "per_req_tok/s", "tokens", "wall_s", "ttft_p50_ms", "failures")
+# a reasoning model's run (a rung whose requests reasoned): after ttft_p50_ms, the reasoning share
+# of the output tokens and the median time to the first answer token
+REASONING_COLUMNS = ("think_%", "ttfo_p50_ms")
 WIDE_COLUMNS = ("rung", "requests", "partial_tokens", "failure_kinds")
 ESTIMATED_MARK = "*"
 PARTIAL_MARK = "!"
@@ -43,7 +46,29 @@ def fmt_num(value: float | None, decimals: int = 1) -> str:
     return "-" if value is None else f"{value:.{decimals}f}"
 
 
-def _sweep_cells(row: SweepRow, wide: bool) -> dict[str, str]:
+def _reasoned(rows: Sequence[SweepRow]) -> bool:
+    """Whether some rung's requests reasoned (the table then has REASONING_COLUMNS)."""
+    return any(r.reasoning and r.reasoning["requests"] for r in rows)
+
+
+def _header(rows: Sequence[SweepRow], wide: bool) -> tuple[str, ...]:
+    core: tuple[str, ...] = CORE_COLUMNS
+    if _reasoned(rows):
+        at = core.index("ttft_p50_ms") + 1
+        core = (*core[:at], *REASONING_COLUMNS, *core[at:])
+    return core + (WIDE_COLUMNS if wide else ())
+
+
+def _reasoning_cells(row: SweepRow) -> dict[str, str]:
+    r = row.reasoning or {}
+    share = r.get("share")
+    return {
+        "think_%": "-" if share is None else f"{100.0 * share:.1f}",
+        "ttfo_p50_ms": fmt_num(r.get("ttfo_p50_ms")),
+    }
+
+
+def _sweep_cells(row: SweepRow, wide: bool, reasoned: bool = False) -> dict[str, str]:
     cells = {
         "conc": str(row.conc) if row.rate is None else f"{row.rate:g}/s",  # a rate rung: its rate
         "agg_tok/s": fmt_num(row.agg_tok_s),
@@ -52,6 +77,7 @@ def _sweep_cells(row: SweepRow, wide: bool) -> dict[str, str]:
         "wall_s": fmt_num(row.wall_s, 2),
         "ttft_p50_ms": fmt_num(row.ttft_p50_ms),
         "failures": str(row.failures),
+        **(_reasoning_cells(row) if reasoned else {}),
     }
     if wide:
         cells |= {
@@ -66,7 +92,7 @@ def _sweep_cells(row: SweepRow, wide: bool) -> dict[str, str]:
 def _marked(rows: Sequence[SweepRow], wide: bool) -> list[dict[str, str]]:
     """Cells with `*` / `!` marks; in a column holding a mark, unmarked cells get a trailing space
     so the decimal points stay aligned."""
-    table = [_sweep_cells(row, wide) for row in rows]
+    table = [_sweep_cells(row, wide, _reasoned(rows)) for row in rows]
     for mark, columns, flags in (
         (PARTIAL_MARK, ("conc",), [r.partial for r in rows]),
         (ESTIMATED_MARK, _ESTIMATED_COLUMNS, [r.estimated for r in rows]),
@@ -112,6 +138,7 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
                 "generator: free the machine, more --processes would not help"
             )
     notes += _uncertainty_notes(rows)
+    notes += reasoning_notes(rows)
     notes += _input_notes(rows)
     notes += _output_notes(rows)
     opened = [r for r in rows if _connections_matter(r)]
@@ -140,6 +167,49 @@ def _connections_matter(row: SweepRow) -> bool:
     """Whether the connections a rung opened moved its TTFT p50 beyond CONNECT_NOTE_PCT."""
     moved, p50 = row.connect_ttft_ms, row.ttft_p50_ms
     return moved is not None and p50 is not None and p50 > 0 and moved > CONNECT_NOTE_PCT / 100.0 * p50
+
+
+def reasoning_notes(rows: Sequence[SweepRow]) -> list[str]:
+    """A reasoning model's rungs: the columns' meaning, requests that never answered, reasoning
+    the client counted, and odd streams (named, with what to do)."""
+    notes = []
+    if _reasoned(rows):
+        notes.append(
+            "think_%: reasoning tokens of the output tokens; ttfo_p50_ms: median time to the first "
+            "answer token (ttft counts the first token of either kind)"
+        )
+    for r in rows:
+        info = r.reasoning
+        if not info:
+            continue
+        name = rung_name(r.rung, r.conc)
+        if info["unanswered"]:
+            notes.append(
+                f"{name}: {info['unanswered']} of {info['requests']} reasoning requests never answered "
+                "(max_tokens ended them while thinking: no time to first answer); raise max_tokens"
+            )
+        if info["counted"]:
+            notes.append(
+                f"{name}: the server gave no reasoning count on {info['counted']} of {info['requests']} "
+                "requests: their reasoning tokens are the client's count of reasoning chunks (a lower "
+                "bound when a chunk holds several tokens)"
+            )
+        for odd, n in info["odd"].items():
+            meaning = _ODD_NOTES.get(odd.split(":")[0], "")
+            notes.append(
+                f"{name}: {n} of {r.requests} streams had {odd}" + (f": {meaning}" if meaning else "")
+            )
+    return notes
+
+
+_ODD_NOTES = {
+    "reasoning_after_answer": "reasoning came after the answer had begun (counted as reasoning; the "
+    "time to first answer is the answer's first token); check the server's reasoning parser",
+    "reasoning_tokens_not_a_count": "the server's reasoning_tokens is not a count (the client counted "
+    "them instead); check the server's usage",
+    "unknown_event": "a Responses API event type llmload does not know (not timed, not counted: a new "
+    "event may carry tokens)",
+}
 
 
 def _uncertainty_notes(rows: Sequence[SweepRow]) -> list[str]:
@@ -273,8 +343,9 @@ def _latency_rows(metrics: Sequence[RungMetrics], percentiles: Sequence[float]) 
     for m in metrics:
         for name in LATENCY_NAMES:
             s = m.latencies[name]
-            if s is None and name in ("queue_wait", "connect", "tls"):
-                continue  # only rate-mode rungs wait for a client slot; reused connections cost nothing
+            if s is None and name in ("queue_wait", "connect", "tls", "think"):
+                continue  # only rate-mode rungs wait for a client slot; reused connections cost nothing;
+                # only a reasoning model thinks
             label = "itl (per chunk)" if name == "itl" and m.itl_per_chunk else name
             cells = _summary_cells(s, percentiles).values()
             body.append([rung_name(m.rung, m.conc), label, str(0 if s is None else s.count), *cells])
@@ -292,6 +363,22 @@ def _rate_cells(m: RungMetrics) -> list[str]:
         fmt_num(m.goodput_request_s, 2),
         str(m.stopped_early),
         str(m.chunks_over_tokens),
+    ]
+
+
+REASONING_METRIC_COLUMNS = ("rung", "reasoning_tok", "think_%", "reasoned", "counted", "unanswered")
+
+
+def _reasoning_metric_cells(m: RungMetrics) -> list[str]:
+    r = m.reasoning or {}
+    share = r.get("share")
+    return [
+        rung_name(m.rung, m.conc),
+        str(r.get("tokens", 0)),
+        "-" if share is None else f"{100.0 * share:.1f}",
+        str(r.get("requests", 0)),
+        str(r.get("counted", 0)),
+        str(r.get("unanswered", 0)),
     ]
 
 
@@ -318,6 +405,9 @@ def render_metrics(
         _grid(latency_header, _latency_rows(metrics, percentiles), fmt),
         _grid(RATE_COLUMNS, [_rate_cells(m) for m in metrics], fmt),
     ]
+    reasoning = [m for m in metrics if m.reasoning and m.reasoning["requests"]]
+    if reasoning:
+        parts.append(_grid(REASONING_METRIC_COLUMNS, [_reasoning_metric_cells(m) for m in reasoning], fmt))
     slo = metrics[0].slo if metrics else {}
     if slo:
         parts.append("goodput SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in slo.items()))
@@ -325,18 +415,19 @@ def render_metrics(
 
 
 def _csv_row(
-    row: SweepRow, m: RungMetrics | None, percentiles: Sequence[float], wide: bool
+    row: SweepRow, m: RungMetrics | None, percentiles: Sequence[float], wide: bool, reasoned: bool = False
 ) -> dict[str, str]:
-    out = _sweep_cells(row, wide) | {
+    out = _sweep_cells(row, wide, reasoned) | {
         "estimated": str(row.estimated),
         "partial": str(row.partial),
         "saturated": str(row.saturated),
     }
     if m is not None:
-        for name in LATENCY_NAMES:
-            cells = _summary_cells(m.latencies[name], percentiles)
+        for name in (*LATENCY_NAMES, *LATENCY_ALIASES):
+            cells = _summary_cells(m.latencies[LATENCY_ALIASES.get(name, name)], percentiles)
             out |= {f"{name}_{k}_ms": v for k, v in cells.items()}
         out |= dict(zip(RATE_COLUMNS[1:], _rate_cells(m)[1:], strict=True))
+        out |= dict(zip(REASONING_METRIC_COLUMNS[1:], _reasoning_metric_cells(m)[1:], strict=True))
         out["itl_per_chunk"] = str(m.itl_per_chunk)
     return out
 
@@ -371,7 +462,10 @@ def render(
         data += [asdict(m) | {"not_run": not m.started, "partial": m.started} for m in missing]
         return json.dumps(sorted(data, key=lambda d: d["rung"]), indent=2)
     if fmt == "csv":
-        flat = _with_missing([(r.rung, _csv_row(r, m, percentiles, wide)) for r, m in paired], missing, wide)
+        reasoned = _reasoned(rows)
+        flat = _with_missing(
+            [(r.rung, _csv_row(r, m, percentiles, wide, reasoned)) for r, m in paired], missing, wide
+        )
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=list(flat[0]) if flat else list(CORE_COLUMNS))
         writer.writeheader()
@@ -379,7 +473,7 @@ def render(
         return buf.getvalue().rstrip("\n")
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
-    header = CORE_COLUMNS + (WIDE_COLUMNS if wide else ())
+    header = _header(rows, wide)
     cells = _with_missing(list(zip([r.rung for r in rows], _marked(rows, wide), strict=True)), missing, wide)
     table = _grid(header, [[c[h] for h in header] for c in cells], fmt)
     if fmt == "table":  # a format to paste (markdown) holds data only: the caller shows table_notes

@@ -42,6 +42,7 @@ class GenerationRequest:
     continuous_usage: bool
     ignore_eos: bool
     messages: tuple[dict[str, Any], ...] | None = None  # chat: the messages as sent
+    responses: bool = False  # a Responses API request (llmload.sim.formats.responses)
 
 
 def check_model(body: dict[str, Any], served_model: str) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from llmload.core.schema import setting
 from llmload.sim.engine import ENGINE, StepModel
+from llmload.sim.formats.reasoning import REASONING_FORMATS, ReasoningSpec, parse_reasoning
 
 USAGE_STYLES = ("vllm", "llamacpp")
 SERVER, FAULTS = "server", "faults"  # --help sections (the step model's flags are "engine")
@@ -56,6 +57,22 @@ class SimConfig:
         "the last token's bytes end inside a character (an emoji): still a token by usage",
         group=SERVER,
     )
+    reasoning: str = setting(
+        "0",
+        help="reasoning tokens each request thinks before it answers: N, LO-HI (drawn per prompt) or "
+        "P%% of max_tokens; 0: none (docs/simulator.md)",
+        group=SERVER,
+    )
+    reasoning_format: str = setting(
+        "reasoning",
+        help="chat: the thinking in delta.reasoning (vLLM), delta.reasoning_content (SGLang, llama.cpp) "
+        "or <think> tags in the content; completions always tags, /v1/responses its reasoning events",
+        choices=REASONING_FORMATS,
+        group=SERVER,
+    )
+    reasoning_salt: int = setting(
+        0, help="another salt: other words of thinking, the same answer and times", parse=int, group=SERVER
+    )
     ignore_eos_unsupported: bool = setting(
         False,
         help="ignore the ignore_eos request field (requests stop at their natural length)",
@@ -100,7 +117,14 @@ class SimConfig:
     slow_headers_s: float = setting(2.0, help="delay of slow_headers, s", parse=float, group=FAULTS)
     drop_after: int = setting(8, help="tokens sent before drop cuts a stream", parse=int, group=FAULTS)
 
+    @property
+    def reasoning_spec(self) -> ReasoningSpec:
+        return parse_reasoning(self.reasoning)
+
     def __post_init__(self) -> None:
+        self.reasoning_spec  # noqa: B018 (ValueError naming the flag, before the server starts)
+        if self.reasoning_format not in REASONING_FORMATS:
+            raise ValueError(f"--reasoning-format must be one of {', '.join(REASONING_FORMATS)}")
         if self.usage_style not in USAGE_STYLES:
             raise ValueError(f"usage_style must be one of {USAGE_STYLES}")
         if self.drop_after < 0:

@@ -1,6 +1,7 @@
 """The aiohttp application: vLLM's OpenAI-compatible routes on top of the engine, plus faults.
 
-Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`,
+Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/responses` (the Responses
+API: llmload.sim.formats.responses), `GET /v1/models`, `GET /health`,
 `GET /metrics`, `POST /tokenize`. With an API key configured, `/v1/*` answers 401 (OpenAI error
 JSON, as vLLM's `--api-key`) unless the request carries `Authorization: Bearer <key>`; such a
 rejected request never reaches a handler and leaves no truth line. A generation request is
@@ -29,6 +30,8 @@ from llmload.sim.config import SimConfig
 from llmload.sim.connections import ConnectionTracker
 from llmload.sim.engine import ADMITTED, STOPPED, Engine, Sequence
 from llmload.sim.faults import FaultPicker
+from llmload.sim.formats.reasoning import SALT_SPAN, delta_chunk, tagged
+from llmload.sim.formats.responses import ResponsesStream, parse_responses, responses_usage
 from llmload.sim.prefix_cache import block_keys, prompt_units
 from llmload.sim.tokens import acceptance_rng, completion_text, natural_length, prompt_hash, token_ids
 from llmload.sim.truth import RequestTruth, TruthLog, text_hash
@@ -109,6 +112,7 @@ class SimServer:
         self.faults = FaultPicker(config.faults, config.fault_seed)
         self.created = int(time.time())
         self.connections = ConnectionTracker(config, truth)
+        self.reasoning = config.reasoning_spec
 
     @web.middleware
     async def check_api_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -130,6 +134,7 @@ class SimServer:
             [
                 web.post("/v1/completions", self.completions),
                 web.post("/v1/chat/completions", self.chat_completions),
+                web.post("/v1/responses", self.responses),
                 web.get("/v1/models", self.models),
                 web.get("/health", self.health),
                 web.get("/metrics", self.metrics),
@@ -190,12 +195,17 @@ class SimServer:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=True)
 
-    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True, responses=True)
+
+    async def _generate(
+        self, request: web.Request, *, chat: bool, responses: bool = False
+    ) -> web.StreamResponse:
         arrival = time.time()
         request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         rec = RequestTruth(
             id=request_id,
-            endpoint="chat" if chat else "completions",
+            endpoint="responses" if responses else "chat" if chat else "completions",
             stream=False,
             arrival=arrival,
             connection=self.connections.id_of(request),
@@ -217,9 +227,11 @@ class SimServer:
         except ValueError:
             return error_response(ApiError(400, "request body is not valid JSON"), headers)
         try:
-            req = parse_generation(
-                body, chat=chat, served_model=self.config.model, max_model_len=self.config.max_model_len
-            )
+            model, max_len = self.config.model, self.config.max_model_len
+            if rec.endpoint == "responses":
+                req = parse_responses(body, served_model=model, max_model_len=max_len)
+            else:
+                req = parse_generation(body, chat=chat, served_model=model, max_model_len=max_len)
         except ApiError as err:
             return error_response(err, headers)
         rec.stream = req.stream
@@ -280,7 +292,8 @@ class SimServer:
         if req.messages is not None:
             sent = [m for m in req.messages if isinstance(m, dict) and m.get("role") == "assistant"]
             rec.history_hashes = [text_hash(str(m.get("content") or "")) for m in sent]
-            rec.reply_hash = text_hash(completion_text(seq.prompt_hash, 0, rec.tokens_sent))
+            answer = max(0, rec.tokens_sent - rec.reasoning_tokens)
+            rec.reply_hash = text_hash(completion_text(seq.prompt_hash, rec.reasoning_tokens, answer))
 
     def _note_cached(self, seq: Sequence, fmt: shapes.Formatter) -> int:
         """The admitted sequence's cached prompt tokens, also put into the usage the client gets
@@ -327,6 +340,18 @@ class SimServer:
         resp.headers["Cache-Control"] = "no-cache"
         await resp.prepare(request)
         target = seq.target_tokens
+        thinking = rec.reasoning_tokens = (
+            self.reasoning.tokens(seq.prompt_hash, target) if self.reasoning.on else 0
+        )
+        if thinking and not fmt.llamacpp:
+            fmt.reasoning_tokens = thinking
+        events = (
+            ResponsesStream(f"resp_{rec.id}", cfg.model, int(rec.arrival))
+            if rec.endpoint == "responses"
+            else None
+        )
+        if events is not None:
+            await resp.write(events.start())
         cut_at = min(cfg.drop_after, target - 1) if fault == "drop" else None
         malformed_at = max(1, target // 2) if fault == "malformed" else None
         if cut_at == 0:
@@ -340,17 +365,23 @@ class SimServer:
                 rec.finish_reason = "abort"
                 return
             if k == ADMITTED:
-                if fmt.chat:
+                if fmt.chat and events is None:  # the Responses API has no role chunk
                     await resp.write(fmt.role_chunk())
                     rec.role_sent = time.time()
                 continue
             if cut_at is not None:
                 k = min(k, cut_at - sent)
             done = sent + k == target
-            text = (
-                "" if done and cfg.empty_last_text else completion_text(seq.prompt_hash, sent, k, seq.flipped)
-            )
-            message = fmt.content_chunk(text, sent + k, seq.finish_reason if done else None)
+            if thinking or events is not None:
+                message = self._thinking_chunk(seq, fmt, events, sent, k, thinking)
+                rec.chunk_reasoning.append(max(0, min(sent + k, thinking) - sent))
+            else:
+                text = (
+                    ""
+                    if done and cfg.empty_last_text
+                    else completion_text(seq.prompt_hash, sent, k, seq.flipped)
+                )
+                message = fmt.content_chunk(text, sent + k, seq.finish_reason if done else None)
             if fault == "bunched" and not done and not held:
                 held = message  # the truth keeps the time it was due, as a proxy's client never sees
             else:
@@ -368,6 +399,15 @@ class SimServer:
                 malformed_at = None
         rec.finish_reason = seq.finish_reason
         timings = self._timings(rec, self._note_cached(seq, fmt))
+        if events is not None:
+            usage = (
+                responses_usage(fmt.prompt_tokens, sent, thinking, fmt.cached_tokens)
+                if fmt.usage_allowed
+                else None
+            )
+            await resp.write(events.finish(seq.finish_reason, usage))
+            await resp.write_eof()
+            return
         for chunk in fmt.final_chunks(seq.finish_reason, sent, timings):
             await resp.write(chunk)
         if fault != "no_done":
@@ -376,6 +416,36 @@ class SimServer:
         await resp.write_eof()
         if cfg.close_after_stream and request.transport is not None:
             request.transport.close()  # after the buffered reply is flushed, as llama-server does
+
+    def _thinking_chunk(
+        self,
+        seq: Sequence,
+        fmt: shapes.Formatter,
+        events: ResponsesStream | None,
+        sent: int,
+        k: int,
+        thinking: int,
+    ) -> bytes:
+        """The message of a step of k tokens at position `sent` of a request whose first `thinking`
+        tokens are reasoning, in the configured format (llmload.sim.formats)."""
+        cfg = self.config
+        think = max(0, min(sent + k, thinking) - sent)
+        salt = cfg.reasoning_salt * SALT_SPAN
+        flipped = {p + salt for p in seq.flipped}
+        reasoning = completion_text(seq.prompt_hash, sent + salt, think, flipped) if think else ""
+        answer = completion_text(seq.prompt_hash, sent + think, k - think, seq.flipped) if k > think else ""
+        if events is not None:
+            return events.delta(reasoning, answer)
+        done = sent + k == seq.target_tokens
+        finish = seq.finish_reason if done else None
+        if not fmt.chat or cfg.reasoning_format == "tags":
+            text = (tagged(reasoning, sent == 0, sent + k >= thinking) if think else "") + answer
+            return fmt.content_chunk(text, sent + k, finish)
+        delta = {cfg.reasoning_format: reasoning} if reasoning else {}
+        if answer:
+            delta["content"] = answer
+        usage = shapes.usage(fmt.prompt_tokens, sent + k) if fmt.continuous_usage else None
+        return delta_chunk(fmt.head, delta, None if fmt.llamacpp else finish, usage)
 
     async def _complete(self, reply: Reply) -> None:
         request, resp, seq, fmt, rec = reply

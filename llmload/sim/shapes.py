@@ -33,8 +33,12 @@ def error_body(status: int, message: str, err_type: str, param: str | None = Non
     return {"error": {"message": message, "type": err_type, "param": param, "code": status}}
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict[str, Any]:
-    """The usage object; `prompt_tokens_details.cached_tokens` when the cached count is given."""
+def usage(
+    prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None, reasoning: int | None = None
+) -> dict[str, Any]:
+    """The usage object; `prompt_tokens_details.cached_tokens` when the cached count is given,
+    `completion_tokens_details.reasoning_tokens` when the reasoning count is (vLLM with a
+    reasoning parser)."""
     out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
@@ -42,6 +46,8 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None 
     }
     if cached_tokens is not None:
         out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    if reasoning is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     return out
 
 
@@ -91,6 +97,7 @@ class Formatter:
         self.prompt_tokens = prompt_tokens
         self.usage_allowed = usage_allowed
         self.cached_tokens: int | None = None  # set once admitted: reported in the final usage
+        self.reasoning_tokens: int | None = None  # a thinking request's count (vLLM style only)
         # vLLM sends usage only when asked; llama-server always does.
         self.final_usage = usage_allowed and (self.llamacpp or include_usage)
         self.continuous_usage = usage_allowed and not self.llamacpp and include_usage and continuous_usage
@@ -146,7 +153,7 @@ class Formatter:
                 data["timings"] = timings.to_dict()
             return [sse(data)]
         if self.final_usage:
-            final = usage(self.prompt_tokens, completion_tokens, self.cached_tokens)
+            final = usage(self.prompt_tokens, completion_tokens, self.cached_tokens, self.reasoning_tokens)
             return [sse({**self.head, "choices": [], "usage": final})]
         return []
 

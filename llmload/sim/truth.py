@@ -10,7 +10,9 @@ Two kinds of line, each flushed as soon as it is written:
   "chunk_times", "chunk_tokens", "status", "flipped", "cached_tokens", "closed"}` (plus `"role_sent"`,
   `"history_hashes"` and `"reply_hash"` for chat: hashes of the assistant messages it was sent and
   of the reply it generated, so a multi-turn client's history can be checked) when a request
-  ends, faulted, rejected or not; `"connection"` names the connection that carried it.
+  ends, faulted, rejected or not; `"reasoning_tokens"` (its first tokens that were reasoning)
+  and `"chunk_reasoning"` (the reasoning tokens of each chunk); `"connection"` names the
+  connection that carried it.
   `flipped`: token positions (0-based) that batch variance changed (llmload.sim.tokens.flips),
   in order.
 - `{"type": "connection", "id", "accepted", "peer_port", "tls"}` when a connection is
@@ -60,7 +62,9 @@ class RequestTruth:
     flipped: list[int] = field(default_factory=list)  # token positions changed by batch variance
     cached_tokens: int | None = None  # prompt tokens the prefix cache served (None: cache off)
     history_hashes: list[str] | None = None  # chat: text_hash of each assistant message sent to it
-    reply_hash: str | None = None  # chat: text_hash of the whole reply it generated
+    reply_hash: str | None = None  # chat: text_hash of the whole reply it generated (its answer)
+    reasoning_tokens: int = 0  # of its tokens, the first this many were reasoning (--reasoning)
+    chunk_reasoning: list[int] = field(default_factory=list)  # reasoning tokens of each chunk
 
     def content_written(self, t: float, tokens: int) -> None:
         """Record one content chunk (or a non-streamed body) carrying `tokens` tokens."""

@@ -113,6 +113,7 @@ def test_the_determinism_check_hashes_what_each_turn_sent(cached, capsys):
         "unit": "token",
         "references": [],
         "session_turns": 12,
+        "reasoning_only": 0,
     }
     assert table.main([str(prefix), "--fail-on-divergence"]) == 0
     assert "12 session turns hashed by the messages they sent" in capsys.readouterr().out

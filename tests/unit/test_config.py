@@ -12,7 +12,7 @@ import yaml
 from fixtures.paths import REPO
 from locust.argument_parser import LocustArgumentParser
 
-from llmload.core.config import ConfigError, SweepConfig, load_config
+from llmload.core.config import ConfigError, SweepConfig, load_config, parse_config
 from llmload.loadgen.options import add_arguments, run_config
 
 
@@ -271,3 +271,37 @@ def test_the_users_ceiling_holds_for_flags_and_environment():
 def test_the_users_ceiling_itself_is_accepted(tmp_path):
     assert load_config(write(tmp_path, "rungs: [100000]\n")).rungs == (100000,)
     assert load_config(write(tmp_path, "mode: rate\nduration: 1\nrungs: [200000.0]\n")).rungs == (200000.0,)
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"max_tokens_field": "max_output_tokens"}, "'max_tokens_field' must be one of"),
+        (
+            {"max_tokens_field": "max_completion_tokens"},
+            "is a chat field; 'endpoint: completions' sends max_tokens",
+        ),
+        ({"endpoint": "responses", "max_tokens_field": "max_tokens"}, "sends max_output_tokens"),
+        ({"endpoint": "responses", "stream": False}, "'endpoint: responses' needs 'stream: true'"),
+        ({"endpoint": "response"}, "'endpoint' must be one of"),
+    ],
+)
+def test_reasoning_keys_bad_input(raw, message):
+    """The Responses endpoint and the output length's field: one line naming the key."""
+    with pytest.raises(ConfigError, match=re.escape(message)) as caught:
+        parse_config(raw, "c.yaml")
+    assert "\n" not in str(caught.value) and str(caught.value).startswith("c.yaml: ")
+
+
+def test_max_tokens_field_picks_the_request_field():
+    from llmload.loadgen.workload.payload import build_payload
+
+    def fields(**raw: object) -> set[str]:
+        body = build_payload(parse_config(raw, "c.yaml"), "m", "p", 7)
+        return {k for k in body if "max" in k and body[k] == 7}
+
+    assert fields(endpoint="chat") == {"max_tokens", "max_completion_tokens"}
+    assert fields(endpoint="chat", max_tokens_field="max_completion_tokens") == {"max_completion_tokens"}
+    assert fields(endpoint="chat", max_tokens_field="max_tokens") == {"max_tokens"}
+    assert fields(endpoint="responses") == {"max_output_tokens"}
+    assert fields() == {"max_tokens"}

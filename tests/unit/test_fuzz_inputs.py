@@ -49,12 +49,13 @@ from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.sweep import sim_args
 from llmload.core import checks, config
-from llmload.core.config import ConfigError, load_config
+from llmload.core.config import ENDPOINTS, ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT
 from llmload.core.files.records import RecordFileError, RequestRecord
 from llmload.core.schema import settings as config_settings
 from llmload.loadgen.options import run_config
-from llmload.loadgen.stream.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
+from llmload.loadgen.stream.responses import accumulator_for
+from llmload.loadgen.stream.sse import TEMPLATE_SLOTS, MalformedStream, StreamAccumulator, StreamErrorEvent
 from llmload.output.run_table import render_run
 from llmload.output.table import FORMATS
 from llmload.sim.__main__ import SimFlagError, build_parser, config_from_args
@@ -192,7 +193,8 @@ def test_locust_options():
                 "warmup_requests": option_text,
                 "max_tokens": option_text,
                 "model": option_text,
-                "endpoint": option_text,
+                "endpoint": option_text | st.sampled_from(["responses", "chat"]),
+                "max_tokens_field": option_text | st.sampled_from(["max_completion_tokens", "auto"]),
                 "stream": option_text,
                 "host": hosts,
                 "api_key": st.text(max_size=10),
@@ -215,7 +217,10 @@ SIM_OPTIONS = sorted(
 sim_keys = st.sampled_from([o.replace("-", "_") for o in SIM_OPTIONS if o != "help"]) | st.text(
     alphabet=string.ascii_lowercase + "_", min_size=1, max_size=8
 )
-sim_values = st.one_of(option_text, st.sampled_from(["drop=0.5", "http_500=2", "x=1", "no_usage=1", "4.5"]))
+sim_values = st.one_of(
+    option_text,
+    st.sampled_from(["drop=0.5", "http_500=2", "x=1", "no_usage=1", "4.5", "10-40", "60%", "5-2", "tags"]),
+)  # fmt: skip
 
 
 def test_sim_flags():
@@ -371,9 +376,62 @@ def test_locust_csv_reader(workdir):
 
 
 # --- the SSE parser ---------------------------------------------------------------------------------
+deltas = st.fixed_dictionaries(
+    {},
+    optional={k: values | st.text(max_size=4) for k in ("content", "reasoning_content", "reasoning", "role")},
+)  # a chat delta: answer, reasoning under either name, or both
+usages = (
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "completion_tokens": values,
+            "prompt_tokens": values,
+            "reasoning_tokens": values,
+            "completion_tokens_details": values
+            | st.fixed_dictionaries({}, optional={"reasoning_tokens": values}),
+        },
+    )
+    | values
+)
+EVENT_TYPES = ["response.output_text.delta", "response.reasoning_text.delta", "response.completed",
+               "response.incomplete", "response.failed", "error", "response.created",
+               "response.output_item.done", "response.audio.delta"]  # fmt: skip
+responses_events = st.fixed_dictionaries(
+    {"type": st.sampled_from(EVENT_TYPES) | values},
+    optional={
+        "delta": values | st.text(max_size=4),
+        "message": values,
+        "response": values
+        | st.fixed_dictionaries(
+            {},
+            optional={
+                "status": values | st.sampled_from(["completed", "incomplete"]),
+                "incomplete_details": values,
+                "usage": values
+                | st.fixed_dictionaries(
+                    {},
+                    optional={
+                        k: values
+                        for k in (
+                            "input_tokens",
+                            "output_tokens",
+                            "output_tokens_details",
+                            "input_tokens_details",
+                        )
+                    },
+                ),
+                "error": values,
+            },
+        ),
+    },
+)
+
+
 @st.composite
 def sse_lines(draw: st.DrawFn) -> bytes:
-    kind = draw(st.sampled_from(["chunk", "json", "bytes", "done"]))
+    kind = draw(st.sampled_from(["chunk", "json", "bytes", "done", "event"]))
+    if kind == "event":  # the Responses API's events (and event types outside it)
+        return b"data: " + json.dumps(draw(responses_events)).encode() + b"\n"
     if kind == "bytes":
         return draw(st.binary(max_size=30))
     if kind == "done":
@@ -384,8 +442,8 @@ def sse_lines(draw: st.DrawFn) -> bytes:
         st.fixed_dictionaries(
             {},
             optional={
-                "text": values,
-                "delta": values,
+                "text": values | st.sampled_from(["<think> a", "b</think> c", "</think>"]),
+                "delta": values | deltas,
                 "finish_reason": st.none() | st.sampled_from(["length", "stop"]) | values,
                 "index": values,
             },
@@ -393,10 +451,7 @@ def sse_lines(draw: st.DrawFn) -> bytes:
     )
     chunk = {"choices": draw(st.sampled_from([[choice], [], choice, "x", None]))}
     if draw(st.booleans()):
-        chunk["usage"] = draw(
-            st.fixed_dictionaries({}, optional={"completion_tokens": values, "prompt_tokens": values})
-            | values
-        )
+        chunk["usage"] = draw(usages)
     if draw(st.booleans()):
         chunk["error"] = draw(values)
     return b"data: " + json.dumps(chunk).encode() + b"\n"
@@ -404,9 +459,9 @@ def sse_lines(draw: st.DrawFn) -> bytes:
 
 def test_sse_parser():
     @FUZZ
-    @given(st.booleans(), st.lists(sse_lines(), max_size=8), st.integers(1, 64))
-    def prop(chat: bool, lines: list[bytes], max_tokens: int) -> None:
-        acc = StreamAccumulator(chat=chat)
+    @given(st.sampled_from(ENDPOINTS), st.lists(sse_lines(), max_size=8), st.integers(1, 64), st.booleans())
+    def prop(endpoint: str, lines: list[bytes], max_tokens: int, keep_text: bool) -> None:
+        acc = accumulator_for(endpoint, keep_text)
         try:
             for i, line in enumerate(lines):
                 if acc.feed(line, 0.01 * i):
@@ -417,6 +472,11 @@ def test_sse_parser():
         assert isinstance(tokens, int)
         assert acc.prompt_tokens is None or isinstance(acc.prompt_tokens, int)
         acc.tokens_per_chunk()
+        reasoning, _ = acc.reasoning_tokens()
+        assert reasoning is None or (isinstance(reasoning, int) and reasoning >= 0)
+        answer, thought = acc.answer_and_reasoning()
+        assert isinstance(answer, str) and isinstance(thought, str)
+        assert all(isinstance(name, str) and " " not in name for name in acc.odd)
 
     prop()
 
@@ -488,10 +548,8 @@ def test_record_check_fast_path_agrees_with_field_by_field(changes, drop):
 
 
 def _state(acc: StreamAccumulator) -> tuple:
-    """Every field of the accumulator but the token-chunk template (a cache of feed_lines')."""
-    return tuple(
-        getattr(acc, name) for name in StreamAccumulator.__slots__ if name not in ("_head", "_tail", "_tries")
-    )
+    """Every field of the accumulator but the token-chunk templates (a cache of feed_lines')."""
+    return tuple(getattr(acc, name) for name in StreamAccumulator.__slots__ if name not in TEMPLATE_SLOTS)
 
 
 def _outcome(parse: Callable[[StreamAccumulator], object], chat: bool, keep_text: bool = True) -> tuple:
@@ -542,10 +600,15 @@ def templated_streams(draw: st.DrawFn) -> tuple[bool, list[bytes]]:
     extra = draw(st.dictionaries(st.sampled_from(["logprobs", "stop_reason", "index"]), values, max_size=2))
     spaced = draw(st.booleans())
     usage = draw(st.just({"completion_tokens": 2}) | values)  # the same on every usage line
-    texts = st.text(max_size=6) | st.sampled_from(["", '"', "\\", "\n", 'a"b', "ok", "\u00e9"])
+    texts = st.text(max_size=6) | st.sampled_from(
+        ["", '"', "\\", "\n", 'a"b', "ok", "\u00e9", "<think> x", " y</think>", "</think> z", "<think>"]
+    )  # a reasoning model's tags in the text, and (chat) its reasoning fields
+    fields = st.sampled_from(["content"] * 3 + ["reasoning_content", "reasoning", "both"])
 
     def line(text: Any, finish: Any = None, usage: Any = None) -> bytes:
-        choice = {"index": 0, **({"delta": {"content": text}} if chat else {"text": text}), **extra}
+        field = draw(fields)
+        delta = {"reasoning_content": text, "reasoning": text} if field == "both" else {field: text}
+        choice = {"index": 0, **({"delta": delta} if chat else {"text": text}), **extra}
         choice["finish_reason"] = finish
         data = {**head, "choices": [choice], **({"usage": usage} if usage is not None else {})}
         sep = (", ", ": ") if spaced else (",", ":")
@@ -722,7 +785,7 @@ COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {
     "trace-stats": (["TRACE"], ["--speed", "--start-s", "--duration-s", "--bin-s", "--block-size",
                                 "--cache-blocks", "--format"], (0,)),
     "llama-server": (["serve"], ["--port", "--parallel", "--threads"], (0,)),
-    "locustfile": ([], ["completions", "chat", "--help"], (0,)),
+    "locustfile": ([], ["completions", "chat", "responses", "--help"], (0,)),
 }  # fmt: skip
 
 

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from test_determinism import WORDS, record
 
+from llmload.analysis.identity.determinism import digest, divergence, divergence_notes
 from llmload.analysis.identity.text_identity import pair_places
 from llmload.analysis.output_identity import CHANGED, IDENTICAL, UNMATCHED, output_identity
 from llmload.analysis.run.postprocess import RunResult
+from llmload.analysis.run.sweep_rows import Rung
 from llmload.core.files.records import RequestRecord
 
 
@@ -82,3 +85,30 @@ def test_runs_that_cannot_be_matched_say_why():
     unhashed = output_identity(run(recs), run([plain]))
     assert unhashed.verdict == UNMATCHED and unhashed.reasons[0].startswith("no request of the candidate")
     assert unhashed.as_dict()["verdict"] == UNMATCHED and unhashed.as_dict()["rungs"][0]["compared"] == 0
+
+
+def thinking(users: int, rung: int, thoughts: list[str], t: float) -> RequestRecord:
+    """A reasoning reply: `thoughts` then the answer WORDS, hashed as the client hashes them."""
+    rec = record(users, rung, "p", [*thoughts, *WORDS], t)
+    return dataclasses.replace(
+        rec,
+        text_hash=digest("".join(WORDS)),
+        reasoning_hash=digest("".join(thoughts)),
+        reasoning_tokens=len(thoughts),
+    )
+
+
+def test_a_change_in_the_reasoning_only_is_an_output_change():
+    """Another kernel that changes the thinking but not the answer: compare says the outputs
+    changed, and that the reasoning alone did; the in-run check says so too."""
+    base = [thinking(1, 0, [" t", " u"], 0.0), thinking(4, 1, [" t", " u"], 10.0)]
+    cand = [thinking(1, 0, [" t", " u"], 100.0), thinking(4, 1, [" t", " v"], 110.0)]
+    result = output_identity(run(base), run(cand))
+    assert result.verdict == CHANGED and result.reasoning_only == 1
+    assert result.summary() == (
+        "outputs changed on 1 of 2 matched requests (1 in their reasoning only, the answer the same)"
+    )
+    assert result.rungs[1].first_diff_median == 1.0  # the second token, a reasoning one
+    c1, c4 = divergence([Rung(0, 1, cand[:1]), Rung(1, 4, cand[1:])])
+    assert (c4.differing, c4.reasoning_only, c1.differing) == (1, 1, 0)
+    assert "1 of them in the reasoning only" in divergence_notes([c1, c4])[0]

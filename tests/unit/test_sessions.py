@@ -98,7 +98,7 @@ def test_text_collector_keeps_the_reply_and_cached_tokens_are_read():
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ({"sessions": {"turns": 2}}, "'sessions' need 'endpoint: chat' and 'stream: true'"),
+        ({"sessions": {"turns": 2}}, "'sessions' need 'endpoint: chat' (or 'responses') and 'stream: true'"),
         ({"endpoint": "chat", "stream": False, "sessions": {}}, "'sessions' need 'endpoint: chat'"),
         ({"endpoint": "chat", "sessions": {"think_time": "gauss"}}, "'sessions.think_time' must be one of"),
         (

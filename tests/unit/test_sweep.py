@@ -136,7 +136,7 @@ def test_script_notes_unreadable_lines_and_lost_records(run_prefix: Path):
     assert res.returncode == 0, res.stderr
     assert "warning: " + str(path) + ": skipped 1 unreadable lines: 8" in res.stdout
     assert "rung02 c4: requests: records 3, Locust 4" in res.stdout
-    assert "ttft_content" in res.stdout  # the latency table
+    assert "ttfo" in res.stdout  # the latency table (time to the first answer token)
 
 
 def test_script_missing_records_file(tmp_path: Path):

@@ -63,10 +63,13 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def text_digests(chunks: Sequence[str]) -> tuple[str, str]:
-    """(text_hash, chunk_hashes) of a completion given the text of each content chunk."""
+def text_digests(chunks: Sequence[str], answer: str | None = None) -> tuple[str, str]:
+    """(text_hash, chunk_hashes) of a completion given the text of each token chunk; the text
+    hash is of `answer` when given (a reasoning reply: its answer alone, `reasoning_hash` holds
+    the rest), else of all the chunks' text."""
     crcs = [zlib.crc32(c.encode()) & 0xFFFF for c in chunks]
-    return digest("".join(chunks)), struct.pack(f">{len(crcs)}H", *crcs).hex()
+    text = "".join(chunks) if answer is None else answer
+    return digest(text), struct.pack(f">{len(crcs)}H", *crcs).hex()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,7 @@ class RungDivergence:
     unit: str  # "token" or "chunk"
     checked: int = 0  # requests with a prompt and a text hash
     session_turns: int = 0  # of those, session turns (hashed by the messages they sent)
+    reasoning_only: int = 0  # differing requests whose answer matched: only the reasoning changed
 
     @property
     def share(self) -> float:
@@ -98,6 +102,7 @@ class RungDivergence:
             "unit": self.unit,
             "references": list(self.references),
             "session_turns": self.session_turns,
+            "reasoning_only": self.reasoning_only,
         }
 
 
@@ -126,6 +131,7 @@ def divergence(rungs: Sequence[Rung]) -> list[RungDivergence]:
                 unit=texts.unit,
                 checked=len(checked),
                 session_turns=sum(rec.turn is not None for rec in checked),
+                reasoning_only=texts.reasoning_only,
             )
         )
     return out
@@ -150,9 +156,10 @@ def divergence_notes(divs: Sequence[RungDivergence]) -> list[str]:
         if not d.differing:
             continue
         median = "-" if d.first_diff_median is None else f"{d.first_diff_median:g}"
+        thinking = f", {d.reasoning_only} of them in the reasoning only" if d.reasoning_only else ""
         notes.append(
             f"{rung_name(d.rung, d.conc)}: greedy text differs from the same prompt's text at "
             f"{' / '.join(d.references)} on {d.differing} of {d.compared} requests "
-            f"({100 * d.share:.0f} %); median first differing {d.unit} {median}"
+            f"({100 * d.share:.0f} %{thinking}); median first differing {d.unit} {median}"
         )
     return notes

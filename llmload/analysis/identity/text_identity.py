@@ -7,7 +7,9 @@ candidate request against the base request that sent the same prompt at the same
 builds its (record, reference) pairs; `compare_pairs` counts the differing texts and finds where
 each one first differs.
 
-Records carry `prompt_hash`, `text_hash` (64-bit BLAKE2b of the generated text) and
+Records carry `prompt_hash`, `text_hash` (64-bit BLAKE2b of the generated answer text),
+`reasoning_hash` (the same of a reasoning model's reasoning text: two texts differ when either
+hash differs, and a pair whose answers agree differs in its reasoning only) and
 `chunk_hashes` (16 bits of CRC-32 per content chunk, four hex digits each; see
 llmload.loadgen.request.client). The first differing token of two texts is the index (0-based) of the
 first token of the first content chunk whose hash differs from the other's chunk at the same
@@ -75,6 +77,11 @@ class TextComparison:
         return percentile([i for i, _ in self.firsts], 50.0) if self.firsts else None
 
     @property
+    def reasoning_only(self) -> int:
+        """Differing pairs whose answers agree: only the reasoning text changed."""
+        return sum(rec.text_hash == ref.text_hash for rec, ref in self.pairs if differs(rec, ref))
+
+    @property
     def unit(self) -> str:
         """ "chunk" when any index counts chunks (the median then does too), else "token"."""
         return "chunk" if any(u == "chunk" for _, u in self.firsts) else "token"
@@ -83,8 +90,13 @@ class TextComparison:
 def compare_pairs(pairs: Iterable[Pair]) -> TextComparison:
     """How many pairs' texts differ, and where each differing one first differs."""
     held = tuple(pairs)
-    firsts = tuple(first_difference(rec, ref) for rec, ref in held if rec.text_hash != ref.text_hash)
+    firsts = tuple(first_difference(rec, ref) for rec, ref in held if differs(rec, ref))
     return TextComparison(held, firsts)
+
+
+def differs(rec: RequestRecord, ref: RequestRecord) -> bool:
+    """Whether two requests' greedy texts differ: their answers, or their reasoning."""
+    return rec.text_hash != ref.text_hash or rec.reasoning_hash != ref.reasoning_hash
 
 
 def places(records: Iterable[RequestRecord]) -> dict[Place, RequestRecord]:

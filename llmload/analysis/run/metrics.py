@@ -2,9 +2,15 @@
 
 Latencies come from completed (outcome "ok") requests and are summarized from raw values in ms
 (`llmload.core.stats`: mean, median, population std, linear-interpolation percentiles):
-- TTFT = t_first - t_start (first SSE message with non-empty `choices`, as vLLM).
-- TTFT (first content) = t_first_content - t_start (AIPerf/SGLang).
-  Neither exists for a non-streamed request (`stream: false`): its one body arrives at the end, so
+- TTFT = t_first - t_start (first SSE message with non-empty `choices`, as vLLM; for a reasoning
+  model, its first token of either kind: reasoning chunks are token chunks).
+- TTFO (time to the first answer token; `ttft_content` is its older name) = t_first_content -
+  t_start: the first answer (not reasoning) text, AIPerf's TTFO and guidellm's
+  time_to_first_output_token. None for a request that never answered (all reasoning, cut by
+  max_tokens): the rung counts those as `unanswered`.
+- think = t_first_content - t_first_reasoning: from the first reasoning token to the first
+  answer token, for requests that reasoned and answered.
+  None of these exists for a non-streamed request (`stream: false`): its one body arrives at the end, so
   TTFT, TPOT and ITL are left out ('-'), never shown as the end time.
 - E2EL = t_end - t_start.
 - TPOT per request = (E2EL - TTFT) / (output_tokens - 1); requests with <= 1 token are excluded.
@@ -54,7 +60,8 @@ from llmload.core.files.records import RequestRecord
 from llmload.core.stats import Summary
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
-LATENCY_NAMES = ("ttft", "ttft_content", "tpot", "itl", "e2el", "queue_wait", "connect", "tls")
+LATENCY_NAMES = ("ttft", "ttfo", "think", "tpot", "itl", "e2el", "queue_wait", "connect", "tls")
+LATENCY_ALIASES = {"ttft_content": "ttfo"}  # an older name -> the figure it names
 VLLM_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2el"}  # ours -> vLLM's name
 
 
@@ -75,10 +82,31 @@ def ttft_ms(rec: RequestRecord) -> float | None:
     return None if ttft is None else ttft * 1000.0
 
 
-def ttft_content_ms(rec: RequestRecord) -> float | None:
+def ttfo_ms(rec: RequestRecord) -> float | None:
+    """Time to the first answer token (module docstring); None without one, or not streamed."""
     if rec.t_first_content is None or not rec.stream:
         return None
     return (rec.t_first_content - rec.t_start) * 1000.0
+
+
+ttft_content_ms = ttfo_ms  # its older name
+
+
+def think_ms(rec: RequestRecord) -> float | None:
+    """First reasoning token to first answer token; None unless the request did both, streamed."""
+    if rec.t_first_content is None or rec.t_first_reasoning is None or not rec.stream:
+        return None
+    return (rec.t_first_content - rec.t_first_reasoning) * 1000.0
+
+
+def reasoned(rec: RequestRecord) -> bool:
+    """Whether the request reasoned: reasoning tokens counted, or reasoning text streamed."""
+    return bool(rec.reasoning_tokens) or rec.t_first_reasoning is not None
+
+
+def unanswered(rec: RequestRecord) -> bool:
+    """A streamed request that reasoned and never answered (max_tokens ended its thinking)."""
+    return rec.stream and rec.t_first_content is None and reasoned(rec)
 
 
 def e2el_ms(rec: RequestRecord) -> float:
@@ -174,11 +202,13 @@ class RungMetrics:
     rate: float | None = None  # rate mode: the target request rate
     input_tokens: Summary | None = None  # usage.prompt_tokens of completed requests
     wall_s: float = 0.0
+    reasoning: dict[str, Any] | None = None  # reasoning models: rung_tally.RungTally.reasoning_summary
 
     def as_dict(self) -> dict[str, Any]:
         skip = ("latencies", "input_tokens")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         out["latencies_ms"] = {k: None if s is None else s.as_dict() for k, s in self.latencies.items()}
+        out["latencies_ms"] |= {old: out["latencies_ms"].get(new) for old, new in LATENCY_ALIASES.items()}
         out["input_tokens"] = None if self.input_tokens is None else self.input_tokens.as_dict()
         out["vllm"] = self.vllm_result()
         return out

@@ -7,8 +7,9 @@ requested `max_tokens` and the `finish_reason` are compared:
 - disagreements (`DISAGREE_KINDS`), each one a server (or parser) whose numbers do not add up:
   `over_max_tokens` (more tokens than asked for), `length_short` (finish_reason "length" with
   fewer tokens than max_tokens), `chunks_over_tokens` (more content chunks than tokens: usage
-  undercounts). `no_usage` (no usage sent; tokens estimated by the client: max_tokens on
-  finish_reason "length", else the content chunks) is counted and shown but is not a
+  undercounts), `reasoning_over_tokens` (the server counted more reasoning tokens than output
+  tokens: its usage contradicts itself). `no_usage` (no usage sent; tokens estimated by the
+  client: max_tokens on finish_reason "length", else the content chunks) is counted and shown but is not a
   disagreement: there is no server count to disagree with, and the sweep table marks such
   figures as estimated (`*`). So a server that never sends usage does not fail the run.
 `check_rung` turns a rung's counts into the message that fails a run beyond the configured ratios
@@ -45,7 +46,7 @@ from typing import Any
 from llmload.core.config import ReconcileConfig
 from llmload.core.files.records import OUTCOME_OK, RequestRecord
 
-DISAGREE_KINDS = ("over_max_tokens", "length_short", "chunks_over_tokens")
+DISAGREE_KINDS = ("over_max_tokens", "length_short", "chunks_over_tokens", "reasoning_over_tokens")
 OFF_KINDS = ("stopped_early", "over_max_tokens", "length_short")  # an output that is not its max_tokens
 INPUT_SLACK = 1  # tokens an input may be off its ask (a prompt is cut to its length within a token)
 
@@ -60,10 +61,24 @@ def issues(rec: Mapping[str, Any]) -> list[str]:
         rec.get("finish_reason"),
         rec.get("chunks", 0),
         bool(rec.get("tokens_estimated")),
+        _server_reasoning(rec),
     )
 
 
-def _issues(tokens: int, max_tokens: int, finish: str | None, chunks: int, estimated: bool) -> list[str]:
+def _server_reasoning(rec: Mapping[str, Any]) -> int | None:
+    """A record's (dict's) reasoning tokens when the server counted them, else None."""
+    count = rec.get("reasoning_tokens")
+    return count if type(count) is int and not rec.get("reasoning_counted") else None
+
+
+def _issues(
+    tokens: int,
+    max_tokens: int,
+    finish: str | None,
+    chunks: int,
+    estimated: bool,
+    reasoning: int | None = None,
+) -> list[str]:
     """`issues` of a completed request, from its fields."""
     found = []
     if tokens < max_tokens and finish != "length":
@@ -74,6 +89,8 @@ def _issues(tokens: int, max_tokens: int, finish: str | None, chunks: int, estim
         found.append("length_short")
     if chunks > tokens:
         found.append("chunks_over_tokens")
+    if reasoning is not None and reasoning > tokens and not estimated:
+        found.append("reasoning_over_tokens")
     if estimated:
         found.append("no_usage")
     return found
@@ -134,6 +151,7 @@ class Tally:
             rec.get("finish_reason"),
             rec.get("chunks", 0),
             bool(rec.get("tokens_estimated")),
+            _server_reasoning(rec),
         )
         self._count(rec.get("prompt_tokens"), rec.get("prompt_tokens_asked"), tokens, max_tokens, found)
 
@@ -142,7 +160,8 @@ class Tally:
         if rec.outcome != OUTCOME_OK:
             return
         tokens, max_tokens = rec.output_tokens, rec.max_tokens
-        found = _issues(tokens, max_tokens, rec.finish_reason, rec.chunks, rec.tokens_estimated)
+        reasoning = None if rec.reasoning_counted else rec.reasoning_tokens
+        found = _issues(tokens, max_tokens, rec.finish_reason, rec.chunks, rec.tokens_estimated, reasoning)
         self._count(rec.prompt_tokens, rec.prompt_tokens_asked, tokens, max_tokens, found)
 
     def _count(

@@ -43,10 +43,13 @@ from llmload.analysis.run.metrics import (
     itl_ms,
     meets_slo,
     queue_wait_ms,
+    reasoned,
+    think_ms,
     tls_ms,
     tpot_ms,
-    ttft_content_ms,
+    ttfo_ms,
     ttft_ms,
+    unanswered,
 )
 from llmload.analysis.run.reconcile import Tally
 from llmload.analysis.run.sweep_rows import WARMUP_PHASE, SweepRow
@@ -64,7 +67,7 @@ from llmload.core.stats import (
 )
 
 # per-request latencies (ms) of completed requests (those of every measured request: `RungTally.add`)
-_COMPLETED_VALUES = {"ttft": ttft_ms, "ttft_content": ttft_content_ms, "tpot": tpot_ms, "e2el": e2el_ms}
+_COMPLETED_VALUES = {"ttft": ttft_ms, "ttfo": ttfo_ms, "think": think_ms, "tpot": tpot_ms, "e2el": e2el_ms}
 
 
 def _floats() -> array[float]:
@@ -251,6 +254,13 @@ class RungTally:
     new_connections: int | None = None  # None until a record says whether it reused a connection
     sessions: bool = False  # a record carries a session turn
     checked: bool = False  # a record carries a greedy-determinism text hash
+    # reasoning models (completed requests): reasoning tokens, requests that reasoned, of those
+    # the client counted and those that never answered; odd stream events of every request
+    reasoning_tokens: int = 0
+    reasoning_requests: int = 0
+    reasoning_counted: int = 0
+    unanswered: int = 0
+    odd: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         for name in LATENCY_NAMES:
@@ -293,11 +303,15 @@ class RungTally:
             self.counts.add_record(rec)
         else:
             self.counts.add(data)
+        if rec.odd_stream:
+            self.odd.update(set(rec.odd_stream.split()))
         if rec.outcome != OUTCOME_OK:
             self.failures[rec.outcome] += 1
             self.partial_tokens += rec.output_tokens
             return
         self.tokens += rec.output_tokens
+        if rec.reasoning_tokens is not None or rec.t_first_reasoning is not None:
+            self._add_reasoning(rec)
         if rec.tokens_estimated:
             self.estimated = True
         if rec.prompt_tokens is None:
@@ -324,6 +338,34 @@ class RungTally:
         if not self.itl_per_chunk:
             self.itl_per_chunk = itl_is_per_chunk(rec)
         self.good += not self.slo or meets_slo(rec, self.slo)  # no SLO: every request is good
+
+    def _add_reasoning(self, rec: RequestRecord) -> None:
+        """A completed request that says anything of reasoning (its count may be 0)."""
+        self.reasoning_tokens += rec.reasoning_tokens or 0
+        if reasoned(rec):
+            self.reasoning_requests += 1
+            self.reasoning_counted += rec.reasoning_counted
+            self.unanswered += unanswered(rec)
+
+    def reasoning_summary(self) -> dict[str, Any] | None:
+        """A reasoning model's figures of the rung (definitions: docs/metrics.md), None when no
+        completed request reasoned and no stream was odd: `tokens` (reasoning tokens, the
+        server's count or the client's), `share` (of the output tokens), `requests` that
+        reasoned, of them `counted` by the client and `unanswered`, the p50 of `ttfo_ms` and
+        `think_ms`, and `odd` (requests per odd stream event, failed ones too)."""
+        if not self.reasoning_requests and not self.odd:
+            return None
+        ttfo, think = (self.values[name] for name in ("ttfo", "think"))
+        return {
+            "tokens": self.reasoning_tokens,
+            "share": self.reasoning_tokens / self.tokens if self.tokens else None,
+            "requests": self.reasoning_requests,
+            "counted": self.reasoning_counted,
+            "unanswered": self.unanswered,
+            "ttfo_p50_ms": _median(ttfo),
+            "think_p50_ms": _median(think),
+            "odd": dict(sorted(self.odd.items())),
+        }
 
     @property
     def completed(self) -> int:
@@ -376,6 +418,7 @@ class RungTally:
             connect_ttft_ms=self._connect_ttft_ms(),
             timing_uncertainty=self.uncertainty.summary(),
             rate=self.rate,
+            reasoning=self.reasoning_summary(),
         )
 
     def _connect_ttft_ms(self) -> float | None:
@@ -419,6 +462,11 @@ class RungTally:
             self.new_connections = (self.new_connections or 0) + other.new_connections
         self.sessions = self.sessions or other.sessions
         self.checked = self.checked or other.checked
+        self.reasoning_tokens += other.reasoning_tokens
+        self.reasoning_requests += other.reasoning_requests
+        self.reasoning_counted += other.reasoning_counted
+        self.unanswered += other.unanswered
+        self.odd.update(other.odd)
 
     def itl_counts(self) -> Counter[float]:
         """The pooled ITL values (ms) -> how many (`metrics.itl_ms`)."""
@@ -455,6 +503,7 @@ class RungTally:
             rate=self.rate,
             input_tokens=summarize_counts(cast("Mapping[float, int]", self.counts.inputs.sent), percentiles),
             wall_s=self.wall_s,
+            reasoning=self.reasoning_summary(),
         )
 
 

@@ -25,6 +25,10 @@ Definitions (per rung):
 - rate: rate mode, the rung's target request rate (the table shows it in place of `conc`).
 - new_connections: requests that opened a connection (`conn_reused` false); with keep-alive one
   per user plus the reconnects; None when the records do not say (older runs).
+- reasoning (a reasoning model's rung, else None): reasoning tokens (the server's count, else the
+  client's), their share of `tokens`, the requests that reasoned, the client counted, never
+  answered, the median TTFO and thinking time, and the odd stream events by name
+  (`RungTally.reasoning_summary`; definitions in docs/metrics.md).
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.run.health),
   filled in by post-processing when the run has a health file.
 """
@@ -95,6 +99,7 @@ class SweepRow:
     )
     rate: float | None = None  # rate mode: the rung's target request rate (its users are client slots)
     output_tokens: dict[str, Any] | None = None  # the same of output lengths, + client_counted
+    reasoning: dict[str, Any] | None = None  # reasoning models: rung_tally.RungTally.reasoning_summary
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,14 +44,15 @@ class RequestRecord:
     users: int  # the rung's concurrency (number of Locust users)
     phase: str  # "measure" or "warmup"
     # the request asked
-    endpoint: str  # "completions" or "chat"
+    endpoint: str  # "completions", "chat" or "responses"
     stream: bool
     max_tokens: int
     # timing
     t_start: float  # t0: just before the request was sent
     t_end: float  # last message carrying `choices` (or the failure time)
     t_first: float | None = None  # first SSE message with non-empty `choices` (vLLM's TTFT)
-    t_first_content: float | None = None  # first message with non-empty text/content
+    t_first_content: float | None = None  # first message with answer text (not reasoning): TTFO
+    t_first_reasoning: float | None = None  # first message with reasoning text (a reasoning model)
     chunk_times: list[float] = field(default_factory=list)  # s after t_start of each content chunk
     t_scheduled: float | None = None  # rate mode: the arrival the schedule gave it (t_start - this = wait)
     stamps: str = "user"  # "kernel": message times are kernel receive stamps; "user": read times
@@ -69,11 +70,15 @@ class RequestRecord:
     chunks: int = 0  # SSE messages carrying `choices` with content
     chunk_tokens: list[int] | None = None  # tokens per content chunk, when the server reports them
     cached_tokens: int | None = None  # prompt tokens the server served from its prefix cache, if it says
+    # reasoning (llmload.loadgen.stream.reasoning): None when the server neither counted nor streamed any
+    reasoning_tokens: int | None = None  # the server's count (completion_tokens_details), else counted
+    reasoning_counted: bool = False  # True when the server gave no count: counted from the chunks
     # outcome
     finish_reason: str | None = None
     outcome: str = OUTCOME_OK  # "ok" or a failure kind, e.g. "http_500", "timeout", "dropped"
     error: str | None = None
     status: int | None = None  # HTTP status code, when one was received
+    odd_stream: str | None = None  # odd things in a stream that did not fail it, space-separated names
     # connection (llmload.loadgen.transport.connections): None in records of older runs
     conn_reused: bool | None = None  # sent on a connection an earlier request of the user opened
     connect_ms: float | None = None  # new connection: name lookup + TCP connect (inside TTFT)
@@ -82,7 +87,8 @@ class RequestRecord:
     conn_port: int | None = None  # the client's local port: names the connection (the server sees it as peer)
     # greedy-determinism check (llmload.analysis.identity.determinism); None when it is off
     prompt_hash: str | None = None  # BLAKE2b-64 of the prompt sent, hex
-    text_hash: str | None = None  # BLAKE2b-64 of the generated text, hex
+    text_hash: str | None = None  # BLAKE2b-64 of the generated answer text, hex
+    reasoning_hash: str | None = None  # BLAKE2b-64 of the reasoning text, hex; None: no reasoning text
     chunk_hashes: str | None = None  # 16 bits of CRC-32 of each content chunk's text, 4 hex digits each
     text: str | None = None  # the generated text, with `record_text: true`
     # trace replay and multi-turn sessions

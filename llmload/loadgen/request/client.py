@@ -30,9 +30,10 @@ from typing import Any
 import gevent
 import numpy as np
 
-from llmload.analysis.identity.determinism import text_digests
+from llmload.analysis.identity.determinism import digest, text_digests
 from llmload.core.config import RetryConfig
 from llmload.core.files.records import OUTCOME_OK, RequestRecord, encode_json, new_record
+from llmload.loadgen.stream.responses import accumulator_for
 from llmload.loadgen.stream.sse import StreamAccumulator
 from llmload.loadgen.transport.exchange import RequestFailed, Transport
 from llmload.loadgen.transport.receive_stamps import KERNEL, ReceiveClock
@@ -122,7 +123,7 @@ def send_request(
     while True:
         request_id = f"{ctx.request_id}-retry{retry}" if retry else ctx.request_id
         keep_text = ctx.prompt_hash is not None or on_reply is not None
-        acc = StreamAccumulator(ctx.endpoint == "chat", keep_text=keep_text)
+        acc = accumulator_for(ctx.endpoint, keep_text=keep_text)
         rec, retry_after = _attempt(
             transport,
             path,
@@ -171,13 +172,19 @@ def _attempt(
         output_tokens, estimated = len(acc.chunk_times), True
     end = acc.t_last if (outcome == OUTCOME_OK and acc.t_last is not None) else t_fail
     texts = acc.texts  # kept for the greedy-determinism check or a session's reply
-    text_hash, chunk_hashes = (None, None) if texts is None else text_digests(texts)
+    text_hash, chunk_hashes, reasoning_hash, answer = None, None, None, None
+    if texts is not None:
+        answer, reasoning = acc.answer_and_reasoning()
+        text_hash, chunk_hashes = text_digests(texts, answer)
+        reasoning_hash = digest(reasoning) if reasoning else None
+    reasoning_tokens, reasoning_counted = acc.reasoning_tokens()
     record = new_record(
         **{name: getattr(ctx, name) for name in _FROM_CONTEXT},
         t_start=t_wall,
         t_end=t_wall + end,
         t_first=None if acc.t_first is None else t_wall + acc.t_first,
         t_first_content=None if acc.t_first_content is None else t_wall + acc.t_first_content,
+        t_first_reasoning=None if acc.t_first_reasoning is None else t_wall + acc.t_first_reasoning,
         # to the microsecond: numpy rounds the whole list at once, and the array's own round skips
         # np.round's dispatch (same numbers as round() a time; timed in docs/measurements.md)
         chunk_times=np.asarray(acc.chunk_times, dtype=np.float64).round(6).tolist(),
@@ -192,17 +199,21 @@ def _attempt(
         chunks=len(acc.chunk_times),
         chunk_tokens=acc.tokens_per_chunk(),
         cached_tokens=acc.cached_tokens,
+        reasoning_tokens=reasoning_tokens,
+        reasoning_counted=reasoning_counted,
         finish_reason=acc.finish_reason,
         outcome=outcome,
         error=error,
         status=status,
+        odd_stream=" ".join(acc.odd) or None,
         conn_reused=None if lease is None else lease.reused,
         connect_ms=None if lease is None else lease.connect_ms,
         tls_ms=None if lease is None else lease.tls_ms,
         reconnect=None if lease is None else lease.reconnect,
         conn_port=None if lease is None else lease.port,
         text_hash=text_hash,
+        reasoning_hash=reasoning_hash,
         chunk_hashes=chunk_hashes,
-        text="".join(texts) if texts is not None and ctx.record_text else None,
+        text=answer if ctx.record_text else None,
     )
     return record, retry_after

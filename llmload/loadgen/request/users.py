@@ -88,7 +88,7 @@ class LLMUser(User):
 
     abstract = True
     wait_time = constant(0)
-    endpoint: str | None = None  # subclasses may pin "completions" or "chat"
+    endpoint: str | None = None  # subclasses may pin "completions", "chat" or "responses"
 
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
@@ -213,8 +213,8 @@ class LLMUser(User):
             prompt = workload.prompt(index, request_id, asked_in)
             max_tokens = draw(config.max_tokens, config.seed, "output", index)
         payload = build_payload(config, stage.model, prompt, max_tokens)
-        if turn is not None:
-            payload["messages"] = turn.messages
+        if turn is not None:  # the Responses API takes the history as its input (resent, not stored)
+            payload["input" if config.endpoint == "responses" else "messages"] = turn.messages
 
         ctx = RequestContext(
             request_id,
@@ -292,3 +292,9 @@ class ChatUser(LLMUser):
     """POST /v1/chat/completions."""
 
     endpoint = "chat"
+
+
+class ResponsesUser(LLMUser):
+    """POST /v1/responses (streamed: llmload.loadgen.stream.responses)."""
+
+    endpoint = "responses"

@@ -4,11 +4,16 @@
 shapes real servers send (tests/unit/test_sse.py, and live in tests/real): usage in a separate
 `choices: []` chunk (vLLM with include_usage), usage on the last chunk whose `choices` is not empty
 (llama.cpp), usage on every chunk (vLLM continuous_usage_stats), empty-text token chunks (vLLM), a
-role-only first delta (chat), and error objects sent inside a 200 stream.
+role-only first delta (chat), error objects sent inside a 200 stream, and a reasoning model's
+thinking (`delta.reasoning_content` / `delta.reasoning`, or `<think>` tags in the text:
+llmload.loadgen.stream.reasoning).
 
 Definitions (as vLLM `bench serve`, see docs/metrics.md):
 - t_first: the first message with non-empty `choices` (vLLM's TTFT point);
-- t_first_content: the first message with non-empty text / delta content;
+- t_first_content: the first message with non-empty answer text (AIPerf's TTFO point): text /
+  delta content that is not reasoning;
+- t_first_reasoning: the first message with reasoning text (reasoning text makes a token chunk
+  as answer text does);
 - t_last: the last message with non-empty `choices` (vLLM's end of the request);
 - a *token chunk* is a `choices` message that carries generated text, or empty text without a
   finish_reason (vLLM sends a token whose bytes are not yet a full character that way); the
@@ -18,13 +23,19 @@ Definitions (as vLLM `bench serve`, see docs/metrics.md):
   held as a candidate until usage arrives and counted when usage proves it a token (per-chunk
   usage that grew on it, or a final count one above the token chunks seen).
 - `texts` (only when built with `keep_text`): the text of each token chunk, in order (one list
-  append per chunk; the greedy-determinism check hashes them when the request ends).
+  append per chunk; the greedy-determinism check hashes them when the request ends); a chunk
+  with reasoning holds it first, its answer text after (`answer_and_reasoning` splits them).
+- `reasoning_chunks` / `mixed_chunks`: token chunks that carried reasoning only / reasoning and
+  answer text; `odd`: names of odd things in the stream that did not fail it (reasoning after
+  the answer began).
 - `uncertain`: token chunk index -> seconds by which its time may be late, for chunks that
   shared a read with a message written at a later instant (`feed_read`: not the closing
   messages a server writes with its last token); `ttft_uncertain`: the same for t_first.
 
 The token-chunk fast path (`feed_lines`): a line that matches the stream's token-chunk template
-is a token chunk, recorded without a JSON decode (llmload.loadgen.stream.sse_template).
+is a token chunk, recorded without a JSON decode (llmload.loadgen.stream.sse_template); a reasoning
+stream learns a second template for its reasoning chunks, tried on a data line that is not an
+answer chunk (so a plain stream's token chunks cost what they cost without it).
 """
 
 from __future__ import annotations
@@ -35,6 +46,20 @@ from typing import Any
 
 import orjson
 
+from llmload.loadgen.stream.reasoning import (
+    ANSWER,
+    BAD_REASONING_COUNT,
+    BOTH,
+    REASONING_AFTER_ANSWER,
+    TAGS_NONE,
+    TAGS_OPEN,
+    TAGS_UNKNOWN,
+    THINK_CLOSE_BYTES,
+    THOUGHT,
+    reported_reasoning,
+    split_tags,
+    split_texts,
+)
 from llmload.loadgen.stream.sse_template import TEMPLATE_TRIES, learn_template, not_ascii_plain, plain
 
 # The hot path decodes a data line with orjson straight from bytes (the parse is the reader's
@@ -45,6 +70,8 @@ _fast_decode = orjson.loads
 _decode = json.JSONDecoder().raw_decode
 _STR_OR_NONE = (str, type(None))
 EXACT_SLACK_S = 0.0005  # a read whose messages arrived within this of its stamp times them all
+# the accumulator's caches of its fast path (feed_lines): the templates and what learns them
+TEMPLATE_SLOTS = ("_head", "_tail", "_tries", "_rhead", "_rtail", "_rtries", "_learning", "_kind")
 
 
 class MalformedStream(ValueError):
@@ -78,6 +105,19 @@ class StreamAccumulator:
         "_tries",
         "uncertain",
         "ttft_uncertain",
+        "t_first_reasoning",
+        "reasoning_chunks",
+        "mixed_chunks",
+        "odd",
+        "_reasoning_tokens",
+        "_spans",
+        "_tags",
+        "_kind",
+        "_rfield",
+        "_rhead",
+        "_rtail",
+        "_rtries",
+        "_learning",
     )
 
     def __init__(self, chat: bool = False, keep_text: bool = False) -> None:
@@ -100,6 +140,19 @@ class StreamAccumulator:
         self._tries = TEMPLATE_TRIES
         self.uncertain: dict[int, float] = {}
         self.ttft_uncertain: float | None = None
+        self.t_first_reasoning: float | None = None
+        self.reasoning_chunks = 0  # token chunks of reasoning text alone
+        self.mixed_chunks = 0  # token chunks of reasoning and answer text
+        self.odd: list[str] = []  # odd things that did not fail the stream (llmload.loadgen.stream.reasoning)
+        self._reasoning_tokens = 0  # tokens of the reasoning chunks, where per-chunk usage says
+        self._spans: list[tuple[int, int]] = []  # with keep_text: chunks with reasoning, its characters
+        self._tags = TAGS_UNKNOWN  # `<think>` tags in the text (llmload.loadgen.stream.reasoning)
+        self._kind = ANSWER  # what the chunk just counted carried (for the template to learn)
+        self._rfield = "reasoning_content"  # where the reasoning text sits (its template's field)
+        self._rhead: bytes | None = None  # the reasoning-chunk template, as _head and _tail
+        self._rtail = b""
+        self._rtries = TEMPLATE_TRIES
+        self._learning = True  # a template is still to learn (a reasoning one once reasoning came)
 
     def feed(self, line: bytes, t: float) -> bool:
         """Consume one SSE line; returns True once `data: [DONE]` was seen."""
@@ -113,6 +166,7 @@ class StreamAccumulator:
         the fast path (module docstring)."""
         head, tail, texts, times = self._head, self._tail, self.texts, self.chunk_times
         start, after = (len(head), len(tail)) if head is not None else (0, 0)
+        rhead = self._rhead
         for line in lines:
             if head is not None and line.startswith(head) and line.endswith(tail):
                 end = len(line) - after
@@ -124,16 +178,43 @@ class StreamAccumulator:
                     continue
             if line[:5] != b"data:":
                 continue
-            if head is not None or not self._tries:
+            if rhead is not None and line.startswith(rhead) and self._reasoning_fast(line, t):
+                continue
+            if not self._learning:
                 if self._feed_data(line[5:], t):
                     return True
-                continue
-            chunks = len(self.chunk_times)
-            if self._feed_data(line[5:], t):
-                return True
-            if len(self.chunk_times) > chunks and self._head is None:
-                self._learn_template(line)
+            else:
+                chunks = len(times)
+                if self._feed_data(line[5:], t):
+                    return True
+                if len(times) > chunks:
+                    self._learn_template(line)
+            if self._head is not head or self._rhead is not rhead:  # a template learned or moved
+                head, tail, rhead = self._head, self._tail, self._rhead
+                start, after = (len(head), len(tail)) if head is not None else (0, 0)
         return False
+
+    def _reasoning_fast(self, line: bytes | bytearray, t: float) -> bool:
+        """The reasoning template's fast path (module docstring): whether `line`, which starts
+        with the template's head, is a reasoning chunk of it, counted."""
+        tail = self._rtail
+        if not line.endswith(tail):
+            return False
+        start, end = len(self._rhead or b""), len(line) - len(tail)
+        if end <= start or (not_ascii_plain(line, start, end) is not None and not plain(line[start:end])):
+            return False
+        if self._tags == TAGS_OPEN and line.find(THINK_CLOSE_BYTES, start, end) >= 0:
+            return False  # the end of the thinking: parsed in full
+        if self.t_first_content is not None and REASONING_AFTER_ANSWER not in self.odd:
+            self.odd.append(REASONING_AFTER_ANSWER)
+        self.t_last = t
+        self.reasoning_chunks += 1
+        self.chunk_times.append(t)
+        if self.texts is not None:
+            text = line[start:end].decode()
+            self._spans.append((len(self.texts), len(text)))
+            self.texts.append(text)
+        return True
 
     def feed_read(
         self, lines: list[bytes | bytearray], t: float, slack: float, since_read: float, ends_whole: bool
@@ -185,25 +266,35 @@ class StreamAccumulator:
         return done
 
     def _learn_template(self, line: bytes | bytearray) -> None:
-        """Make `line`, just parsed in full, the stream's token-chunk template if it is one
+        """Make `line`, just parsed in full and counted as a token chunk, the stream's template of
+        its kind (answer or reasoning) if it is one and that template is still to learn
         (llmload.loadgen.stream.sse_template); else leave it."""
-        self._tries -= 1
-        template = learn_template(line, self.chat)
-        if template is not None:
-            self._head, self._tail = template
+        if self._kind == ANSWER and self._head is None and self._tries:
+            self._tries -= 1
+            template = learn_template(line, "content" if self.chat else "text")
+            if template is not None:
+                self._head, self._tail = template
+        elif self._kind == THOUGHT and self._rhead is None and self._rtries:
+            self._rtries -= 1
+            template = learn_template(line, self._rfield)
+            if template is not None:
+                self._rhead, self._rtail = template
+        self._learning = bool(
+            (self._head is None and self._tries)
+            or (self._rhead is None and self._rtries and self._spans_seen)
+        )
+
+    @property
+    def _spans_seen(self) -> bool:
+        """Whether a reasoning chunk was seen (its template is worth learning)."""
+        return self.t_first_reasoning is not None
 
     def _feed_data(self, payload: bytes | bytearray, t: float) -> bool:
         """One data field (JSON may have whitespace around it)."""
-        try:
-            obj = _fast_decode(payload)
-        except orjson.JSONDecodeError:
-            payload = payload.strip()
-            if payload == b"[DONE]":
-                self.done = True
-                return True
-            obj = _slow_decode(payload)
-        if not isinstance(obj, dict):
-            raise MalformedStream(f"data line is not a JSON object: {_shown(payload)!r}")
+        obj = decode_data(payload)
+        if obj is None:
+            self.done = True
+            return True
         choices = obj.get("choices")
         usage = obj.get("usage")
         if usage is not None:
@@ -235,23 +326,32 @@ class StreamAccumulator:
             self._usage_per_chunk = False
             self._count_chunk(t, "", None)
 
-    def _count_chunk(self, t: float, text: str, tokens: int | None) -> None:
+    def _count_chunk(self, t: float, text: str, tokens: int | None, reasoning: int = 0) -> None:
+        """A token chunk at t: its text (its first `reasoning` characters reasoning), its tokens
+        when per-chunk usage says."""
+        if reasoning and self.texts is not None:
+            self._spans.append((len(self.texts), reasoning))
         self.chunk_times.append(t)
         if self.texts is not None:
             self.texts.append(text)
         if tokens is not None:
             self.chunk_tokens.append(tokens)
+            if reasoning:
+                self._reasoning_tokens += tokens if reasoning == len(text) else max(tokens - 1, 1)
 
     def _on_choice(self, choice: dict[str, Any], usage: dict[str, Any] | None, t: float) -> None:
         if self.t_first is None:
             self.t_first = t
         self.t_last = t
+        reasoning = None
         if self.chat:
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
                 raise MalformedStream(f"delta is not an object: {str(delta)[:80]!r}")
             text = delta.get("content")
             role_only = text is None or (not text and "role" in delta)
+            if "reasoning_content" in delta or "reasoning" in delta:
+                reasoning = self._delta_reasoning(delta)
         else:
             text = choice.get("text")
             role_only = text is None
@@ -261,19 +361,68 @@ class StreamAccumulator:
         if finish:
             self.finish_reason = finish
         self._closing = None  # a later choices message: an earlier candidate was not the last
-        if not (text or (not role_only and not finish)):
+        if text and self._tags != TAGS_NONE:
+            text, reasoning = self._split_tags(text, reasoning)
+        if reasoning:
+            self._on_reasoning(t, bool(text))
+            text = reasoning + (text or "")
+        elif not (text or (not role_only and not finish)):
             if finish and not role_only:
                 self._closing = (t, usage)
             return
-        if text and self.t_first_content is None:
-            self.t_first_content = t
+        else:
+            self._kind = ANSWER
+            if text and self.t_first_content is None:
+                self.t_first_content = t
+        thought_chars = len(reasoning) if reasoning else 0
         if usage and self._usage_per_chunk:
             tokens = int(usage.get("completion_tokens") or 0)
-            self._count_chunk(t, text or "", tokens - self._last_completion_tokens)
+            self._count_chunk(t, text or "", tokens - self._last_completion_tokens, thought_chars)
             self._last_completion_tokens = tokens
         else:
             self._usage_per_chunk = False
-            self._count_chunk(t, text or "", None)
+            self._count_chunk(t, text or "", None, thought_chars)
+
+    def _delta_reasoning(self, delta: dict[str, Any]) -> str | None:
+        """A chat delta's reasoning text (`reasoning_content`, else `reasoning`: one text under
+        either name, llmload.loadgen.stream.reasoning), and the field its template would use."""
+        for field in ("reasoning_content", "reasoning"):
+            value = delta.get(field)
+            if value is not None and not isinstance(value, str):
+                raise MalformedStream(f"delta.{field} is not a string: {str(delta)[:80]!r}")
+            if value:
+                self._rfield = field
+                return value
+        return None
+
+    def _split_tags(self, text: str, reasoning: str | None) -> tuple[str, str | None]:
+        """(answer text, reasoning text) of a text chunk of a stream whose `<think>` tags are not
+        yet closed (llmload.loadgen.stream.reasoning.split_tags). After the `</think>` the tagged
+        reasoning chunks' template is dropped: its lines are the answer's shape, and the answer's
+        own template is learned from its first chunk (which sets the first answer's time)."""
+        self._tags, thought, text = split_tags(self._tags, text)
+        if thought:
+            self._rfield = "content" if self.chat else "text"
+            reasoning = (reasoning or "") + thought
+        if self._tags == TAGS_NONE and self._rfield in ("content", "text"):
+            self._rhead, self._rtries = None, 0
+        return text, reasoning
+
+    def _on_reasoning(self, t: float, answer_too: bool) -> None:
+        """A token chunk with reasoning text (and answer text after it when `answer_too`) at t."""
+        if self.t_first_reasoning is None:
+            self.t_first_reasoning = t
+            self._learning = self._learning or bool(self._rtries)
+        if self.t_first_content is not None and REASONING_AFTER_ANSWER not in self.odd:
+            self.odd.append(REASONING_AFTER_ANSWER)
+        if answer_too:
+            self.mixed_chunks += 1
+            self._kind = BOTH
+            if self.t_first_content is None:
+                self.t_first_content = t
+        else:
+            self.reasoning_chunks += 1
+            self._kind = THOUGHT
 
     @property
     def completion_tokens(self) -> int | None:  # int or None: _check_usage saw every usage
@@ -317,8 +466,43 @@ class StreamAccumulator:
 
     @property
     def text(self) -> str:
-        """The reply's text (built with `keep_text`; multi-turn sessions resend it)."""
-        return "".join(self.texts or ())
+        """The reply's answer text (built with `keep_text`; multi-turn sessions resend it)."""
+        return self.answer_and_reasoning()[0]
+
+    def answer_and_reasoning(self) -> tuple[str, str]:
+        """(answer, reasoning) text of the reply (built with `keep_text`)."""
+        return split_texts(self.texts or (), self._spans)
+
+    def reasoning_tokens(self) -> tuple[int | None, bool]:
+        """(reasoning tokens, counted by the client): the server's count when it sent one
+        (llmload.loadgen.stream.reasoning), else the reasoning chunks' tokens (per-chunk usage) or
+        the reasoning chunks, a chunk with answer text too counting all its tokens but one (one
+        when they are unknown); (None, False) for a stream without reasoning."""
+        reported = reported_reasoning(self.usage)
+        if reported == BAD_REASONING_COUNT:
+            if BAD_REASONING_COUNT not in self.odd:
+                self.odd.append(BAD_REASONING_COUNT)
+        elif reported is not None:
+            return int(reported), False
+        if self.t_first_reasoning is None:
+            return None, False
+        if self.tokens_per_chunk() is not None:
+            return self._reasoning_tokens, True
+        return self.reasoning_chunks + self.mixed_chunks, True
+
+
+def decode_data(payload: bytes | bytearray) -> dict[str, Any] | None:
+    """A data field's JSON object; None for `[DONE]`; MalformedStream for anything else."""
+    try:
+        obj = _fast_decode(payload)
+    except orjson.JSONDecodeError:
+        payload = payload.strip()
+        if payload == b"[DONE]":
+            return None
+        obj = _slow_decode(payload)
+    if not isinstance(obj, dict):
+        raise MalformedStream(f"data line is not a JSON object: {_shown(payload)!r}")
+    return obj
 
 
 def _shown(payload: bytes | bytearray) -> bytes:

@@ -11,6 +11,12 @@ ends with those bytes and whose middle is plain string characters (no quote, bac
 character; valid UTF-8; not empty) is therefore the same message with another text: a token chunk,
 recorded without a JSON decode. Any other line (usage, finish_reason, an error, escapes in the
 text, another shape) is parsed in full.
+
+A reasoning model's stream has two such shapes, one for its reasoning chunks (the text in
+`delta.reasoning_content` or `delta.reasoning`) and one for its answer chunks (`delta.content`):
+each is learned from its own first chunk (`field` names where the text sits), and a template is
+learned only from a chunk that carries one kind of text, so a line it matches carries that kind
+alone (the proof compares the whole object: the other field is null or absent in both).
 """
 
 from __future__ import annotations
@@ -39,11 +45,12 @@ def plain(text: bytes | bytearray) -> bool:
     return True
 
 
-def learn_template(line: bytes | bytearray, chat: bool) -> tuple[bytes, bytes] | None:
+def learn_template(line: bytes | bytearray, field: str) -> tuple[bytes, bytes] | None:
     """The template (the bytes before the text, the bytes after it) of `line`, a data line just
-    parsed in full, if it is an ordinary token chunk whose text sits between plain bytes (module
-    docstring); else None."""
-    key = b'"content":"' if chat else b'"text":"'
+    parsed in full, if it is an ordinary token chunk whose text sits between plain bytes in
+    `field` (`text` of a completion, `content`, `reasoning_content` or `reasoning` of a chat
+    delta: module docstring); else None."""
+    key = b'"' + field.encode() + b'":"'
     start = line.find(key) + len(key)
     end = line.find(b'"', start)
     if start < len(key) or end <= start:
@@ -54,29 +61,40 @@ def learn_template(line: bytes | bytearray, chat: bool) -> tuple[bytes, bytes] |
         probe = orjson.loads(head[5:] + _PROBE.encode() + tail)
     except orjson.JSONDecodeError:
         return None
-    if _token_text(probe, chat) != _PROBE or not _token_text(obj, chat):
+    if _token_text(probe, field) != _PROBE or not _token_text(obj, field) or _other_text(obj, field):
         return None
-    _set_token_text(probe, chat, _token_text(obj, chat))
+    _set_token_text(probe, field, _token_text(obj, field))
     if probe == obj and obj.get("usage") is None:
         return head, tail
     return None
 
 
-def _token_text(obj: Any, chat: bool) -> Any:
-    """choices[0].text (or .delta.content) of a parsed message when it is a token chunk without
+_DELTA_TEXTS = ("content", "reasoning_content", "reasoning")  # where a chat delta carries text
+
+
+def _token_text(obj: Any, field: str) -> Any:
+    """choices[0].text (or .delta.<field>) of a parsed message when it is a token chunk without
     finish_reason, else None."""
     try:
         choice = obj["choices"][0]
         if choice.get("finish_reason") is not None:
             return None
-        return choice["delta"]["content"] if chat else choice["text"]
+        return choice["text"] if field == "text" else choice["delta"][field]
     except (KeyError, IndexError, TypeError, AttributeError):
         return None
 
 
-def _set_token_text(obj: Any, chat: bool, text: str) -> None:
+def _other_text(obj: Any, field: str) -> bool:
+    """Whether a chat delta carries text in another field than `field` (a chunk of both kinds)."""
+    if field == "text":
+        return False
+    delta = obj["choices"][0]["delta"]
+    return any(delta.get(other) for other in _DELTA_TEXTS if other != field)
+
+
+def _set_token_text(obj: Any, field: str, text: str) -> None:
     choice = obj["choices"][0]
-    if chat:
-        choice["delta"]["content"] = text
-    else:
+    if field == "text":
         choice["text"] = text
+    else:
+        choice["delta"][field] = text

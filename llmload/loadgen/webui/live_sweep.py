@@ -44,11 +44,19 @@ def tab_cells(tally: RungTally, *, state: str, now_tok_s: float | None) -> dict[
         "ttft_p50_ms": fmt_num(row.ttft_p50_ms),
         "ttft_p99_ms": fmt_num(percentile_or_none(tally.ttfts_ms, 99.0)),
         "tpot_p50_ms": fmt_num(percentile_or_none(tally.tpots_ms, 50.0)),
+        "ttfo_p50_ms": fmt_num(percentile_or_none(tally.values["ttfo"], 50.0)),  # the first answer token
+        "think_pct": _share(row.reasoning),
         "tokens": str(row.tokens),
         "requests": str(row.requests),
         "failures": str(row.failures),
         "now_tok_s": "" if now_tok_s is None else fmt_num(now_tok_s),
     }
+
+
+def _share(reasoning: dict[str, Any] | None) -> str:
+    """The reasoning share of a rung's output tokens, % ('-' for a rung that did not reason)."""
+    share = None if reasoning is None or not reasoning["requests"] else reasoning["share"]
+    return "-" if share is None else f"{100.0 * share:.1f}"
 
 
 def chart_point(tally: RungTally) -> dict[str, Any]:

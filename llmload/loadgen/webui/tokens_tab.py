@@ -39,6 +39,8 @@ COLUMNS = (
     ("ttft_p50_ms", "TTFT p50 (ms)"),
     ("ttft_p99_ms", "TTFT p99 (ms)"),
     ("tpot_p50_ms", "TPOT p50 (ms)"),
+    ("ttfo_p50_ms", "First answer p50 (ms)"),
+    ("think_pct", "Reasoning %"),
     ("tokens", "Output tokens"),
     ("requests", "Requests"),
     ("failures", "Failures"),

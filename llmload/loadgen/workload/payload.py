@@ -3,7 +3,10 @@
 Greedy (temperature 0 by default), an exact output length: `max_tokens` (fixed, or drawn per
 request) with `ignore_eos` so the server decodes exactly that many tokens; streaming with
 `stream_options.include_usage` so the server reports the true token count (vLLM `bench serve`
-sends the same fields).
+sends the same fields). The output length goes in the endpoint's field (`max_tokens_field`):
+completions `max_tokens`, chat both `max_tokens` and `max_completion_tokens` unless the ladder
+names one, the Responses API `max_output_tokens`, with the prompt as its `input`, `store: false`
+and no `stream_options` (its `response.completed` event always carries the usage).
 """
 
 from __future__ import annotations
@@ -14,29 +17,35 @@ from llmload.core.config import SweepConfig
 
 COMPLETIONS_PATH = "/v1/completions"
 CHAT_PATH = "/v1/chat/completions"
+RESPONSES_PATH = "/v1/responses"
+PATHS = {"completions": COMPLETIONS_PATH, "chat": CHAT_PATH, "responses": RESPONSES_PATH}
 
 
 def endpoint_path(endpoint: str) -> str:
-    return CHAT_PATH if endpoint == "chat" else COMPLETIONS_PATH
+    return PATHS.get(endpoint, COMPLETIONS_PATH)
 
 
 def build_payload(config: SweepConfig, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     """The JSON body of one request, asking for `max_tokens` output tokens (the configured length,
     or this request's draw of it)."""
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": max_tokens,
-        "temperature": config.temperature,
-        "stream": config.stream,
-    }
-    if config.endpoint == "chat":
+    body: dict[str, Any] = {"model": model, "temperature": config.temperature, "stream": config.stream}
+    field = config.max_tokens_field
+    if config.endpoint == "responses":
+        body["input"] = prompt
+        body["max_output_tokens"] = max_tokens
+        body["store"] = False  # a load test's answers are not kept on the server (OpenAI stores by default)
+    elif config.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
-        body["max_completion_tokens"] = max_tokens
+        if field != "max_completion_tokens":
+            body["max_tokens"] = max_tokens
+        if field != "max_tokens":
+            body["max_completion_tokens"] = max_tokens
     else:
         body["prompt"] = prompt
+        body["max_tokens"] = max_tokens
     if config.ignore_eos:
         body["ignore_eos"] = True
-    if config.stream:
+    if config.stream and config.endpoint != "responses":  # the Responses API always sends usage
         body["stream_options"] = {"include_usage": True}
         if config.continuous_usage:  # usage on every chunk: tokens per chunk, so ITL per token (vLLM)
             body["stream_options"]["continuous_usage_stats"] = True
