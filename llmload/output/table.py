@@ -108,6 +108,7 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
                 "so the figures may be late; other processes (or the hypervisor) took the CPU, not the "
                 "generator: free the machine, more --processes would not help"
             )
+    notes += [waited_note(r) for r in rows if r.waited]
     notes += _uncertainty_notes(rows)
     notes += _input_notes(rows)
     notes += _output_notes(rows)
@@ -125,6 +126,17 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
                 f"their {r.partial_tokens} partial tokens are not counted"
             )
     return notes
+
+
+def waited_note(r: SweepRow) -> str:
+    """A rung whose requests waited for a place in the server's batch (sweep_rows: waited)."""
+    most = r.decoding_max
+    return (
+        f"{rung_name(r.rung, r.conc)}: {r.waited} of {r.requests} requests waited for a place in the "
+        f"server's batch (it decoded at most {most} at once): the rung measures the server's queue "
+        f"too (TTFT); to measure the server, keep rungs at or below {most}, or raise its batch limit "
+        "(vLLM --max-num-seqs, SGLang --max-running-requests, llama.cpp --parallel)"
+    )
 
 
 def _uncertainty_notes(rows: Sequence[SweepRow]) -> list[str]:

@@ -25,6 +25,8 @@ Definitions (per rung):
 - rate: rate mode, the rung's target request rate (the table shows it in place of `conc`).
 - new_connections: requests that opened a connection (`conn_reused` false); with keep-alive one
   per user plus the reconnects; None when the records do not say (older runs).
+- waited / decoding_max: requests that waited for a place in the server's batch and the most
+  streams decoding at once (llmload.analysis.run.steps.waited_requests); None without streams.
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.run.health),
   filled in by post-processing when the run has a health file.
 """
@@ -94,6 +96,8 @@ class SweepRow:
     )
     rate: float | None = None  # rate mode: the rung's target request rate (its users are client slots)
     output_tokens: dict[str, Any] | None = None  # the same of output lengths, + client_counted
+    waited: int | None = None  # requests that waited for a place in the batch (None: no streams)
+    decoding_max: int | None = None  # the most of its streams decoding at once
 
 
 @dataclass(frozen=True, slots=True)
