@@ -39,6 +39,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -83,10 +84,13 @@ from llmload.output.twin_report import (
     replay_table,
 )
 from llmload.servers.process import die_with_parent
+from llmload.sim.engine import steps_to_generate
+from llmload.sim.truth import load_truth
 
 PROG = "llmload twin"
 STOP_POLL_S = 0.2
 CALIBRATION_STEP_MS = 2.0
+SOLVE_STEPS = 20  # bisection steps of a setting in [1, 1 + max_draft]: 7 / 2**20, under its rounding
 
 
 def _rungs(text: str) -> list[int | float]:
@@ -234,7 +238,8 @@ def run_decision(
     for conc in at:
         s = steps.get(conc)
         step_ms = s.step_ms if s is not None else None
-        bound = None if step_ms is None or s is None or not s.batch else step_bound(change, step_ms, s.batch)
+        mean_ms = s.step_mean_ms if s is not None else None
+        bound = None if mean_ms is None or s is None or not s.batch else step_bound(change, mean_ms, s.batch)
         cost = change.cost.cost_ms(s.batch) if change.cost is not None and s is not None and s.batch else None
         row = by_conc.get(conc) if fits else None
         gain = low = high = None
@@ -365,27 +370,67 @@ class Stopped(Exception):
     """A stop signal ended the replays."""
 
 
-def calibrate(folder: Path, ladder: dict[str, Any], params: TwinParams, model: Any) -> TwinParams:
+Draws = list[tuple[int, int]]  # (output tokens, the simulator's accept_seed) of each replayed request
+
+
+def calibrate(
+    folder: Path, ladder: dict[str, Any], params: TwinParams, model: Any
+) -> tuple[TwinParams, Draws]:
     """The simulator's accept_len that realizes the fitted one on this workload. The simulator
     draws each prompt's accepted tokens from a generator seeded by the prompt, so a run of few
-    prompts realizes a mean off its setting; a first replay of the same ladder with 2 ms steps
-    (acceptance does not depend on timing) measures the realized mean, and the setting is moved
-    by the ratio of the draft parts. Skipped when every replay draws other prompts
-    (unique_prompts) or there is nothing to draw (accept_len 1)."""
+    prompts realizes a mean off its setting, and not in proportion to it (one prompt's draws are
+    one sequence of uniforms: the realized mean is a step function of the setting). A first replay
+    of the same ladder with 2 ms steps (acceptance does not depend on timing) records each
+    request's seed in the simulator's truth log (`accept_seed`); the draws are then replayed
+    offline (llmload.sim.engine.steps_to_generate) to find the setting whose realized mean is the
+    fitted one (`solve_setting`). Skipped when every replay draws other prompts (unique_prompts)
+    or there is nothing to draw (accept_len 1)."""
     if ladder.get("unique_prompts") or params.accept_len <= 1.0:
-        return params
+        return params, []
     fast = replace(
         params, base_ms=CALIBRATION_STEP_MS, per_seq_ms=0.0, prefill_ms_per_token=0.0, max_num_seqs=None
     )
-    if not wait_all([start_sweep(folder, ladder, sim_pairs(fast, model))]):
+    if not wait_all([start_sweep(folder, {**ladder, "warmup_requests": 0}, sim_pairs(fast, model))]):
         raise Stopped
-    realized = fit_accept_len(
-        [(r.output_tokens, len(r.chunk_times)) for r in replayed(folder).iter_records() if usable(r)]
-    )
-    if realized <= 1.0:
-        return params
-    m = params.accept_len
-    return replace(params, sim_accept_len=1.0 + (m - 1.0) * (m - 1.0) / (realized - 1.0))
+    truth_path = folder / "run" / "sim_truth.jsonl"
+    truth = load_truth(truth_path)[0] if truth_path.exists() else {}
+    draws = [
+        (r.output_tokens, int(truth[r.request_id]["accept_seed"]))
+        for r in replayed(folder).iter_records()
+        if usable(r) and isinstance(truth.get(r.request_id, {}).get("accept_seed"), int)
+    ]
+    if not draws:
+        return params, []
+    return replace(params, sim_accept_len=solve_setting(draws, params.accept_len, params.max_draft)), draws
+
+
+def solve_setting(draws: Draws, target: float, max_draft: int) -> float:
+    """The simulator's accept_len whose draws, replayed for these requests, realize `target` as
+    the fit reads it (`fit_accept_len` of their tokens and steps). The realized mean never falls
+    as the setting rises, in steps (a request takes a whole number of steps): of the two plateaus
+    around the target, the one whose mean is closer, at its middle (a setting rounded to the
+    simulator's four decimals stays on it)."""
+
+    def realized(setting: float) -> float:
+        steps = {d: steps_to_generate(d[1], d[0], setting, max_draft) for d in set(draws)}
+        return fit_accept_len([(d[0], steps[d]) for d in draws], max_draft)
+
+    def first(reaches: Callable[[float], bool]) -> float:
+        """The smallest setting for which `reaches` holds (1 + max_draft if none)."""
+        lo, hi = 1.0, 1.0 + max_draft
+        for _ in range(SOLVE_STEPS):
+            mid = (lo + hi) / 2.0
+            lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
+        return hi
+
+    up = first(lambda s: realized(s) >= target)
+    r_up = realized(up)
+    plateaus = [(r_up, up, first(lambda s: realized(s) > r_up))]
+    if up > 1.0 + 1e-9:
+        r_down = realized(max(1.0, up - 1e-6))
+        plateaus.append((r_down, first(lambda s: realized(s) >= r_down), up))
+    _, start, end = min(plateaus, key=lambda p: abs(p[0] - target))
+    return (start + end) / 2.0
 
 
 def replayed(folder: Path) -> RunResult:
@@ -430,8 +475,11 @@ def main(argv: list[str] | None = None) -> int:
         return _print_fit(args.format, fit, sim_file)
     print(f"{PROG}: calibrating and replaying on the simulator; files in {run_dir}", file=sys.stderr)
     try:
-        fit.params = calibrate(run_dir / "calibrate", replay_ladder, fit.params, model)
+        fit.params, draws = calibrate(run_dir / "calibrate", replay_ladder, fit.params, model)
         predicted_params = apply_change(fit.params, change) if not change.empty else fit.params
+        if change.accept_len is not None and draws:  # the same offline replay of the draws
+            setting = solve_setting(draws, change.accept_len, fit.params.max_draft)
+            predicted_params = replace(predicted_params, sim_accept_len=setting)
     except Stopped:
         print(f"{PROG}: stopped by a signal: the replays were stopped", file=sys.stderr)
         return INTERRUPTED

@@ -11,6 +11,8 @@ Per rung, from its measured, completed, streamed requests (docs/integrate.md def
   A chunk is a step unless the server sends several chunks a step (llama.cpp and TGI send each
   speculative token in its own chunk): then more than `GROUPED_SHARE` of the rung's gaps are
   under `GROUP_SHARE` of its 90th-percentile gap, and chunks closer than that are one step.
+  Their mean (each step once: the rung's busy time per step) is the step of the Amdahl bound:
+  a change that removes d from every step removes d x steps from that busy time.
 - **batch**: the sequences in a step: with the server's metrics scraped, the most `running` it
   reported in the rung's window (the batch when full); else the streams decoding at once (first
   step to last), the same weighted median as the step.
@@ -55,6 +57,7 @@ class RungSteps:
     waited: int  # requests that waited for a place
     server_waiting: float | None = None  # most waiting the server reported while its batch was full
     counters_accept: float | None = None  # the server's 1 + accepted / drafts, when scraped
+    step_mean_ms: float | None = None  # the mean of the server's steps, each once (the Amdahl bound's)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,10 +154,11 @@ def measure_rung(rung: int, users: int, records: Iterable[RequestRecord]) -> Run
         mids.append((s[1:] + s[:-1])[ok] / 2.0)
     gap_s = np.concatenate(values) if values else np.empty(0)
     mid_s = np.concatenate(mids) if mids else np.empty(0)
-    step_ms = batch = None
+    step_ms = batch = step_mean_ms = None
     if gap_s.size:
         at_once = np.maximum(decoding_at(starts, ends, mid_s), 1).astype(np.float64)
         step_ms = _weighted_median(gap_s, 1.0 / at_once) * 1000.0
+        step_mean_ms = float(np.average(gap_s, weights=1.0 / at_once)) * 1000.0
         batch = _weighted_median(at_once, 1.0 / at_once)
     own = [(float(s[-1] - s[0]) / (s.size - 1)) if s.size > 1 else 0.0 for s in steps]
     waited, most = waited_requests([r.t_start for r in streams], firsts, lasts, own, users)
@@ -170,6 +174,7 @@ def measure_rung(rung: int, users: int, records: Iterable[RequestRecord]) -> Run
         decoding_max=most,
         tokens_per_step=sum(r.output_tokens for r in streams) / n_steps,
         waited=waited,
+        step_mean_ms=step_mean_ms,
     )
 
 

@@ -348,13 +348,13 @@ def apply_change(params: TwinParams, change: Change) -> TwinParams:
 def amdahl_bound(
     row: TwinRow, params: TwinParams, change: Change, step: RungSteps | None = None
 ) -> float | None:
-    """The Amdahl gain of the change (a component made faster) on the rung's measured step and
-    batch (llmload.analysis.run.steps: the step as the server ran it); without a measured step,
+    """The Amdahl gain of the change (a component made faster) on the rung's measured steps and
+    batch (llmload.analysis.run.steps: their mean, each step once); without a measured step,
     `llmload budget`'s table formula on the fitted accept length."""
     if change.cost is None or change.speedup is None or row.measured is None:
         return None
-    if step is not None and step.step_ms and step.batch:
-        step_ms, batch = step.step_ms, step.batch
+    if step is not None and step.step_mean_ms and step.batch:
+        step_ms, batch = step.step_mean_ms, step.batch
     else:
         agg = row.measured.get("agg_tok_s")
         if not agg:
