@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from fixtures.fuzzing import examples
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from llmload.analysis.budget import CostModel, budget_rows, load_points
@@ -106,8 +106,10 @@ def test_a_10ms_step_change_is_worth_it_and_the_real_run_falls_inside(limited, t
 
 MODELS = st.fixed_dictionaries(
     {
-        "base_ms": st.sampled_from([8.0, 12.0, 20.0]),
-        "per_seq_ms": st.sampled_from([0.5, 1.5, 3.0]),
+        # steps of 13-32 ms: on a loaded 2-core machine a chunk is read some ms late now and then,
+        # and the fit's clusters of chunks need steps well above that
+        "base_ms": st.sampled_from([12.0, 20.0]),
+        "per_seq_ms": st.sampled_from([1.5, 3.0]),
         "accept_len": st.sampled_from([1.0, 2.0, 3.5, 5.0]),
         "prefill_ms_per_token": st.sampled_from([0.0, 0.02]),
         "max_num_seqs": st.sampled_from([256, 3]),
@@ -117,6 +119,7 @@ MODELS = st.fixed_dictionaries(
 
 @settings(
     max_examples=examples(2), deadline=None, derandomize=True, database=None,
+    phases=[Phase.generate],  # no shrinking: each example is a sweep and a twin (a minute)
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )  # fmt: skip
 @given(
