@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from llmload.analysis.budget import CostModel, budget_rows, load_points
 from llmload.analysis.run.postprocess import load_run
+from llmload.analysis.twin.replay import MIN_SPREAD
 from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.sim.truth import load_truth
 
@@ -100,8 +101,9 @@ def test_a_10ms_step_change_is_worth_it_and_the_real_run_falls_inside(limited, t
     }
     for rung in decision["rungs"]:
         assert rung["low"] <= actual[rung["conc"]] <= rung["high"], (rung, actual)
-    for row in doc["prediction"]["rows"]:  # a pure step change: the bound is never below the prediction
-        assert row["amdahl_pct"] >= row["gain_pct"]["agg_tok_s"], row
+    for row in doc["prediction"]["rows"]:  # a pure step change: the bound is not below the prediction
+        gain = row["gain_pct"]["agg_tok_s"]  # ... but by the run-to-run spread of the measured run
+        assert row["amdahl_pct"] >= gain - 100 * MIN_SPREAD * (1 + gain / 100), row
 
 
 MODELS = st.fixed_dictionaries(
@@ -137,4 +139,5 @@ def test_the_twin_fits_its_own_simulator(tmp_path_factory, sim, max_tokens, many
         ladder["prompt_tokens"] = 48
     run = sweep(folder, sim, **ladder)
     code, doc, err = twin(run, folder / "twin")
-    assert code == 0 and doc["verdict"]["fits"], (sim, max_tokens, many_prompts, doc.get("verdict"), err)
+    verdict = doc.get("verdict", {})
+    assert code == 0 and verdict["fits"], (sim, max_tokens, many_prompts, verdict.get("breaks"), err)
