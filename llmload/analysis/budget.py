@@ -1,11 +1,16 @@
 """The Amdahl budget: what share of a decode step a component costs, and what making it faster buys.
 
-From a sweep table (concurrency and aggregate output tok/s per rung) and the accepted tokens per
-sequence per step (speculative decoding's acceptance length; 1 without it):
-- tokens_per_step = conc * accept_len (every running sequence advances accept_len tokens a step)
-- step_ms = tokens_per_step / agg_tok_s * 1000
-- the component's cost per step c (constant, a table by batch size, or a + b * batch; batch =
-  the sequences in the step = conc), share = c / step_ms
+Per rung, the decode step and the batch:
+- from a run: measured (llmload.analysis.run.steps): the median of the server's steps from the
+  streams' chunks, the batch it ran (its metrics' running requests, else the streams decoding at
+  once) and the tokens a step gives each sequence; the server's counters' acceptance is shown
+  beside, never used for the step;
+- from a sweep table typed in by hand (concurrency and aggregate output tok/s per rung) and the
+  accepted tokens per sequence per step (speculative decoding's acceptance length; 1 without it):
+  tokens_per_step = conc * accept_len (every user in the batch, every step advancing accept_len
+  tokens), step_ms = tokens_per_step / agg_tok_s * 1000;
+- the component's cost per step c (constant, a table by batch size, or a + b * batch, at the
+  batch the step ran), share = c / step_ms; a component larger than the step is refused;
 - end-to-end gain if the component became k times faster: step / (step - c + c / k) - 1;
   the limit k -> infinity (the component free) is step / (step - c) - 1 (Amdahl's law).
 Assumes the component sits on the step's critical path (serial with the rest of the step).
@@ -26,6 +31,7 @@ import yaml
 
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.server_metrics import load_server_metrics
+from llmload.analysis.run.steps import RungSteps, measure_run
 from llmload.core.config import ConfigError
 from llmload.core.files import run_files
 from llmload.core.files.run_files import RunFiles
@@ -39,6 +45,7 @@ class SweepPoint:
     conc: int
     agg_tok_s: float
     accept_len: float | None = None  # measured for this rung (server counters), if known
+    steps: RungSteps | None = None  # the rung's step and batch measured from a run's streams
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +57,7 @@ class CostModel:
     linear: tuple[float, float] | None = None  # (a, b)
     table: tuple[tuple[int, float], ...] = ()  # (batch, ms), sorted by batch
 
-    def cost_ms(self, batch: int) -> float:
+    def cost_ms(self, batch: float) -> float:
         if self.constant_ms is not None:
             return self.constant_ms
         if self.linear is not None:
@@ -93,7 +100,15 @@ def check_number(source: str, key: str, value: Any) -> float:
 
 
 def check_positive(source: str, key: str, value: Any) -> float:
-    """`accept_len`, `speedup` (the file's keys and their flags): a finite number > 0."""
+    """`accept_len`, `step_scale` (the file's keys and their flags): a finite number > 0."""
+    return _positive(value, f"{source}: {key}")
+
+
+def check_speedup(source: str, key: str, value: Any) -> float:
+    """`speedup` (the file's key and --speedup): a number > 0, or infinity (`inf`: the component
+    free)."""
+    if isinstance(value, float) and math.isinf(value) and value > 0:
+        return value
     return _positive(value, f"{source}: {key}")
 
 
@@ -151,7 +166,7 @@ def load_budget_config(path: Path) -> BudgetConfig:
     return BudgetConfig(
         cost=parse_cost_model(data["cost_ms"], name, f"{path}: cost_ms"),
         accept_len=None if accept is None else _positive(accept, f"{path}: accept_len"),
-        speedup=None if speedup is None else _positive(speedup, f"{path}: speedup"),
+        speedup=None if speedup is None else check_speedup(str(path), "speedup", speedup),
     )
 
 
@@ -205,13 +220,16 @@ def parse_sweep_table(text: str, source: str = "<table>") -> list[SweepPoint]:
 class BudgetRow:
     conc: int
     agg_tok_s: float
-    accept_len: float
-    tokens_per_step: float
+    accept_len: float  # tokens a step gives each sequence (measured from the streams, or given)
+    tokens_per_step: float  # the step's tokens: batch * accept_len
     step_ms: float
     component_ms: float
     share: float  # component_ms / step_ms
     gain_speedup: float | None  # end-to-end throughput gain if k times faster (0.01 = 1 %)
     gain_free: float  # ... if the component cost nothing
+    batch: float = 0.0  # the sequences in the step (conc for a table)
+    measured: bool = False  # step and batch measured from the run's streams (else the formula)
+    steps: RungSteps | None = None  # what was measured
 
 
 def amdahl_gain(step_ms: float, component_ms: float, speedup: float) -> float:
@@ -220,33 +238,56 @@ def amdahl_gain(step_ms: float, component_ms: float, speedup: float) -> float:
     return step_ms / new_step - 1.0
 
 
+def _step(p: SweepPoint, accept_len: float | None) -> tuple[float, float, float, bool]:
+    """(step ms, batch, tokens a step per sequence, measured) of a rung (module docstring)."""
+    s = p.steps
+    if s is not None and s.step_ms and s.batch and s.tokens_per_step:
+        return s.step_ms, s.batch, s.tokens_per_step, True
+    accept = accept_len if accept_len is not None else p.accept_len
+    if accept is None:
+        raise ConfigError(
+            f"conc {p.conc}: no accept length (give --accept-len, or a run with streamed chunks or "
+            "spec-decode counters)"
+        )
+    if p.agg_tok_s <= 0:
+        raise ConfigError(f"conc {p.conc}: agg_tok/s must be > 0")
+    return p.conc * accept / p.agg_tok_s * 1000.0, float(p.conc), accept, False
+
+
 def budget_rows(
-    points: Sequence[SweepPoint], cost: CostModel, accept_len: float | None, speedup: float | None
+    points: Sequence[SweepPoint],
+    cost: CostModel,
+    accept_len: float | None,
+    speedup: float | None,
+    given_as: str = "the component",
 ) -> list[BudgetRow]:
-    """One budget row per rung; a rung's measured accept length is used when none is given."""
+    """One budget row per rung: its measured step and batch when the run's streams gave them, else
+    the table's formula with `accept_len` (or the rung's counters'). ConfigError, naming
+    `given_as` (the flag or file key of the cost), when the component costs the whole step or
+    more: it is part of the step."""
     rows = []
     for p in points:
-        accept = accept_len if accept_len is not None else p.accept_len
-        if accept is None:
+        step, batch, accept, measured = _step(p, accept_len)
+        c = cost.cost_ms(batch)
+        if c >= step:
             raise ConfigError(
-                f"conc {p.conc}: no accept length (give --accept-len, or a run with spec-decode counters)"
+                f"{given_as}: {c:g} ms is not part of a {step:.1f} ms step (conc {p.conc}): a component "
+                "costs less than the step it is in; check the value and its unit (ms per step)"
             )
-        if p.agg_tok_s <= 0:
-            raise ConfigError(f"conc {p.conc}: agg_tok/s must be > 0")
-        tokens = p.conc * accept
-        step = tokens / p.agg_tok_s * 1000.0
-        c = cost.cost_ms(p.conc)
         rows.append(
             BudgetRow(
                 conc=p.conc,
                 agg_tok_s=p.agg_tok_s,
                 accept_len=accept,
-                tokens_per_step=tokens,
+                tokens_per_step=batch * accept,
                 step_ms=step,
                 component_ms=c,
                 share=c / step,
                 gain_speedup=None if speedup is None else amdahl_gain(step, c, speedup),
                 gain_free=amdahl_gain(step, c, math.inf),
+                batch=batch,
+                measured=measured,
+                steps=p.steps,
             )
         )
     return rows
@@ -254,7 +295,7 @@ def budget_rows(
 
 def fit_step_model(rows: Sequence[BudgetRow]) -> tuple[float, float] | None:
     """Least-squares (a, b) of step_ms = a + b * batch over the rungs; None with < 2 batch sizes."""
-    xs = [float(r.conc) for r in rows]
+    xs = [r.batch or float(r.conc) for r in rows]
     ys = [r.step_ms for r in rows]
     if len(set(xs)) < 2:
         return None
@@ -264,11 +305,13 @@ def fit_step_model(rows: Sequence[BudgetRow]) -> tuple[float, float] | None:
 
 
 def run_points(prefix: str) -> list[SweepPoint]:
-    """Points of a run's measured rungs, with the accept length its server's counters gave per rung."""
+    """Points of a run's measured rungs: each with its step and batch measured from the streams
+    (llmload.analysis.run.steps) and the accept length its server's counters gave."""
     result = load_run(prefix)
     server = load_server_metrics(prefix, result.run_info, result.iter_records())
     accept = {m.rung: m.accept_len for m in server.measured} if server else {}
-    return [SweepPoint(r.conc, r.agg_tok_s, accept.get(r.rung)) for r in result.rows]
+    steps = {s.rung: s for s in measure_run(result.iter_records(), result.run_info, prefix, accept)}
+    return [SweepPoint(r.conc, r.agg_tok_s, accept.get(r.rung), steps.get(r.rung)) for r in result.rows]
 
 
 def load_points(source: str | Path) -> list[SweepPoint]:

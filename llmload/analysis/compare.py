@@ -21,7 +21,12 @@ resample of 3 requests takes only 10 distinct values), only from repeats if ther
 
 Verdict per figure: "regressed" (or "improved") when the whole confidence interval of the change
 is on the worse (better) side of zero and the change is at least `threshold` in size; otherwise
-"within noise". With one request per user a rung holds only `conc` requests started together,
+"within noise". A figure with no interval (fewer than MIN_REQUESTS requests a side, no repeats)
+is "too few requests to judge (n=N)", its change shown: neither noise nor a verdict. A rung that
+the sweep flagged in either run (load generator saturated, machine busy: llmload.analysis.run.health)
+has its verdict withheld, the reason named: its figures measured the machine, not the server.
+
+With one request per user a rung holds only `conc` requests started together,
 so the interval is wide at low concurrency and run-level noise is invisible without repeats:
 the threshold is the guard against calling a 1-2 % scheduling shift a regression. A rung's
 verdict is "regressed" if any figure regressed, else "improved" if any improved.
@@ -43,6 +48,7 @@ from llmload.core.names import rung_name
 from llmload.core.stats import mean, percentile, pstdev
 
 IMPROVED, REGRESSED, NOISE = "improved", "regressed", "within noise"
+TOO_FEW, WITHHELD = "too few requests to judge", "withheld"
 MIN_REQUESTS = 5  # completed requests per rung for a bootstrap interval (fewer: too few resamples)
 Statistic = Callable[[Sequence[RequestRecord]], float | None]
 
@@ -109,11 +115,23 @@ class RungComparison:
     base_requests: int
     cand_requests: int
     changes: list[Change]
+    withheld: str | None = None  # why the verdict is withheld (a flagged rung), None: judged
+
+    @property
+    def judged(self) -> str:
+        """The verdict the figures give (before any withholding)."""
+        verdicts = {c.verdict for c in self.changes}
+        if REGRESSED in verdicts:
+            return REGRESSED
+        if IMPROVED in verdicts:
+            return IMPROVED
+        if any(c.verdict.startswith(TOO_FEW) for c in self.changes):
+            return f"{TOO_FEW} (n={min(self.base_requests, self.cand_requests)})"
+        return NOISE
 
     @property
     def verdict(self) -> str:
-        verdicts = {c.verdict for c in self.changes}
-        return REGRESSED if REGRESSED in verdicts else IMPROVED if IMPROVED in verdicts else NOISE
+        return WITHHELD if self.withheld else self.judged
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +144,7 @@ class Comparison:
 
     @property
     def regressed(self) -> bool:
+        """A judged rung regressed (a withheld verdict never counts)."""
         return any(r.verdict == REGRESSED for r in self.rungs)
 
 
@@ -193,8 +212,9 @@ def compare_rung(
     center = math.log(c / b)
     alpha = (1.0 - confidence) / 2.0
     if min(len(base[0].completed), len(cand[0].completed)) < MIN_REQUESTS:
-        if repeat_sd == 0:  # one request says nothing about its own spread
-            return Change(fig.name, b, c, math.expm1(center), None, None, NOISE)
+        if repeat_sd == 0:  # a handful of requests says nothing about its own spread
+            n = min(len(base[0].completed), len(cand[0].completed))
+            return Change(fig.name, b, c, math.expm1(center), None, None, f"{TOO_FEW} (n={n})")
         lo = hi = center
     else:
         boot_b = _log_bootstrap(fig, base[0].completed, rng, resamples)
@@ -240,12 +260,32 @@ def compare_runs(
             )
             for fig in FIGURES
         ]
-        rungs.append(RungComparison(key[0], key[1], len(b[0].completed), len(c[0].completed), changes))
+        withheld = _flagged(b[1], "base") + _flagged(c[1], "candidate")
+        rungs.append(
+            RungComparison(
+                key[0],
+                key[1],
+                len(b[0].completed),
+                len(c[0].completed),
+                changes,
+                "; ".join(withheld) or None,
+            )
+        )
     unmatched = [
         f"{rung_name(i, u)} only in {'base' if (i, u) in base_by else 'candidate'}"
         for i, u in sorted(base_by.keys() ^ cand_by.keys())
     ]
     return Comparison(rungs, unmatched, confidence, threshold, resamples)
+
+
+def _flagged(row: SweepRow, run: str) -> list[str]:
+    """Why a run's rung cannot be judged: the sweep flagged it (llmload.analysis.run.health)."""
+    out = []
+    if row.saturated:
+        out.append(f"load generator saturated in the {run}")
+    if row.machine_busy:
+        out.append(f"machine busy in the {run}")
+    return out
 
 
 def comparison_dict(cmp: Comparison) -> dict[str, object]:
@@ -259,6 +299,8 @@ def comparison_dict(cmp: Comparison) -> dict[str, object]:
                 "base_requests": r.base_requests,
                 "cand_requests": r.cand_requests,
                 "verdict": r.verdict,
+                "judged": r.judged,
+                "withheld": r.withheld,
                 "figures": {
                     c.figure: {k: v for k, v in asdict(c).items() if k != "figure"} for c in r.changes
                 },

@@ -2,16 +2,20 @@
 
     llmload budget SWEEP --config config/budget.yaml
     llmload budget seed.csv --accept-len 4.5 --component-ms 0.8 --speedup 470
-    llmload budget reports/sweep-X --component-ms 0.8   # accept length from /metrics
+    llmload budget reports/sweep-X --component-ms 0.8 --speedup inf   # step and batch measured
+    llmload budget reports/sweep-X --saves-ms 10                     # 10 ms less per step
 
-SWEEP is a run (prefix, records file or folder) or a sweep table typed in by hand (CSV,
-markdown or the plain layout of sweep_table.py) with columns conc and agg_tok/s. Options
-override the config file. Exit status: 0; 2 on a configuration or input error.
+SWEEP is a run (prefix, records file or folder): each rung's step and batch are measured from
+its streams (and the server's metrics); or a sweep table typed in by hand (CSV, markdown or the
+plain layout of sweep_table.py) with columns conc and agg_tok/s, whose step is conc x
+--accept-len / agg tok/s. Options override the config file. Exit status: 0; 2 on a
+configuration or input error (a component larger than the step included).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -21,6 +25,7 @@ from llmload.analysis.budget import (
     budget_rows,
     check_number,
     check_positive,
+    check_speedup,
     load_budget_config,
     load_points,
 )
@@ -38,21 +43,43 @@ def budget_file(text: str) -> Path:
     return Path(text)
 
 
-def _config(args: argparse.Namespace) -> BudgetConfig:
+def positive_ms(text: str) -> float:
+    """--saves-ms: a finite number of milliseconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of ms, got {text[:40]!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of ms > 0, got {text[:40]!r}")
+    return value
+
+
+def component_config(args: argparse.Namespace, *, required: bool = True) -> tuple[BudgetConfig, str] | None:
+    """The component (from --saves-ms, --component-ms or --config) and the flag or key that gave
+    its cost (named when it is refused); None when none is given and `required` is false."""
+    if args.saves_ms is not None:
+        if args.component_ms is not None or args.config is not None:
+            raise ConfigError("--saves-ms: give it alone, or --component-ms / --config with --speedup")
+        if args.speedup is not None:
+            raise ConfigError("--saves-ms: the saving is absolute (the component free): drop --speedup")
+        cost = CostModel(args.component or "the change", constant_ms=args.saves_ms)
+        return BudgetConfig(cost=cost, accept_len=args.accept_len, speedup=math.inf), "--saves-ms"
     cfg = load_budget_config(args.config) if args.config else None
     if args.component_ms is not None:
-        cost = CostModel(
-            args.component or (cfg.cost.name if cfg else "component"), constant_ms=args.component_ms
-        )
+        name = args.component or (cfg.cost.name if cfg else "component")
+        cost, given_as = CostModel(name, constant_ms=args.component_ms), "--component-ms"
     elif cfg is not None:
-        cost = cfg.cost
+        cost, given_as = cfg.cost, f"{args.config}: cost_ms"
+    elif required:
+        raise ConfigError("give --config FILE, --component-ms MS or --saves-ms MS")
     else:
-        raise ConfigError("give --config FILE or --component-ms MS")
-    return BudgetConfig(
+        return None
+    config = BudgetConfig(
         cost=cost,
         accept_len=args.accept_len if args.accept_len is not None else (cfg.accept_len if cfg else None),
         speedup=args.speedup if args.speedup is not None else (cfg.speedup if cfg else None),
     )
+    return config, given_as
 
 
 def add_component_arguments(p: argparse.ArgumentParser) -> None:
@@ -73,10 +100,17 @@ def add_component_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--speedup",
-        type=flag_type(check_positive, "speedup"),
+        type=flag_type(check_speedup, "speedup"),
         default=None,
-        help="what if the component were this many times faster",
+        help="what if the component were this many times faster (inf: free)",
     )
+    p.add_argument(
+        "--saves-ms",
+        type=positive_ms,
+        default=None,
+        help="the change saves this many ms of every step (an absolute change: the component free)",
+    )
+    p.add_argument("--wide", action="store_true", help="every column (default: tables fit 100 columns)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,10 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format", choices=["table", "markdown"], default="table")
     args = p.parse_args(argv)
     try:
-        cfg = _config(args)
-        rows = budget_rows(load_points(args.sweep), cfg.cost, cfg.accept_len, cfg.speedup)
+        found = component_config(args)
+        assert found is not None
+        cfg, given_as = found
+        points = load_points(args.sweep)
+        rows = budget_rows(points, cfg.cost, cfg.accept_len, cfg.speedup, given_as)
     except (ConfigError, RecordFileError, OSError) as exc:
         print(f"llmload budget: error: {exc}", file=sys.stderr)
         return BAD_INPUT
-    print(render_budget(rows, cfg.cost, cfg.speedup, args.format))
+    accept_given = args.accept_len is not None and any(r.measured for r in rows)
+    out = render_budget(rows, cfg.cost, cfg.speedup, args.format, wide=args.wide, accept_given=accept_given)
+    print(out)
     return OK

@@ -6,8 +6,9 @@ candidate's greedy texts are the base's (outputs identical / changed / cannot be
                                               [--fail-on-output-change] [--format json]
 
 Exit status: 0; 6 with --fail-on-output-change when a matched request's text changed (first),
-2 with it when the outputs cannot be matched; 1 with --fail-on-regression when a rung regressed;
-2 when a run cannot be read.
+2 with it when the outputs cannot be matched; 1 with --fail-on-regression when a judged rung
+regressed (a rung flagged saturated or machine-busy in either run has its verdict withheld and
+never fails it; nor does a rung of too few requests to judge); 2 when a run cannot be read.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         "--seed", type=flag_type(any_integer, "seed"), default=0, help="bootstrap seed (default 0)"
     )
     p.add_argument("--format", choices=["table", "markdown", "json"], default="table")
+    p.add_argument("--wide", action="store_true", help="every figure (default: the table fits 100 columns)")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any rung regressed (CI)")
     p.add_argument(
         "--fail-on-output-change",
@@ -77,7 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.format == "json":
         print(json.dumps({**comparison_dict(result), "outputs": outputs.as_dict()}, indent=2))
     else:
-        print("\n".join([render_comparison(result, args.format), *render_outputs(outputs, args.format)]))
+        print(
+            "\n".join(
+                [
+                    render_comparison(result, args.format, wide=args.wide),
+                    *render_outputs(outputs, args.format),
+                ]
+            )
+        )
     if args.fail_on_output_change and outputs.reasons:
         # a gate that could not look must not pass: the outputs were not checked
         print(f"llmload compare: error: --fail-on-output-change: {outputs.summary()}", file=sys.stderr)

@@ -5,6 +5,8 @@
     llmload twin reports/sweep-X --rungs 16,32                 # rungs the run did not measure
     llmload twin reports/sweep-X --step-scale 0.8 --accept-len 5
     llmload twin reports/sweep-X --fit-only --format json      # the parameters, no replay
+    llmload twin reports/sweep-X --saves-ms 10 --at 8,12 --worth 10   # the decision, stated
+    llmload twin seed.csv --accept-len 4.5 --component-ms 0.8 --speedup 470 --at 10   # a table
 
 RUN is a finished run (prefix, records file or folder) with its run file. The fit
 (llmload.analysis.twin.fit) estimates base_ms, per_seq_ms, prefill_ms_per_token, accept_len and
@@ -16,54 +18,79 @@ time), and printed only when the twin fits. The twin's files go to reports/twin-
 (--run-dir): twin_sim.yaml (the fitted simulator settings: `llmload sweep --sim-file`), the
 ladders, and each replay's run folder.
 
-Exit status: 0 the twin fits; 1 it does not fit (the verdict names why); 2 bad input or a run
-the model cannot be fitted to; 4 a replay was stopped.
+With a change, the decision follows the tables (llmload.analysis.twin.decision): per production
+rung (--at, default every rung) the Amdahl bound on the measured step, the predicted gain with
+its interval, and a verdict against --worth PCT (default 5); also written to decision.json and
+decision.html in --run-dir. A sweep table typed in by hand (CSV, markdown, plain) has no records:
+the twin then states what the bound alone decides (--accept-len is the table's acceptance).
+
+Exit status: 0 the twin fits (with a change: worth it); 1 it does not fit (the verdict names
+why); 2 bad input or a run the model cannot be fitted to; 4 a replay was stopped; with a change,
+7 not worth it and 8 cannot tell.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from llmload.analysis.budget import CostModel, check_positive, load_budget_config
+from llmload.analysis.budget import amdahl_gain, budget_rows, check_positive, parse_sweep_table
 from llmload.analysis.run.postprocess import RunResult, load_run
 from llmload.analysis.run.server_metrics import load_server_metrics, metrics_path, read_samples
+from llmload.analysis.run.steps import RungSteps, measure_run
+from llmload.analysis.twin.decision import NOT_WORTH, WORTH, Decision, RungDecision, decide, production
 from llmload.analysis.twin.fit import TwinFit, TwinFitError, TwinParams, fit_accept_len, fit_twin, usable
 from llmload.analysis.twin.replay import (
     Change,
     Verdict,
+    amdahl_bound,
     apply_change,
     judge,
+    prediction_intervals,
     prediction_rows,
     replay_rows,
     row_dict,
     run_figures,
 )
-from llmload.cli.budget import add_component_arguments
+from llmload.cli.budget import add_component_arguments, component_config
 from llmload.core.checks import flag_type
 from llmload.core.config import ConfigError, parse_config
-from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED, NO_FIT, OK
+from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED, NO_FIT, NOT_WORTH_IT, OK, UNDECIDED
+from llmload.core.files import run_files
 from llmload.core.files.output_paths import check_output_folder
 from llmload.core.files.records import RecordFileError
 from llmload.core.files.run_files import RunFiles
 from llmload.core.schema import shown
 from llmload.core.stop_signals import STOPS
-from llmload.output.twin_report import fit_lines, params_line, prediction_table, render_json, replay_table
+from llmload.output.twin_report import (
+    decision_html,
+    decision_table,
+    fit_lines,
+    params_line,
+    prediction_table,
+    render_json,
+    replay_table,
+)
 from llmload.servers.process import die_with_parent
+from llmload.sim.engine import steps_to_generate
+from llmload.sim.truth import load_truth
 
 PROG = "llmload twin"
 STOP_POLL_S = 0.2
 CALIBRATION_STEP_MS = 2.0
+SOLVE_STEPS = 20  # bisection steps of a setting in [1, 1 + max_draft]: 7 / 2**20, under its rounding
 
 
 def _rungs(text: str) -> list[int | float]:
@@ -74,6 +101,28 @@ def _rungs(text: str) -> list[int | float]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated numbers like 8,16, got {shown(text)}"
         ) from None
+
+
+def _concs(text: str) -> list[int]:
+    """--at: comma-separated concurrencies."""
+    try:
+        values = [int(p) for p in text.replace(" ", "").split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected concurrencies like 8,12, got {shown(text)}") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected concurrencies >= 1, got {shown(text)}")
+    return values
+
+
+def _percent(text: str) -> float:
+    """--worth: a finite percentage >= 0, as a share."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage like 5, got {shown(text)}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite percentage >= 0, got {shown(text)}")
+    return value / 100.0
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -102,25 +151,131 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="predict these rungs (e.g. 8,16; extrapolated where not measured)",
     )
+    p.add_argument(
+        "--at", type=_concs, default=None, help="the production rungs of the decision (default: all)"
+    )
+    p.add_argument(
+        "--worth", type=_percent, default=0.05, help="the decision's threshold: a gain of at least PCT %% (5)"
+    )
     return p.parse_args(argv)
 
 
 def change_of(args: argparse.Namespace) -> Change:
     """The change the flags (and the budget file) ask for."""
-    cfg = load_budget_config(args.config) if args.config else None
-    cost: CostModel | None = None
-    if args.component_ms is not None:
-        cost = CostModel(
-            args.component or (cfg.cost.name if cfg else "component"), constant_ms=args.component_ms
-        )
-    elif cfg is not None:
-        cost = cfg.cost
-    speedup = args.speedup if args.speedup is not None else (cfg.speedup if cfg else None)
-    if cost is None and speedup is not None:
+    found = component_config(args, required=False)
+    cost = speedup = None
+    if found is not None:
+        cfg, _ = found
+        cost, speedup = cfg.cost, cfg.speedup
+    elif args.speedup is not None:
         raise ConfigError("--speedup: of which component? give --component-ms MS or --config FILE")
     if cost is not None and speedup is None:
-        raise ConfigError("--component-ms: give --speedup K too (the component K times faster)")
+        raise ConfigError("--component-ms: give --speedup K too (the component K times faster; inf: free)")
     return Change(cost=cost, speedup=speedup, step_scale=args.step_scale, accept_len=args.accept_len)
+
+
+def is_table(source: str) -> bool:
+    """A sweep table typed in by hand (a file that is not a records file), not a run."""
+    path = Path(source)
+    return path.is_file() and not path.name.endswith(run_files.RECORDS) and path.suffix != ".jsonl"
+
+
+def step_bound(change: Change, step_ms: float, batch: float) -> float | None:
+    """The most the change can gain on a step of `step_ms` at `batch` (the Amdahl bound of a
+    component made faster; 1 / S - 1 for every step scaled by S; none for other changes)."""
+    if change.cost is not None and change.speedup is not None:
+        cost = change.cost.cost_ms(batch)
+        return amdahl_gain(step_ms, cost, change.speedup) if cost < step_ms else None
+    if change.step_scale is not None and change.accept_len is None:
+        return 1.0 / change.step_scale - 1.0
+    return None
+
+
+def table_decision(args: argparse.Namespace, change: Change) -> int:
+    """What a table alone answers: the bound on its steps (conc x --accept-len / agg tok/s)."""
+    if change.cost is None:
+        raise ConfigError(
+            f"{args.run}: a sweep table has no records to fit the twin to; the bound needs a component "
+            "(--component-ms with --speedup, --saves-ms or --config); the predicted figures need a run"
+        )
+    found = component_config(args, required=True)
+    assert found is not None
+    cfg, given_as = found
+    points = parse_sweep_table(Path(args.run).read_text(), args.run)
+    rows = budget_rows(points, cfg.cost, cfg.accept_len, cfg.speedup, given_as)
+    try:
+        at = production([r.conc for r in rows], args.at)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    rungs = [
+        RungDecision(
+            r.conc, r.step_ms, r.component_ms, r.gain_speedup if r.gain_speedup is not None else r.gain_free
+        )
+        for r in rows
+        if r.conc in at
+    ]
+    why = "a table holds no records: the predicted figures need a run (llmload twin RUN)"
+    return _show_decision(args, decide(rungs, args.worth, why), None)
+
+
+def run_decision(
+    args: argparse.Namespace,
+    change: Change,
+    measured: list[Any],
+    prediction: list[Any] | None,
+    intervals: dict[int, dict[str, tuple[float, float, float]]],
+    steps: dict[int, RungSteps],
+    fits: bool,
+) -> Decision:
+    """The decision at the production rungs from the measured steps and the prediction."""
+    concs = [r.conc for r in measured] + [r.conc for r in prediction or []]
+    try:
+        at = production(concs, args.at)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    by_conc = {r.conc: r for r in reversed(prediction or [])}
+    rungs = []
+    for conc in at:
+        s = steps.get(conc)
+        step_ms = s.step_ms if s is not None else None
+        mean_ms = s.step_mean_ms if s is not None else None
+        bound = None if mean_ms is None or s is None or not s.batch else step_bound(change, mean_ms, s.batch)
+        cost = change.cost.cost_ms(s.batch) if change.cost is not None and s is not None and s.batch else None
+        row = by_conc.get(conc) if fits else None
+        gain = low = high = None
+        figures: dict[str, tuple[float, float, float]] = {}
+        if row is not None:
+            figures = intervals.get(row.rung, {})
+            meas = (row.measured or {}).get("agg_tok_s")
+            if meas and "agg_tok_s" in figures:
+                v, lo, hi = figures["agg_tok_s"]
+                gain, low, high = v / meas - 1.0, lo / meas - 1.0, hi / meas - 1.0
+        rungs.append(RungDecision(conc, step_ms, cost, bound, gain, low, high, figures))
+    why = None if fits else "the twin does not fit the run (the verdict above says why)"
+    return decide(rungs, args.worth, why)
+
+
+def _decision_code(decision: Decision, fits: bool) -> int:
+    if decision.verdict == WORTH:
+        return OK
+    if decision.verdict == NOT_WORTH:
+        return NOT_WORTH_IT
+    return UNDECIDED if fits else NO_FIT
+
+
+def _show_decision(args: argparse.Namespace, decision: Decision, run_dir: Path | None) -> int:
+    """A table's decision, printed (its exit code)."""
+    if args.format == "json":
+        print(render_json({"decision": decision.as_dict()}))
+    else:
+        print(decision_table(decision, args.format))
+    return _decision_code(decision, fits=True)
+
+
+def write_decision(run_dir: Path, decision: Decision, source: str) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "decision.json").write_text(render_json(decision.as_dict()) + "\n")
+    (run_dir / "decision.html").write_text(decision_html(decision, f"llmload twin: the decision on {source}"))
 
 
 # --- the run and its fit ----------------------------------------------------------------------
@@ -215,27 +370,67 @@ class Stopped(Exception):
     """A stop signal ended the replays."""
 
 
-def calibrate(folder: Path, ladder: dict[str, Any], params: TwinParams, model: Any) -> TwinParams:
+Draws = list[tuple[int, int]]  # (output tokens, the simulator's accept_seed) of each replayed request
+
+
+def calibrate(
+    folder: Path, ladder: dict[str, Any], params: TwinParams, model: Any
+) -> tuple[TwinParams, Draws]:
     """The simulator's accept_len that realizes the fitted one on this workload. The simulator
     draws each prompt's accepted tokens from a generator seeded by the prompt, so a run of few
-    prompts realizes a mean off its setting; a first replay of the same ladder with 2 ms steps
-    (acceptance does not depend on timing) measures the realized mean, and the setting is moved
-    by the ratio of the draft parts. Skipped when every replay draws other prompts
-    (unique_prompts) or there is nothing to draw (accept_len 1)."""
+    prompts realizes a mean off its setting, and not in proportion to it (one prompt's draws are
+    one sequence of uniforms: the realized mean is a step function of the setting). A first replay
+    of the same ladder with 2 ms steps (acceptance does not depend on timing) records each
+    request's seed in the simulator's truth log (`accept_seed`); the draws are then replayed
+    offline (llmload.sim.engine.steps_to_generate) to find the setting whose realized mean is the
+    fitted one (`solve_setting`). Skipped when every replay draws other prompts (unique_prompts)
+    or there is nothing to draw (accept_len 1)."""
     if ladder.get("unique_prompts") or params.accept_len <= 1.0:
-        return params
+        return params, []
     fast = replace(
         params, base_ms=CALIBRATION_STEP_MS, per_seq_ms=0.0, prefill_ms_per_token=0.0, max_num_seqs=None
     )
-    if not wait_all([start_sweep(folder, ladder, sim_pairs(fast, model))]):
+    if not wait_all([start_sweep(folder, {**ladder, "warmup_requests": 0}, sim_pairs(fast, model))]):
         raise Stopped
-    realized = fit_accept_len(
-        [(r.output_tokens, len(r.chunk_times)) for r in replayed(folder).iter_records() if usable(r)]
-    )
-    if realized <= 1.0:
-        return params
-    m = params.accept_len
-    return replace(params, sim_accept_len=1.0 + (m - 1.0) * (m - 1.0) / (realized - 1.0))
+    truth_path = folder / "run" / "sim_truth.jsonl"
+    truth = load_truth(truth_path)[0] if truth_path.exists() else {}
+    draws = [
+        (r.output_tokens, int(truth[r.request_id]["accept_seed"]))
+        for r in replayed(folder).iter_records()
+        if usable(r) and isinstance(truth.get(r.request_id, {}).get("accept_seed"), int)
+    ]
+    if not draws:
+        return params, []
+    return replace(params, sim_accept_len=solve_setting(draws, params.accept_len, params.max_draft)), draws
+
+
+def solve_setting(draws: Draws, target: float, max_draft: int) -> float:
+    """The simulator's accept_len whose draws, replayed for these requests, realize `target` as
+    the fit reads it (`fit_accept_len` of their tokens and steps). The realized mean never falls
+    as the setting rises, in steps (a request takes a whole number of steps): of the two plateaus
+    around the target, the one whose mean is closer, at its middle (a setting rounded to the
+    simulator's four decimals stays on it)."""
+
+    def realized(setting: float) -> float:
+        steps = {d: steps_to_generate(d[1], d[0], setting, max_draft) for d in set(draws)}
+        return fit_accept_len([(d[0], steps[d]) for d in draws], max_draft)
+
+    def first(reaches: Callable[[float], bool]) -> float:
+        """The smallest setting for which `reaches` holds (1 + max_draft if none)."""
+        lo, hi = 1.0, 1.0 + max_draft
+        for _ in range(SOLVE_STEPS):
+            mid = (lo + hi) / 2.0
+            lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
+        return hi
+
+    up = first(lambda s: realized(s) >= target)
+    r_up = realized(up)
+    plateaus = [(r_up, up, first(lambda s: realized(s) > r_up))]
+    if up > 1.0 + 1e-9:
+        r_down = realized(max(1.0, up - 1e-6))
+        plateaus.append((r_down, first(lambda s: realized(s) >= r_down), up))
+    _, start, end = min(plateaus, key=lambda p: abs(p[0] - target))
+    return (start + end) / 2.0
 
 
 def replayed(folder: Path) -> RunResult:
@@ -252,6 +447,13 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = args.run_dir or Path("reports") / time.strftime("twin-%Y%m%d-%H%M%S")
     try:
         change = change_of(args)
+        if args.fit_only and not change.empty:
+            raise ConfigError(
+                f"--fit-only fits and replays nothing; the change ({change.describe()}) needs the replay: "
+                "drop --fit-only, or the change"
+            )
+        if is_table(args.run):
+            return table_decision(args, change)
         result, info = load_measured(args.run)
         fit = fit_run(result, info)
         predicted_params = apply_change(fit.params, change) if not change.empty else fit.params
@@ -273,8 +475,11 @@ def main(argv: list[str] | None = None) -> int:
         return _print_fit(args.format, fit, sim_file)
     print(f"{PROG}: calibrating and replaying on the simulator; files in {run_dir}", file=sys.stderr)
     try:
-        fit.params = calibrate(run_dir / "calibrate", replay_ladder, fit.params, model)
+        fit.params, draws = calibrate(run_dir / "calibrate", replay_ladder, fit.params, model)
         predicted_params = apply_change(fit.params, change) if not change.empty else fit.params
+        if change.accept_len is not None and draws:  # the same offline replay of the draws
+            setting = solve_setting(draws, change.accept_len, fit.params.max_draft)
+            predicted_params = replace(predicted_params, sim_accept_len=setting)
     except Stopped:
         print(f"{PROG}: stopped by a signal: the replays were stopped", file=sys.stderr)
         return INTERRUPTED
@@ -298,7 +503,22 @@ def main(argv: list[str] | None = None) -> int:
     rows = replay_rows(measured, run_figures(results["replay"]))
     prediction = prediction_rows(measured, run_figures(results["predict"])) if "predict" in results else None
     verdict = judge(fit, rows, prediction or ())
-    _print(args.format, fit, rows, verdict, prediction, predicted_params, change, sim_file)
+    steps: dict[int, RungSteps] = {}
+    for s in measure_run(result.iter_records(), info, result.prefix):
+        steps.setdefault(s.conc, s)
+    intervals = prediction_intervals(rows, prediction or [], predicted_params)
+    decision = None
+    if not change.empty:
+        try:
+            decision = run_decision(args, change, measured, prediction, intervals, steps, verdict.fits)
+        except ConfigError as exc:
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return BAD_INPUT
+        write_decision(run_dir, decision, args.run)
+    shown = Shown(rows, verdict, prediction, predicted_params, change, sim_file, steps, intervals, decision)
+    _print(args.format, fit, shown, args.wide)
+    if decision is not None:
+        return _decision_code(decision, verdict.fits)
     return OK if verdict.fits else NO_FIT
 
 
@@ -315,41 +535,74 @@ def _print_fit(fmt: str, fit: TwinFit, sim_file: Path) -> int:
     return OK if fit.fits else NO_FIT
 
 
-def _print(
-    fmt: str,
-    fit: TwinFit,
-    rows: list[Any],
-    verdict: Verdict,
-    prediction: list[Any] | None,
-    predicted: TwinParams,
-    change: Change,
-    sim_file: Path,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What the twin prints after its replays."""
+
+    rows: list[Any]
+    verdict: Verdict
+    prediction: list[Any] | None
+    predicted: TwinParams
+    change: Change
+    sim_file: Path
+    steps: dict[int, RungSteps]
+    intervals: dict[int, dict[str, tuple[float, float, float]]]
+    decision: Decision | None
+
+
+def _print(fmt: str, fit: TwinFit, shown: Shown, wide: bool) -> None:
+    verdict, prediction, change = shown.verdict, shown.prediction, shown.change
     shown_prediction = prediction if verdict.fits else None
     if fmt == "json":
         doc: dict[str, Any] = {
             "fit": fit.as_dict(),
-            "sim_file": str(sim_file),
-            "rows": [row_dict(r, "twin") for r in rows],
+            "sim_file": str(shown.sim_file),
+            "rows": [row_dict(r, "twin") for r in shown.rows],
             "verdict": {"fits": verdict.fits, "breaks": verdict.breaks},
+            "steps": {str(c): s.as_dict() for c, s in shown.steps.items()},
         }
         if prediction is not None:
+            rows = None
+            if shown_prediction:
+                rows = [
+                    row_dict(r, "predicted")
+                    | {
+                        "interval": {
+                            k: [lo, hi] for k, (_, lo, hi) in shown.intervals.get(r.rung, {}).items()
+                        }
+                    }
+                    | {"amdahl_pct": _bound_pct(r, shown)}
+                    for r in shown_prediction
+                ]
             doc["prediction"] = {
                 "change": change.describe(),
-                "parameters": predicted.as_dict(),
-                "rows": [row_dict(r, "predicted") for r in shown_prediction] if shown_prediction else None,
+                "parameters": shown.predicted.as_dict(),
+                "rows": rows,
             }
+        if shown.decision is not None:
+            doc["decision"] = shown.decision.as_dict()
         print(render_json(doc))
         return
-    lines = fit_lines(fit, sim_file) + ["", "measured vs twin (replay of the run's ladder):"]
-    lines += [replay_table(rows, fmt), verdict.line()]
+    lines = fit_lines(fit, shown.sim_file) + ["", "measured vs twin (replay of the run's ladder):"]
+    lines += [replay_table(shown.rows, fmt, wide), verdict.line()]
     if prediction is not None:
         lines.append("")
         if shown_prediction is None:
             lines.append(f"no prediction ({change.describe()}): the twin does not fit the run")
         else:
-            lines.append(f"predicted with {change.describe()}: {params_line(predicted)}")
-            lines.append(prediction_table(shown_prediction, predicted, change, fmt))
+            lines.append(f"predicted with {change.describe()}: {params_line(shown.predicted)}")
+            lines.append(prediction_table(shown_prediction, shown.predicted, change, fmt, shown.steps, wide))
             if change.cost is not None:
-                lines.append("amdahl%: llmload budget's bound (the component serial in every step)")
+                lines.append("amdahl%: the bound on the rung's measured step (llmload budget)")
+    if shown.decision is not None:
+        lines += ["", decision_table(shown.decision, fmt)]
     print("\n".join(lines))
+
+
+def _intervals(figures: dict[str, tuple[float, float, float]]) -> dict[str, list[float]]:
+    return {k: [lo, hi] for k, (_, lo, hi) in figures.items()}
+
+
+def _bound_pct(row: Any, shown: Shown) -> float | None:
+    bound = amdahl_bound(row, shown.predicted, shown.change, shown.steps.get(row.conc))
+    return None if bound is None else bound * 100.0

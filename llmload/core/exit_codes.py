@@ -19,6 +19,8 @@ OUTPUT_CHANGED = 6  # llmload compare --fail-on-output-change (llmload.analysis.
 REGRESSED = 1  # llmload compare --fail-on-regression: a rung regressed (compare runs no requests)
 NO_FIT = 1  # llmload twin: the fitted simulator does not reproduce the run (the verdict says why)
 SERVER_UNUSABLE = 1  # llmload llama-server: no flavour builds, starts or generates tokens here
+NOT_WORTH_IT = 7  # llmload twin with a change: not worth it at a production rung (the decision)
+UNDECIDED = 8  # llmload twin with a change: cannot tell (an interval holds the threshold, or a table)
 
 EXIT_CODES: dict[int, str] = {
     OK: "finished: every rung ran to its end, no request failed, the token accounts add up",
@@ -32,4 +34,8 @@ EXIT_CODES: dict[int, str] = {
     "prompts' reference texts (the greedy-determinism check)",
     OUTPUT_CHANGED: "llmload compare with --fail-on-output-change: a candidate request's greedy text differs "
     "from the base's for the same prompt (output identity across runs)",
+    NOT_WORTH_IT: "llmload twin with a change: not worth it at a production rung (the bound or the whole "
+    "predicted interval below --worth)",
+    UNDECIDED: "llmload twin with a change: cannot tell (a predicted interval holds the --worth threshold, "
+    "or a table alone cannot say)",
 }

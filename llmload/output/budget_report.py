@@ -1,50 +1,99 @@
-"""The Amdahl budget's report (`llmload budget`): the table of llmload.analysis.budget's rows, the
-step time fitted over the rungs and the conclusion at the highest concurrency."""
+"""The Amdahl budget's report (`llmload budget`): the table of llmload.analysis.budget's rows (100
+columns wide; `wide` adds the measured extras), the step time fitted over the rungs, what was
+measured and how, and the conclusion at the highest concurrency."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from llmload.analysis.budget import BudgetRow, CostModel, fit_step_model
 from llmload.output.grid import report_grid
+
+COUNTERS_DIFFER = 0.05  # the counters' acceptance this far from the stream's is named
 
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.2f}"
 
 
+def _opt(value: float | None, decimals: int = 2) -> str:
+    return "-" if value is None else f"{value:.{decimals}f}"
+
+
+def speedup_label(speedup: float | None) -> str:
+    if speedup is None:
+        return "k"
+    return "inf" if math.isinf(speedup) else f"{speedup:g}"
+
+
+def _table(rows: Sequence[BudgetRow], speedup: float | None, fmt: str, wide: bool) -> str:
+    free = speedup is not None and math.isinf(speedup)
+    header = ["conc", "agg_tok/s", "batch", "step_ms", "tok/step", "comp_ms", "share_%"]
+    header += [] if free else [f"gain_{speedup_label(speedup)}x_%"]
+    header += ["gain_free_%"]
+    if wide:
+        header += ["batch_tok", "waited", "ctr_accept", "measured"]
+    body = []
+    for r in rows:
+        cells = [str(r.conc), f"{r.agg_tok_s:.1f}", f"{r.batch:.1f}", f"{r.step_ms:.1f}"]
+        cells += [f"{r.accept_len:.2f}", f"{r.component_ms:.2f}", _pct(r.share)]
+        cells += [] if free else [_pct(r.gain_speedup)]
+        cells += [_pct(r.gain_free)]
+        if wide:
+            s = r.steps
+            cells += [f"{r.tokens_per_step:.1f}", "-" if s is None else str(s.waited)]
+            cells += [_opt(None if s is None else s.counters_accept), "yes" if r.measured else "no"]
+        body.append(cells)
+    return report_grid(header, body, fmt, colalign=["right"] * len(header))
+
+
+def measured_notes(rows: Sequence[BudgetRow], accept_given: bool) -> list[str]:
+    """What was measured and how, the counters' acceptance where it differs from the stream's,
+    and the rungs whose requests waited."""
+    measured = [r for r in rows if r.measured]
+    if not measured:
+        return []
+    server = any(r.steps is not None and r.steps.batch_source == "server" for r in measured)
+    lines = [
+        "step_ms: the median of the server's steps, from the streams' chunks; batch: "
+        + ("the requests the server's metrics say it ran" if server else "the streams decoding at once")
+        + "; tok/step: tokens a step gives each sequence, from the streams"
+    ]
+    if accept_given:
+        lines.append("--accept-len is not used: the run's streams measured each rung's step")
+    for r in measured:
+        s = r.steps
+        if s is None:
+            continue
+        if s.counters_accept and abs(s.counters_accept - r.accept_len) > COUNTERS_DIFFER * r.accept_len:
+            lines.append(
+                f"conc {r.conc}: the server's counters say {s.counters_accept:.2f} tokens a step (1 + "
+                f"accepted / drafts: only steps that had a draft), the streams {r.accept_len:.2f} (every "
+                "step): the step above is the streams'"
+            )
+        if s.waited or s.server_waiting:
+            lines.append(
+                f"conc {r.conc}: {s.waited} of {s.streams} requests waited for a place: the server ran "
+                f"{r.batch:g} at once, and the step is that batch's"
+            )
+    return lines
+
+
 def render_budget(
-    rows: Sequence[BudgetRow], cost: CostModel, speedup: float | None, fmt: str = "table"
+    rows: Sequence[BudgetRow],
+    cost: CostModel,
+    speedup: float | None,
+    fmt: str = "table",
+    *,
+    wide: bool = False,
+    accept_given: bool = False,
 ) -> str:
-    """The budget table, the fitted step-time line and the conclusion at the highest concurrency."""
-    gain_col = f"gain_{speedup:g}x_%" if speedup is not None else "gain_kx_%"
-    header = [
-        "conc",
-        "agg_tok/s",
-        "accept_len",
-        "tok/step",
-        "step_ms",
-        "comp_ms",
-        "share_%",
-        gain_col,
-        "gain_free_%",
-    ]
-    body = [
-        [
-            str(r.conc),
-            f"{r.agg_tok_s:.1f}",
-            f"{r.accept_len:.2f}",
-            f"{r.tokens_per_step:.1f}",
-            f"{r.step_ms:.1f}",
-            f"{r.component_ms:.2f}",
-            _pct(r.share),
-            _pct(r.gain_speedup),
-            _pct(r.gain_free),
-        ]
-        for r in rows
-    ]
+    """The budget table, what was measured, the fitted step-time line and the conclusion at the
+    highest concurrency."""
     lines = [f"component: {cost.name}, {cost.describe()}", ""]
-    lines.append(report_grid(header, body, fmt, colalign=["right"] * len(header)))
+    lines.append(_table(rows, speedup, fmt, wide))
+    lines += measured_notes(rows, accept_given)
     fit = fit_step_model(rows)
     if fit is not None:
         lines.append(f"step time fitted over the rungs: step_ms = {fit[0]:.1f} + {fit[1]:.2f} * batch")
@@ -53,7 +102,7 @@ def render_budget(
         f"at conc {top.conc}: {top.tokens_per_step:.0f} tokens per step, {top.step_ms:.1f} ms per step; "
         f"{cost.name} costs {top.component_ms:.2f} ms = {top.share * 100:.2f} % of it"
     )
-    if top.gain_speedup is not None:
+    if top.gain_speedup is not None and speedup is not None and not math.isinf(speedup):
         verdict += f"; {speedup:g}x faster gains {top.gain_speedup * 100:.2f} % end to end"
     lines.append(verdict + f" (at most {top.gain_free * 100:.2f} % if it were free)")
     return "\n".join(lines)

@@ -6,28 +6,57 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llmload.analysis.compare import FIGURES, IMPROVED, NOISE, REGRESSED, Change, Comparison
+from llmload.analysis.compare import FIGURES, IMPROVED, REGRESSED, TOO_FEW, Change, Comparison, RungComparison
 from llmload.analysis.output_identity import OutputIdentity, RungOutputs
 from llmload.core.names import rung_name
 from llmload.output.grid import report_grid
+
+NARROW = ("agg_tok_s", "ttft_p50_ms", "tpot_p50_ms")  # the figures of the 100-column table
 
 
 def _cell(c: Change) -> str:
     if c.change is None:
         return "-"
     if c.low is None or c.high is None:
-        return f"{c.change * 100:+.1f}% [no interval]"
-    mark = {IMPROVED: " +", REGRESSED: " !", NOISE: ""}[c.verdict]
-    return f"{c.change * 100:+.1f}% [{c.low * 100:+.1f}, {c.high * 100:+.1f}]{mark}"
+        return f"{c.change * 100:+.1f}%"
+    mark = {IMPROVED: "+", REGRESSED: "!"}.get(c.verdict, "")
+    return f"{c.change * 100:+.1f}% [{c.low * 100:+.1f},{c.high * 100:+.1f}]{mark}"
 
 
-def render_comparison(cmp: Comparison, fmt: str = "table") -> str:
-    """Per rung: each figure's change with its interval, and the verdict."""
-    header = ["rung", "n base/cand", *(f.name for f in FIGURES), "verdict"]
-    body = [
-        [rung_name(r.rung, r.conc), f"{r.base_requests}/{r.cand_requests}", *map(_cell, r.changes), r.verdict]
-        for r in cmp.rungs
-    ]
+def _verdict_cell(r: RungComparison) -> str:
+    if r.withheld:
+        return "withheld"
+    return r.verdict.replace(f"{TOO_FEW} ", "too few ")
+
+
+def rung_notes(cmp: Comparison) -> list[str]:
+    """The rungs too few requests could judge (their change shown) and the withheld verdicts."""
+    out = []
+    for r in cmp.rungs:
+        name = rung_name(r.rung, r.conc)
+        agg = next((c for c in r.changes if c.figure == "agg_tok_s"), None)
+        shown = f"agg_tok_s {agg.change * 100:+.1f} %" if agg is not None and agg.change is not None else ""
+        if r.judged.startswith(TOO_FEW):
+            out.append(f"{name}: {r.judged}: {shown or 'no change measured'} (no interval, no verdict)")
+        if r.withheld:
+            out.append(
+                f"{name}: verdict withheld ({r.withheld}): its figures say {r.judged}; "
+                "--fail-on-regression does not count it"
+            )
+    return out
+
+
+def render_comparison(cmp: Comparison, fmt: str = "table", *, wide: bool = False) -> str:
+    """Per rung: each figure's change with its interval, and the verdict (100 columns; `wide`:
+    every figure)."""
+    shown = [f.name for f in FIGURES if wide or f.name in NARROW]
+    header = ["rung", "n", *shown, "verdict"]
+    body = []
+    for r in cmp.rungs:
+        cells = [_cell(c) for c in r.changes if c.figure in shown]
+        body.append(
+            [rung_name(r.rung, r.conc), f"{r.base_requests}/{r.cand_requests}", *cells, _verdict_cell(r)]
+        )
     lines = [report_grid(header, body, fmt)]
     lines.append(
         f"change = candidate / base - 1 [{cmp.confidence * 100:g} % interval: bootstrap over requests, "
@@ -35,6 +64,7 @@ def render_comparison(cmp: Comparison, fmt: str = "table") -> str:
         f"one side of 0 and |change| >= {cmp.threshold * 100:g} %; TTFT only with repeated rungs"
         "  (+ improved, ! regressed)"
     )
+    lines += rung_notes(cmp)
     lines += [f"note: {u}" for u in cmp.unmatched]
     return "\n".join(lines)
 

@@ -137,6 +137,7 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
                 "so the figures may be late; other processes (or the hypervisor) took the CPU, not the "
                 "generator: free the machine, more --processes would not help"
             )
+    notes += [waited_note(r) for r in rows if r.waited]
     notes += _uncertainty_notes(rows)
     notes += reasoning_notes(rows)
     notes += _input_notes(rows)
@@ -210,6 +211,17 @@ _ODD_NOTES = {
     "unknown_event": "a Responses API event type llmload does not know (not timed, not counted: a new "
     "event may carry tokens)",
 }
+
+
+def waited_note(r: SweepRow) -> str:
+    """A rung whose requests waited for a place in the server's batch (sweep_rows: waited)."""
+    most = r.decoding_max
+    return (
+        f"{rung_name(r.rung, r.conc)}: {r.waited} of {r.requests} requests waited for a place in the "
+        f"server's batch (it decoded at most {most} at once): the rung measures the server's queue "
+        f"too (TTFT); to measure the server, keep rungs at or below {most}, or raise its batch limit "
+        "(vLLM --max-num-seqs, SGLang --max-running-requests, llama.cpp --parallel)"
+    )
 
 
 def _uncertainty_notes(rows: Sequence[SweepRow]) -> list[str]:

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from llmload.analysis.run.steps import RungSteps
+from llmload.analysis.twin.decision import Decision, figure_cells, pct
 from llmload.analysis.twin.fit import TwinFit, TwinParams
 from llmload.analysis.twin.replay import FIGURES, SHOWN, Change, TwinRow, amdahl_bound
 from llmload.output.grid import report_grid
@@ -25,9 +27,12 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}"
 
 
-def _keys(rows: Sequence[TwinRow]) -> list[str]:
+NARROW = ("agg_tok_s", "ttft_p50_ms", "tpot_p50_ms")  # the figures of the 100-column tables
+
+
+def _keys(rows: Sequence[TwinRow], wide: bool = True) -> list[str]:
     present = {k for r in rows for k in r.model} | {k for r in rows for k in (r.measured or {})}
-    return [k for k in FIGURES if k in present]
+    return [k for k in FIGURES if k in present and (wide or k in NARROW)]
 
 
 def params_line(params: TwinParams) -> str:
@@ -62,8 +67,10 @@ def fit_lines(fit: TwinFit, sim_file: Path) -> list[str]:
     return lines
 
 
-def _header(keys: Sequence[str], model: str, change: str) -> list[str]:
-    return ["conc"] + [f"{SHOWN[k]} {part}" for k in keys for part in ("meas", model, change)]
+def _header(keys: Sequence[str], model: str, change: str, wide: bool = True) -> list[str]:
+    if wide:
+        return ["conc"] + [f"{SHOWN[k]} {part}" for k in keys for part in ("meas", model, change)]
+    return ["conc"] + [part for k in keys for part in (SHOWN[k], model, change)]
 
 
 def _figure_cells(row: TwinRow, keys: Sequence[str]) -> list[str]:
@@ -75,29 +82,90 @@ def _figure_cells(row: TwinRow, keys: Sequence[str]) -> list[str]:
     return cells
 
 
-def replay_table(rows: Sequence[TwinRow], fmt: str) -> str:
+def replay_table(rows: Sequence[TwinRow], fmt: str, wide: bool = False) -> str:
     """Measured, twin and error % of each figure, rung by rung (`!`: a rung not every request of
-    which completed)."""
-    keys = _keys(rows)
+    which completed); 100 columns unless `wide` (every figure)."""
+    keys = _keys(rows, wide)
     body = [[str(r.conc) + ("!" if r.partial else ""), *_figure_cells(r, keys)] for r in rows]
-    return report_grid(_header(keys, "twin", "err%"), body, fmt, stralign="right")
+    return report_grid(_header(keys, "twin", "err%", wide), body, fmt, stralign="right")
 
 
-def prediction_table(rows: Sequence[TwinRow], params: TwinParams, change: Change, fmt: str) -> str:
-    """Measured, predicted and gain % of each figure, and the Amdahl bound when the change is a
-    component made faster."""
-    keys = _keys(rows)
-    header = _header(keys, "pred", "gain%")
+def prediction_table(
+    rows: Sequence[TwinRow],
+    params: TwinParams,
+    change: Change,
+    fmt: str,
+    steps: Mapping[int, RungSteps] | None = None,
+    wide: bool = False,
+) -> str:
+    """Measured, predicted and gain % of each figure, and the Amdahl bound on the rung's measured
+    step (`steps` by conc) when the change is a component made faster; `*`: extrapolated."""
+    keys = _keys(rows, wide)
+    header = _header(keys, "pred", "gain%", wide)
     if change.cost is not None:
         header.append("amdahl%")
     body = []
     for r in rows:
-        cells = [str(r.conc) + (" (extrapolated)" if r.extrapolated else ""), *_figure_cells(r, keys)]
+        cells = [str(r.conc) + ("*" if r.extrapolated else ""), *_figure_cells(r, keys)]
         if change.cost is not None:
-            bound = amdahl_bound(r, params, change)
+            bound = amdahl_bound(r, params, change, (steps or {}).get(r.conc))
             cells.append(_pct(None if bound is None else bound * 100.0))
         body.append(cells)
-    return report_grid(header, body, fmt, stralign="right")
+    out = report_grid(header, body, fmt, stralign="right")
+    if any(r.extrapolated for r in rows):
+        out += "\n*: extrapolated (a rung the run did not measure)"
+    return out
+
+
+def decision_table(decision: Decision, fmt: str) -> str:
+    """The decision block: per production rung the measured step, the bound, the predicted gain
+    with its interval, TTFT and TPOT with theirs, and the verdict; then the decision's line."""
+    header = ["conc", "step_ms", "bound%", "agg gain% [95%]", "ttft_p50 [95%]", "tpot_p50 [95%]", "verdict"]
+    body = []
+    for r in decision.rungs:
+        gain = "-" if r.gain is None else f"{pct(r.gain)} [{pct(r.low)}, {pct(r.high)}]"
+        body.append(
+            [
+                str(r.conc),
+                "-" if r.step_ms is None else f"{r.step_ms:.1f}",
+                pct(r.bound),
+                gain,
+                figure_cells(r.figures, "ttft_p50_ms", 0),
+                figure_cells(r.figures, "tpot_p50_ms", 1),
+                r.verdict,
+            ]
+        )
+    return report_grid(header, body, fmt, stralign="right") + "\n" + f"decision: {decision.line}"
+
+
+def decision_html(decision: Decision, title: str) -> str:
+    """The decision as a self-contained HTML page: a real table, then the decision's line."""
+    import html
+
+    header = [
+        "conc",
+        "step_ms",
+        "bound %",
+        "agg tok/s gain % [95 %]",
+        "TTFT p50 ms [95 %]",
+        "TPOT p50 ms [95 %]",
+    ]
+    header.append("verdict")
+    rows = []
+    for r in decision.rungs:
+        gain = "-" if r.gain is None else f"{pct(r.gain)} [{pct(r.low)}, {pct(r.high)}]"
+        cells = [str(r.conc), "-" if r.step_ms is None else f"{r.step_ms:.1f}", pct(r.bound), gain]
+        cells += [figure_cells(r.figures, "ttft_p50_ms", 0), figure_cells(r.figures, "tpot_p50_ms", 1)]
+        cells.append(r.verdict)
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    head = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:.2em .8em;text-align:right}"
+        "table{border-collapse:collapse}tr:nth-child(even){background:#f4f4f4}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1><table>{head}{''.join(rows)}</table>"
+        f"<p><b>decision:</b> {html.escape(decision.line)}</p></body></html>\n"
+    )
 
 
 def render_json(document: Mapping[str, Any]) -> str:

@@ -21,6 +21,7 @@ import math
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmload.core.schema import setting
@@ -76,6 +77,25 @@ class StepModel:
     def duration_s(self, batch: int, prefill_tokens: int, minutes_since_start: float) -> float:
         ms = self.base_ms + self.per_seq_ms * batch + self.prefill_ms_per_token * prefill_tokens
         return ms * (1.0 + self.degrade_pct_per_min / 100.0 * minutes_since_start) / 1000.0
+
+
+def draw_tokens(rand: Callable[[], float], p: float, max_draft: int) -> int:
+    """One step's tokens for a sequence: the verified one plus each of `max_draft` draft tokens
+    accepted with probability p (`max_draft` draws of `rand`, none when p is 0)."""
+    return 1 + sum(1 for _ in range(max_draft) if rand() < p) if p > 0 else 1
+
+
+def steps_to_generate(accept_seed: int, tokens: int, accept_len: float, max_draft: int) -> int:
+    """The steps the engine takes to generate `tokens` for a sequence whose acceptance generator
+    is seeded `accept_seed` (the truth log's), at the setting `accept_len`: the draws of
+    `Engine._advance`, replayed."""
+    p = StepModel(accept_len=accept_len, max_draft=max_draft).accept_prob
+    rand = random.Random(accept_seed).random
+    done = steps = 0
+    while done < tokens:
+        done += draw_tokens(rand, p, max_draft)
+        steps += 1
+    return steps
 
 
 @dataclass(eq=False, slots=True)
@@ -224,9 +244,7 @@ class Engine:
         for seq in self.running:
             if self._dropped_if_aborted(seq):
                 continue
-            rng = seq.rng.random
-            k = 1 + sum(1 for _ in range(drafts) if rng() < p) if p > 0 else 1
-            k = min(k, seq.target_tokens - seq.generated)
+            k = min(draw_tokens(seq.rng.random, p, drafts), seq.target_tokens - seq.generated)
             seq.flipped += flips(seq.prompt_hash, seq.generated, k, batch, self.batch_variance)
             seq.generated += k
             total += k

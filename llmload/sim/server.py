@@ -33,7 +33,14 @@ from llmload.sim.faults import FaultPicker
 from llmload.sim.formats.reasoning import SALT_SPAN, delta_chunk, tagged
 from llmload.sim.formats.responses import ResponsesStream, parse_responses, responses_usage
 from llmload.sim.prefix_cache import block_keys, prompt_units
-from llmload.sim.tokens import acceptance_rng, completion_text, natural_length, prompt_hash, token_ids
+from llmload.sim.tokens import (
+    acceptance_rng,
+    acceptance_seed,
+    completion_text,
+    natural_length,
+    prompt_hash,
+    token_ids,
+)
 from llmload.sim.truth import RequestTruth, TruthLog, text_hash
 
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
@@ -256,6 +263,7 @@ class SimServer:
             await asyncio.sleep(self.config.slow_headers_s)
 
         seq = self._sequence(req)
+        rec.accept_seed = acceptance_seed(self.config.seed, req.prompt)
         self.engine.submit(seq)
         fmt = shapes.Formatter(
             request_id=rec.id,

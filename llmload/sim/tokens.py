@@ -109,6 +109,14 @@ def flips(phash: int, start: int, count: int, batch: int, probability: float) ->
     return out
 
 
+def acceptance_seed(seed: int, prompt: str) -> int:
+    """The 64-bit seed of a sequence's per-step accepted-token counts, from (seed, prompt); the
+    truth log records it (`accept_seed`), so the draws of any acceptance setting can be replayed
+    offline (llmload.sim.engine.steps_to_generate)."""
+    key = f"{seed}\x00{prompt}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+
+
 def acceptance_rng(seed: int, prompt: str) -> random.Random:
     """The generator of a sequence's per-step accepted-token counts, seeded by (seed, prompt)."""
-    return random.Random(f"{seed}\x00{prompt}")
+    return random.Random(acceptance_seed(seed, prompt))

@@ -7,7 +7,8 @@ Two kinds of line, each flushed as soon as it is written:
   tokens admitted in the step minus those the prefix cache served).
 - `{"type": "request", "id", "endpoint", "stream", "arrival", "admitted", "first_token",
   "last_token", "prompt_tokens", "completion_tokens", "tokens_sent", "finish_reason", "fault",
-  "chunk_times", "chunk_tokens", "status", "flipped", "cached_tokens", "closed"}` (plus `"role_sent"`,
+  "chunk_times", "chunk_tokens", "status", "flipped", "cached_tokens", "closed", "accept_seed"}` (plus
+  `"role_sent"`,
   `"history_hashes"` and `"reply_hash"` for chat: hashes of the assistant messages it was sent and
   of the reply it generated, so a multi-turn client's history can be checked) when a request
   ends, faulted, rejected or not; `"reasoning_tokens"` (its first tokens that were reasoning)
@@ -61,6 +62,7 @@ class RequestTruth:
     received: float | None = None  # when its first bytes were received, before the handler ran
     flipped: list[int] = field(default_factory=list)  # token positions changed by batch variance
     cached_tokens: int | None = None  # prompt tokens the prefix cache served (None: cache off)
+    accept_seed: int | None = None  # the seed of its acceptance draws (llmload.sim.tokens.acceptance_seed)
     history_hashes: list[str] | None = None  # chat: text_hash of each assistant message sent to it
     reply_hash: str | None = None  # chat: text_hash of the whole reply it generated (its answer)
     reasoning_tokens: int = 0  # of its tokens, the first this many were reasoning (--reasoning)

@@ -4,6 +4,7 @@ rung) and a slower decode step (per_seq_ms +20 %: regressed where it matters, at
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from fixtures.noise import assert_planted_slowdown_caught, assert_within_noise
 from fixtures.paths import REPO
 from fixtures.runs import make_record
 
-from llmload.analysis.compare import IMPROVED, NOISE, REGRESSED, compare_runs
+from llmload.analysis.compare import IMPROVED, NOISE, REGRESSED, TOO_FEW, WITHHELD, compare_runs
 from llmload.analysis.run.postprocess import load_run
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import write_records
@@ -99,8 +100,53 @@ def test_too_few_requests_give_no_interval(tmp_path):
     base = write_run(tmp_path / "a", [(1, 2.0, 1)])
     cand = write_run(tmp_path / "b", [(1, 4.0, 1)])  # twice as slow, but one request each
     cmp = compare_runs(load_run(base), load_run(cand))
-    assert cmp.rungs[0].verdict == NOISE
+    assert cmp.rungs[0].verdict == f"{TOO_FEW} (n=1)"
     assert all(c.low is None for c in cmp.rungs[0].changes)
+
+
+def test_two_request_rungs_with_a_30_pct_change_are_not_called_noise(tmp_path):
+    """Two requests a side, 30 % slower: no interval can be had, and the verdict says so with the
+    change, never "within noise"; --fail-on-regression does not fail on it."""
+    base = write_run(tmp_path / "a", [(1, 2.0, 2), (2, 2.0, 2)], jitter=0.01)
+    cand = write_run(tmp_path / "b", [(1, 2.6, 2), (2, 2.6, 2)], jitter=0.01, seed=2)
+    cmp = compare_runs(load_run(base), load_run(cand))
+    assert [r.verdict for r in cmp.rungs] == [f"{TOO_FEW} (n=2)"] * 2
+    agg = cmp.rungs[0].changes[0]
+    assert agg.change == pytest.approx(1 / 1.3 - 1, abs=0.03)
+    done = compare_cli(base, cand, "--fail-on-regression")
+    assert done.returncode == 0, done.stdout
+    assert "too few requests to judge (n=2): agg_tok_s -2" in done.stdout
+    assert "within noise" not in done.stdout
+    assert max(map(len, done.stdout.splitlines()[:4])) <= 100
+
+
+def busy_health(prefix: str, start: float, end: float) -> None:
+    """Health samples saying the machine was busy (its cores in use, the event loop late) while
+    the generator idled, every second of [start, end] (llmload.analysis.run.health)."""
+    lines = [
+        {"t": t + 1.0, "worker": "local", "cpu": 3.0, "rss": 1, "lag_ms": 25.0}
+        | {"machine_cpu": 100.0, "steal": 0.0, "load1": 6.0, "cores": 2}
+        for t in range(int(start), int(end) + 1)
+    ]
+    Path(f"{prefix}_health.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_machine_busy_rungs_are_withheld_and_never_fail_a_gate(tmp_path):
+    """A candidate 20 % slower whose rung the sweep flagged machine-busy: named, its verdict
+    withheld in text and JSON, and --fail-on-regression exits 0; the unflagged rung still fails."""
+    base = write_run(tmp_path / "a", [(4, 3.0, 16), (4, 3.0, 16)])
+    slow = write_run(tmp_path / "b", [(4, 3.6, 16), (4, 3.6, 16)], seed=2)
+    busy_health(slow, 1000.0, 1020.0)  # the first rung only (the second starts at 1100)
+    cmp = compare_runs(load_run(base), load_run(slow))
+    assert [r.verdict for r in cmp.rungs] == [WITHHELD, REGRESSED]
+    assert cmp.rungs[0].judged == REGRESSED and "machine busy in the candidate" in cmp.rungs[0].withheld
+    text = compare_cli(base, slow)
+    assert "verdict withheld (machine busy in the candidate)" in text.stdout
+    doc = json.loads(compare_cli(base, slow, "--format", "json").stdout)
+    assert doc["rungs"][0]["withheld"] == "machine busy in the candidate"
+    assert compare_cli(base, slow, "--fail-on-regression").returncode == 1  # the second rung
+    busy_health(slow, 1000.0, 1120.0)  # both rungs busy: nothing judged, nothing fails
+    assert compare_cli(base, slow, "--fail-on-regression").returncode == 0
 
 
 def test_unmatched_rungs_are_listed(tmp_path):
@@ -156,6 +202,7 @@ def test_same_config_is_within_noise_at_every_rung(sim_runs, tmp_path):
     assert [cmp.rungs[i].conc for i in sized] == [4, 8]
     same_records = RunFiles(Path(sim_runs["same"].prefix)).records
     assert_planted_slowdown_caught(sim_runs["base"], same_records, tmp_path, "agg_tok_s", sized)
+    assert cmp.rungs[0].judged == f"{TOO_FEW} (n=3)"  # conc 1: too few requests for an interval
 
 
 @pytest.mark.slow  # three real sweeps (~70 s): in make test, not make test-fast
@@ -163,6 +210,6 @@ def test_slower_step_regresses_where_it_matters(sim_runs):
     cmp = compare_runs(sim_runs["base"], sim_runs["slow"])
     by_conc = {r.conc: r for r in cmp.rungs}
     for conc in (4, 8):
-        assert by_conc[conc].verdict == REGRESSED
+        assert by_conc[conc].judged == REGRESSED
         agg = next(c for c in by_conc[conc].changes if c.figure == "agg_tok_s")
         assert agg.verdict == REGRESSED and agg.high < 0

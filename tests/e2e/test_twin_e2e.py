@@ -120,7 +120,7 @@ def twins(measured, tmp_path_factory) -> dict[str, tuple[int, dict[str, Any], st
     """The twin of each run; the default model's with a 5 ms component removed."""
     out = {}
     for name, run in measured.items():
-        flags = ["--component-ms", "5", "--speedup", "1e9"] if name == "default" else []
+        flags = ["--component-ms", "5", "--speedup", "1e9", "--worth", "1"] if name == "default" else []
         out[name] = twin(run, tmp_path_factory.mktemp(f"twin-{name}"), *flags)
     return out
 

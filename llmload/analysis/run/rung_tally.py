@@ -52,8 +52,10 @@ from llmload.analysis.run.metrics import (
     unanswered,
 )
 from llmload.analysis.run.reconcile import Tally
+from llmload.analysis.run.steps import waited_requests
 from llmload.analysis.run.sweep_rows import WARMUP_PHASE, SweepRow
 from llmload.analysis.run.uncertainty import Uncertainty
+from llmload.core.files.chunk_index import last_micros
 from llmload.core.files.records import OUTCOME_OK, RequestRecord
 from llmload.core.stats import (
     DEFAULT_PERCENTILES,
@@ -261,6 +263,9 @@ class RungTally:
     reasoning_counted: int = 0
     unanswered: int = 0
     odd: Counter[str] = field(default_factory=Counter)
+    # completed streams of two or more chunks: send, first and last chunk (epoch s), mean gap (s),
+    # four floats each: whether requests waited for a place in the batch (steps.waited_requests)
+    spans: array[float] = field(default_factory=_floats)
 
     def __post_init__(self) -> None:
         for name in LATENCY_NAMES:
@@ -328,6 +333,7 @@ class RungTally:
         if (ttft := values["ttft"]) and found["ttft"]:  # TTFT without its connection's setup
             self.ttft_warm_ms.append(ttft[-1] - (connect or 0.0) - (tls or 0.0))
         self.uncertainty.add(rec, found["ttft"], found["tpot"])
+        self._span(rec, micros)
         if self.itl:
             if micros is not None:
                 self.itl_us.add_micros(micros)
@@ -367,6 +373,32 @@ class RungTally:
             "odd": dict(sorted(self.odd.items())),
         }
 
+    def _span(self, rec: RequestRecord, micros: bytes | None) -> None:
+        """Keep a completed stream's send, first and last chunk and mean gap (`spans`)."""
+        if not rec.stream:
+            return
+        if micros is not None:
+            n = len(micros) // 4
+            if n < 2:
+                return
+            first = int.from_bytes(micros[:4], "little", signed=True) / 1e6
+            last = last_micros(micros) / 1e6
+        else:
+            n = len(rec.chunk_times)
+            if n < 2:
+                return
+            first, last = rec.chunk_times[0], rec.chunk_times[-1]
+        t = rec.t_start
+        self.spans.extend((t, t + first, t + last, (last - first) / (n - 1)))
+
+    def waited(self) -> tuple[int, int] | None:
+        """(requests that waited for a place in the batch, most decoding at once), or None
+        without streams to tell (`llmload.analysis.run.steps.waited_requests`)."""
+        if not self.spans:
+            return None
+        s = self.spans
+        return waited_requests(s[0::4], s[1::4], s[2::4], s[3::4], self.users)
+
     @property
     def completed(self) -> int:
         return self.counts.completed
@@ -398,6 +430,7 @@ class RungTally:
 
     def row(self, *, partial: bool = False) -> SweepRow:
         """The sweep-table row (definitions: `llmload.analysis.run.sweep_rows`)."""
+        waited = self.waited()
         return SweepRow(
             rung=self.index,
             conc=self.users,
@@ -419,6 +452,8 @@ class RungTally:
             timing_uncertainty=self.uncertainty.summary(),
             rate=self.rate,
             reasoning=self.reasoning_summary(),
+            waited=None if waited is None else waited[0],
+            decoding_max=None if waited is None else waited[1],
         )
 
     def _connect_ttft_ms(self) -> float | None:
@@ -446,6 +481,7 @@ class RungTally:
             (self.read_delays_ms, other.read_delays_ms),
             (self.ttft_warm_ms, other.ttft_warm_ms),
             (self.trace_late_ms, other.trace_late_ms),
+            (self.spans, other.spans),
             *((self.values[name], other.values[name]) for name in LATENCY_NAMES),
         ):
             mine.extend(theirs)

@@ -29,6 +29,8 @@ Definitions (per rung):
   client's), their share of `tokens`, the requests that reasoned, the client counted, never
   answered, the median TTFO and thinking time, and the odd stream events by name
   (`RungTally.reasoning_summary`; definitions in docs/metrics.md).
+- waited / decoding_max: requests that waited for a place in the server's batch and the most
+  streams decoding at once (llmload.analysis.run.steps.waited_requests); None without streams.
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.run.health),
   filled in by post-processing when the run has a health file.
 """
@@ -100,6 +102,8 @@ class SweepRow:
     rate: float | None = None  # rate mode: the rung's target request rate (its users are client slots)
     output_tokens: dict[str, Any] | None = None  # the same of output lengths, + client_counted
     reasoning: dict[str, Any] | None = None  # reasoning models: rung_tally.RungTally.reasoning_summary
+    waited: int | None = None  # requests that waited for a place in the batch (None: no streams)
+    decoding_max: int | None = None  # the most of its streams decoding at once
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ llmload.output.twin_report's).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from statistics import median
@@ -42,6 +43,7 @@ from typing import Any
 from llmload.analysis.budget import CostModel, amdahl_gain
 from llmload.analysis.run.metrics import ttft_ms
 from llmload.analysis.run.postprocess import RunResult
+from llmload.analysis.run.steps import RungSteps
 from llmload.analysis.run.sweep_rows import WARMUP_PHASE
 from llmload.analysis.twin.fit import MIN_STEPS_PER_BATCH, TwinFit, TwinParams, usable
 from llmload.core.config import ConfigError
@@ -283,7 +285,12 @@ class Change:
     def describe(self) -> str:
         parts = []
         if self.cost is not None:
-            parts.append(f"{self.cost.name} ({self.cost.describe()}) {self.speedup:g}x faster")
+            made = (
+                "free"
+                if self.speedup is not None and math.isinf(self.speedup)
+                else f"{self.speedup:g}x faster"
+            )
+            parts.append(f"{self.cost.name} ({self.cost.describe()}) {made}")
         if self.step_scale is not None:
             parts.append(f"every step x {self.step_scale:g}")
         if self.accept_len is not None:
@@ -338,19 +345,70 @@ def apply_change(params: TwinParams, change: Change) -> TwinParams:
     )
 
 
-def amdahl_bound(row: TwinRow, params: TwinParams, change: Change) -> float | None:
-    """`llmload budget`'s gain for the row's measured rung (its step time from agg tok/s and the
-    fitted accept length), when the change is a component made faster."""
+def amdahl_bound(
+    row: TwinRow, params: TwinParams, change: Change, step: RungSteps | None = None
+) -> float | None:
+    """The Amdahl gain of the change (a component made faster) on the rung's measured steps and
+    batch (llmload.analysis.run.steps: their mean, each step once); without a measured step,
+    `llmload budget`'s table formula on the fitted accept length."""
     if change.cost is None or change.speedup is None or row.measured is None:
         return None
-    agg = row.measured.get("agg_tok_s")
-    if not agg:
-        return None
-    step_ms = row.conc * params.accept_len / agg * 1000.0
+    if step is not None and step.step_mean_ms and step.batch:
+        step_ms, batch = step.step_mean_ms, step.batch
+    else:
+        agg = row.measured.get("agg_tok_s")
+        if not agg:
+            return None
+        step_ms, batch = row.conc * params.accept_len / agg * 1000.0, float(row.conc)
     try:
-        return amdahl_gain(step_ms, change.cost.cost_ms(row.conc), change.speedup)
+        cost = change.cost.cost_ms(batch)
+        return None if cost >= step_ms else amdahl_gain(step_ms, cost, change.speedup)
     except (ConfigError, ZeroDivisionError):
         return None
+
+
+INTERVAL_SPREADS = 2.5  # an interval's half-width in rms errors of the replay (about 95 % over few rungs)
+INTERVAL_KEYS = ("agg_tok_s", "per_req_tok_s", "ttft_p50_ms", "tpot_p50_ms")
+# the least run-to-run spread assumed: two runs of one server on a shared machine differ by
+# about this much (1-2.4 % measured, docs/measurements.md), however close the replay came
+MIN_SPREAD = 0.01
+
+
+def replay_spread(rows: Sequence[TwinRow], key: str) -> float:
+    """The rms of the replay's log errors on one figure over the rungs it reproduced: how far a
+    rerun of the same model reads from the measured run (run-level noise and the model's error)."""
+    logs = []
+    for r in rows:
+        measured, model = (r.measured or {}).get(key), r.model.get(key)
+        if not r.partial and measured and model and measured > 0 and model > 0:
+            logs.append(math.log(model / measured))
+    return math.sqrt(sum(x * x for x in logs) / len(logs)) if logs else 0.0
+
+
+def prediction_intervals(
+    replay: Sequence[TwinRow], prediction: Sequence[TwinRow], params: TwinParams
+) -> dict[int, dict[str, tuple[float, float, float]]]:
+    """Every predicted figure with its interval, by rung index: the prediction times exp(+-
+    INTERVAL_SPREADS x the replay's rms log error on that figure, at least MIN_SPREAD: the real run
+    of the change is another run), and for TTFT p50 at least the
+    verdict's race tolerance (a request waits for the step in progress: the median moves by up to
+    a step from run to run)."""
+    spread = {k: max(replay_spread(replay, k), MIN_SPREAD) for k in INTERVAL_KEYS}
+    out: dict[int, dict[str, tuple[float, float, float]]] = {}
+    for row in prediction:
+        figures = {}
+        for key in INTERVAL_KEYS:
+            value = row.model.get(key)
+            if value is None or value <= 0:
+                continue
+            factor = math.exp(INTERVAL_SPREADS * spread[key])
+            low, high = value / factor, value * factor
+            if key == "ttft_p50_ms":
+                race, _ = _ttft_race_tolerance_ms(value, row.conc, params, row.step_spread)
+                low, high = min(low, value - race), max(high, value + race)
+            figures[key] = (value, max(low, 0.0), high)
+        out[row.rung] = figures
+    return out
 
 
 def row_dict(row: TwinRow, model_key: str) -> dict[str, Any]:

@@ -1,0 +1,192 @@
+"""The step and batch measured per rung (llmload.analysis.run.steps) against an engine whose every
+step is known: a continuous batch of at most `limit` sequences, steps of base + per_seq x batch
+ms (plus prefill), each sequence 1 + Binomial(7, p) tokens a step drawn per step, closed-loop
+users; the ground truth is the engine's own list of steps (as the simulator's truth log), never
+the code under test. Also what `llmload budget` and the twin's decision make of them."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from statistics import median
+
+import pytest
+from fixtures.paths import REPO
+
+from llmload.analysis.budget import CostModel, SweepPoint, budget_rows
+from llmload.analysis.run.rung_tally import tally_records
+from llmload.analysis.run.steps import measure_rung
+from llmload.analysis.twin.decision import NOT_WORTH, UNDECIDED, WORTH, RungDecision, decide
+from llmload.core.config import ConfigError
+from llmload.core.files.records import RequestRecord
+
+
+def engine(
+    users: int,
+    *,
+    base: float = 12.0,
+    per_seq: float = 3.0,
+    accept_len: float = 2.0,
+    limit: int = 6,
+    tokens: int = 48,
+    requests_per_user: int = 2,
+    prefill_ms: float = 2.0,
+    seed: int = 3,
+) -> tuple[list[RequestRecord], list[float]]:
+    """(records of one rung, every step's duration ms): users send again as soon as their
+    request ends; FIFO admission at a step's start."""
+    rng = random.Random(seed)
+    p = (accept_len - 1) / 7
+    now = 1000.0
+    queue = [(u, now) for u in range(users)]
+    left = {u: requests_per_user for u in range(users)}
+    running: dict[int, dict] = {}
+    records, steps = [], []
+    while queue or running:
+        admitted = 0
+        while queue and len(running) < limit:
+            u, sent = queue.pop(0)
+            running[u] = {"sent": sent, "times": [], "tokens": 0}
+            admitted += 1
+        ms = base + per_seq * len(running) + prefill_ms * admitted
+        steps.append(ms)
+        now += ms / 1000.0
+        for u in list(running):
+            r = running[u]
+            r["tokens"] += min(1 + sum(rng.random() < p for _ in range(7)), tokens - r["tokens"])
+            r["times"].append(now)
+            if r["tokens"] >= tokens:
+                del running[u]
+                records.append(
+                    RequestRecord(
+                        request_id=f"{u}-{left[u]}",
+                        rung=0,
+                        users=users,
+                        phase="measure",
+                        endpoint="completions",
+                        stream=True,
+                        max_tokens=tokens,
+                        t_start=r["sent"],
+                        t_end=now,
+                        t_first=r["times"][0],
+                        output_tokens=tokens,
+                        chunks=len(r["times"]),
+                        chunk_times=[t - r["sent"] for t in r["times"]],
+                    )
+                )
+                left[u] -= 1
+                if left[u]:
+                    queue.append((u, now + 0.0005))
+    return records, steps
+
+
+@pytest.mark.parametrize("users", [1, 4, 6, 8, 12])
+def test_the_step_batch_and_queue_are_the_engines(users):
+    """Within 10 % of the engine's median step at every rung, past its batch limit (6) too; the
+    batch it ran; requests waited only past the limit; tokens a step per sequence near the
+    acceptance (the capped last step reads a little low)."""
+    records, truth = engine(users)
+    s = measure_rung(0, users, records)
+    assert s.step_ms == pytest.approx(median(truth), rel=0.10)
+    assert s.batch == min(users, 6) and s.decoding_max == min(users, 6)
+    assert (s.waited > 0) == (users > 6)
+    assert 1.7 <= s.tokens_per_step <= 2.05
+    tally = tally_records(0, users, records)
+    assert tally.row().waited == s.waited
+
+
+def test_several_chunks_a_step_are_one_step():
+    """A server that sends each speculative token in its own chunk (llama.cpp, TGI): the step is
+    still the engine's, the tokens a step still the acceptance's."""
+    records, truth = engine(4, accept_len=3.0, limit=8)
+    split = []
+    for rec in records:
+        times = [t + k * 0.0002 for t in rec.chunk_times for k in range(3)]
+        split.append(RequestRecord(**{**rec.to_dict(), "chunk_times": times, "chunks": len(times)}))
+    whole, parts = measure_rung(0, 4, records), measure_rung(0, 4, split)
+    assert parts.step_ms == pytest.approx(whole.step_ms, rel=0.02)
+    assert parts.chunks_per_step == pytest.approx(3.0)
+    assert parts.tokens_per_step == pytest.approx(whole.tokens_per_step)
+
+
+def test_budget_uses_the_measured_step_past_the_limit():
+    """conc 12 over a limit of 6: the step is batch 6's, not 12 x acceptance / agg tok/s."""
+    records, truth = engine(12)
+    steps = measure_rung(0, 12, records)
+    (row,) = budget_rows([SweepPoint(12, 500.0, 2.6, steps)], CostModel("c", constant_ms=5.0), None, None)
+    assert row.measured and row.batch == 6
+    assert row.step_ms == pytest.approx(median(truth), rel=0.10)
+    assert row.gain_free == pytest.approx(row.step_ms / (row.step_ms - 5.0) - 1.0)
+
+
+def test_a_component_larger_than_the_step_is_refused():
+    records, _ = engine(4)
+    point = SweepPoint(4, 300.0, None, measure_rung(0, 4, records))
+    with pytest.raises(ConfigError, match="--saves-ms: 100 ms is not part of a"):
+        budget_rows([point], CostModel("c", constant_ms=100.0), None, None, "--saves-ms")
+
+
+SEED_CSV = "conc,agg_tok/s\n1,135.7\n4,318.0\n8,479.6\n10,516.2\n"
+
+
+def llmload(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llmload", *args], capture_output=True, text=True, check=False, cwd=REPO
+    )
+
+
+def test_the_seeds_story_is_not_worth_it(tmp_path):
+    """0.8 ms of an 87 ms step, 470x faster, at conc 10: not worth it, at most +0.92 % (exit 7)."""
+    seed = tmp_path / "seed.csv"
+    seed.write_text(SEED_CSV)
+    done = llmload(
+        "twin", str(seed), "--accept-len", "4.5", "--component-ms", "0.8", "--speedup", "470", "--at", "10"
+    )
+    assert done.returncode == 7, done.stderr
+    assert "not worth it: at most +0.92 % at conc 10" in done.stdout
+    assert "0.92 % of a 87.2 ms step" in done.stdout
+    assert max(len(line) for line in done.stdout.splitlines() if not line.startswith("decision:")) <= 100
+    table = llmload("twin", str(seed), "--accept-len", "4.5", "--saves-ms", "10")
+    assert table.returncode == 8 and "a table holds no records" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (
+            ["budget", "SEED", "--accept-len", "4.5", "--component-ms", "200", "--speedup", "2"],
+            "--component-ms",
+        ),
+        (["budget", "SEED", "--accept-len", "4.5", "--saves-ms", "-1"], "--saves-ms"),
+        (["budget", "SEED", "--accept-len", "4.5", "--saves-ms", "nan"], "--saves-ms"),
+        (["budget", "SEED", "--accept-len", "4.5", "--component-ms", "1", "--speedup", "nan"], "--speedup"),
+        (["twin", "SEED", "--accept-len", "4.5", "--saves-ms", "1", "--worth", "inf"], "--worth"),
+        (["twin", "SEED", "--accept-len", "4.5", "--saves-ms", "1", "--at", "16"], "--at 16"),
+        (["twin", "SEED", "--fit-only", "--step-scale", "0.76"], "--fit-only"),
+    ],
+)
+def test_bad_decision_input_is_one_line_exit_2(tmp_path, argv, named):
+    seed = tmp_path / "seed.csv"
+    seed.write_text(SEED_CSV)
+    done = llmload(*[str(seed) if a == "SEED" else a for a in argv])
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and named in errors[0], done.stderr
+
+
+def test_speedup_inf_is_the_component_free(tmp_path):
+    seed = tmp_path / "seed.csv"
+    seed.write_text(SEED_CSV)
+    done = llmload("budget", str(seed), "--accept-len", "4.5", "--component-ms", "0.8", "--speedup", "inf")
+    assert done.returncode == 0, done.stderr
+    assert "gain_free_%" in done.stdout and "0.93" in done.stdout
+
+
+def test_the_decision_against_the_threshold():
+    worth = decide([RungDecision(8, 36.0, 10.0, 0.385, 0.36, 0.33, 0.39)], 0.1)
+    assert worth.verdict == WORTH and worth.line.startswith("worth it at conc 8: +36.0 % [+33.0, +39.0]")
+    straddle = decide([RungDecision(8, 36.0, 10.0, 0.385, 0.11, 0.08, 0.14)], 0.1)
+    assert straddle.verdict == UNDECIDED and "holds the threshold" in straddle.line
+    bounded = decide([RungDecision(10, 87.2, 0.8, 0.0092)], 0.05)
+    assert bounded.verdict == NOT_WORTH and "at most +0.92 %" in bounded.line
