@@ -19,12 +19,11 @@ from llmload.analysis.budget import (
     BudgetConfig,
     CostModel,
     budget_rows,
-    check_number,
-    check_positive,
     load_budget_config,
     load_points,
 )
-from llmload.core.checks import flag_type
+from llmload.core.checks import flag_type, number
+from llmload.core.command_line import ArgumentParser, command
 from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.files.records import RecordFileError
@@ -61,26 +60,27 @@ def add_component_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--component", default="", help="the component's name")
     p.add_argument(
         "--component-ms",
-        type=flag_type(check_number, "cost_ms"),
+        type=flag_type(number(0, 60_000), "cost_ms"),
         default=None,
         help="the component's cost per step, ms",
     )
     p.add_argument(
         "--accept-len",
-        type=flag_type(check_positive, "accept_len"),
+        type=flag_type(number(1, 1_000), "accept_len"),
         default=None,
         help="accepted tokens per sequence per step",
     )
     p.add_argument(
         "--speedup",
-        type=flag_type(check_positive, "speedup"),
+        type=flag_type(number(0, 1_000_000, above=True), "speedup"),
         default=None,
         help="what if the component were this many times faster",
     )
 
 
+@command("llmload budget")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="llmload budget", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="llmload budget", description=__doc__.split("\n\n")[0])
     p.add_argument("sweep", help="a run or a sweep-table file")
     add_component_arguments(p)
     p.add_argument("--format", choices=["table", "markdown"], default="table")

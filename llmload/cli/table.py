@@ -20,6 +20,7 @@ from llmload.analysis.identity.determinism import diverged
 from llmload.analysis.run.metrics import SLO_KEYS
 from llmload.analysis.run.postprocess import load_run
 from llmload.core.checks import flag_type, list_text
+from llmload.core.command_line import ArgumentParser, command
 from llmload.core.config import SloConfig, SweepConfig
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, OK
 from llmload.core.files.records import RecordFileError
@@ -35,7 +36,7 @@ def _key_type(cls: type, key: str, shown: str | None = None, **kwargs: Any) -> A
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="llmload table", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="llmload table", description=__doc__.split("\n\n")[0])
     p.add_argument("prefix", help="the run's --csv prefix (reports/x), its records file, or the run's folder")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--metrics", action="store_true", help="add latency (TTFT/TPOT/ITL/E2EL) and rate tables")
@@ -63,6 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+@command("llmload table")
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     slo = {k: v for k in SLO_KEYS if (v := getattr(args, f"slo_{k}")) is not None}

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from llmload.analysis.budget import CostModel, check_positive, load_budget_config
+from llmload.analysis.budget import CostModel, load_budget_config
 from llmload.analysis.run.postprocess import RunResult, load_run
 from llmload.analysis.run.server_metrics import load_server_metrics, metrics_path, read_samples
 from llmload.analysis.twin.fit import TwinFit, TwinFitError, TwinParams, fit_accept_len, fit_twin, usable
@@ -50,8 +50,9 @@ from llmload.analysis.twin.replay import (
     run_figures,
 )
 from llmload.cli.budget import add_component_arguments
-from llmload.core.checks import flag_type
-from llmload.core.config import ConfigError, parse_config
+from llmload.core.checks import flag_type, folder_path, number
+from llmload.core.command_line import ArgumentParser, command
+from llmload.core.config import MAX_USERS_PER_RUNG, ConfigError, parse_config
 from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED, NO_FIT, OK
 from llmload.core.files.output_paths import check_output_folder
 from llmload.core.files.records import RecordFileError
@@ -69,15 +70,18 @@ CALIBRATION_STEP_MS = 2.0
 def _rungs(text: str) -> list[int | float]:
     items = text.replace(" ", "").split(",")
     try:
-        return [float(p) if "." in p else int(p) for p in items]
+        rungs = [float(p) if "." in p else int(p) for p in items]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated numbers like 8,16, got {shown(text)}"
         ) from None
+    if not all(0 < rung <= MAX_USERS_PER_RUNG for rung in rungs):  # NaN too
+        raise argparse.ArgumentTypeError(f"each rung must be in (0, {MAX_USERS_PER_RUNG}], got {shown(text)}")
+    return rungs
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=PROG,
         description=__doc__.split("\n\n")[0],
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
@@ -85,14 +89,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("run", help="a finished run: its prefix, records file or folder")
     p.add_argument(
-        "--run-dir", type=Path, default=None, help="where the twin's files go (default: reports/twin-<time>)"
+        "--run-dir",
+        type=folder_path,
+        default=None,
+        help="where the twin's files go (default: reports/twin-<time>)",
     )
     p.add_argument("--format", choices=["table", "markdown", "json"], default="table")
     p.add_argument("--fit-only", action="store_true", help="fit and write twin_sim.yaml; no replay")
     add_component_arguments(p)  # --accept-len: predict with it (a better draft model)
     p.add_argument(
         "--step-scale",
-        type=flag_type(check_positive, "step_scale"),
+        type=flag_type(number(0, 1_000, above=True), "step_scale"),
         default=None,
         help="every step cost times S (a faster GPU or kernel: S < 1)",
     )
@@ -184,7 +191,8 @@ def start_sweep(folder: Path, ladder: dict[str, Any], pairs: list[str]) -> subpr
     folder.mkdir(parents=True, exist_ok=True)
     write_yaml(folder / "ladder.yaml", ladder)
     cmd = [sys.executable, "-m", "llmload", "sweep", "--ladder", str(folder / "ladder.yaml")]
-    cmd += ["--run-dir", str(folder / "run"), "--endpoint", str(ladder.get("endpoint", "completions"))]
+    cmd += ["--run-dir", str(folder / "run"), "--overwrite"]  # the twin's own folder: a rerun replaces it
+    cmd += ["--endpoint", str(ladder.get("endpoint", "completions"))]
     cmd += ["--format", "json"] + [a for pair in pairs for a in ("--sim", pair)]
     with (folder / "sweep.log").open("wb") as log:
         return subprocess.Popen(
@@ -247,6 +255,7 @@ def replayed(folder: Path) -> RunResult:
         ) from None
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     run_dir = args.run_dir or Path("reports") / time.strftime("twin-%Y%m%d-%H%M%S")

@@ -8,6 +8,7 @@ or a folder holding exactly one run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,9 @@ ENVIRONMENT = "_env.json"  # what produced the run (llmload.core.run_environment
 SERVER_METRICS = "_server_metrics.jsonl"  # scrapes of the server's /metrics
 STATS_CSV = "_stats.csv"  # Locust's own CSVs
 FAILURES_CSV = "_failures.csv"
+# every file a run writes at its prefix (Locust's CSVs included): what a new run into it replaces
+RUN_SUFFIXES = (RECORDS, RECORDS + ".chunks", RUN, HEALTH, ENVIRONMENT, SERVER_METRICS, STATS_CSV,
+                FAILURES_CSV, "_exceptions.csv", "_stats_history.csv")  # fmt: skip
 
 
 class _Suffix:
@@ -80,7 +84,15 @@ class RunFiles:
 
 
 def write_run_json(path: Path, data: dict[str, Any]) -> None:
-    """A run file, replaced whole (a reader never sees half of one)."""
+    """A run file, replaced whole (a reader never sees half of one). An OSError names `path`
+    (the file the run could not write), and the half-written temporary file is removed."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e
