@@ -23,7 +23,7 @@ from llmload.analysis.budget import (
     load_points,
 )
 from llmload.core.checks import flag_type, number
-from llmload.core.command_line import ArgumentParser, command
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.files.records import RecordFileError
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = _config(args)
         rows = budget_rows(load_points(args.sweep), cfg.cost, cfg.accept_len, cfg.speedup)
     except (ConfigError, RecordFileError, OSError) as exc:
-        print(f"llmload budget: error: {exc}", file=sys.stderr)
+        print(f"llmload budget: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT
     print(render_budget(rows, cfg.cost, cfg.speedup, args.format))
     return OK

@@ -32,8 +32,8 @@ from llmload.analysis.run.postprocess import read_run_info
 from llmload.analysis.run.sweep_rows import group_rungs
 from llmload.cli.sweep import OVERWRITE_HELP, _sim_flag, check_input, ended_by, records_at
 from llmload.cli.sweep_run import default_run_dir, run_sweep
-from llmload.core.checks import file_path, folder_path
-from llmload.core.command_line import ArgumentParser, command
+from llmload.core.checks import file_name, file_path, folder_path
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import ConfigError, load_config, parse_config
 from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED
 from llmload.core.files.output_paths import check_output_file, claim_run_folder, fresh_folder
@@ -67,7 +67,12 @@ def main(argv: list[str] | None = None) -> int:
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--ladder", default="", help="ladder file with 'mode: capacity', 'slo:' and 'capacity:'")
+    p.add_argument(
+        "--ladder",
+        type=file_name,
+        default=None,
+        help="ladder file with 'mode: capacity', 'slo:' and 'capacity:'",
+    )
     p.add_argument(
         "--prefix", default="", help="report the search of this finished run instead of running one"
     )
@@ -92,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             check_output_file("--plot", args.plot)
         except ConfigError as exc:
-            print(f"llmload capacity: error: {exc}", file=sys.stderr)
+            print(f"llmload capacity: error: {one_line(str(exc))}", file=sys.stderr)
             return BAD_INPUT
     if not prefix:
         if not args.ladder:
@@ -104,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             mode = load_config(args.ladder).mode
         except ConfigError as exc:
-            print(f"llmload capacity: error: {exc}", file=sys.stderr)
+            print(f"llmload capacity: error: {one_line(str(exc))}", file=sys.stderr)
             return BAD_INPUT
         if mode != "capacity":
             print(
@@ -119,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             records = records_at(run_dir, run_args, args.host or "")
             folder = claim_run_folder("--run-dir", run_dir, records, overwrite=args.overwrite)
         except ConfigError as exc:
-            print(f"llmload capacity: error: {exc}", file=sys.stderr)
+            print(f"llmload capacity: error: {one_line(str(exc))}", file=sys.stderr)
             return BAD_INPUT
         print(
             f"llmload capacity: searching {args.host or 'the simulator'}; files in {run_dir}", file=sys.stderr
@@ -147,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = capacity_of_run(prefix)
     except (RecordFileError, ConfigError) as exc:
-        print(f"llmload capacity: error: {exc}", file=sys.stderr)
+        print(f"llmload capacity: error: {one_line(str(exc))}", file=sys.stderr)
         return returncode or 2
     print(render_capacity(result, args.format))
     files = prefix if isinstance(prefix, RunFiles) else RunFiles(Path(prefix))

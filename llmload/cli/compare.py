@@ -19,13 +19,15 @@ from llmload.analysis.compare import compare_runs, comparison_dict
 from llmload.analysis.output_identity import output_identity
 from llmload.analysis.run.postprocess import load_run
 from llmload.core.checks import flag_type, integer, number, open_unit_interval
-from llmload.core.command_line import ArgumentParser, command
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.exit_codes import BAD_INPUT, OK, OUTPUT_CHANGED, REGRESSED
 from llmload.core.files.records import RecordFileError
 from llmload.core.files.run_files import RunFiles
 from llmload.output.compare_report import render_comparison, render_outputs
 
-MAX_RESAMPLES = 100_000  # the interval's digits stop moving long before; each costs a pass over a rung
+MAX_RESAMPLES = (
+    10_000  # a 95 % interval is stable long before; each is a pass over a rung (docs/measurements.md)
+)
 
 
 @command("llmload compare")
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         base, cand = (load_run(RunFiles.find(run), keep_records=True) for run in (args.base, args.cand))
     except RecordFileError as exc:
-        print(f"llmload compare: error: {exc}", file=sys.stderr)
+        print(f"llmload compare: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT
     result = compare_runs(
         base,

@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from llmload.core.checks import ConfigError, flag_type, integer
-from llmload.core.command_line import ArgumentParser, command
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.exit_codes import SERVER_UNUSABLE
 from llmload.core.schema import shown
 from llmload.servers import llama_build
@@ -120,5 +120,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (realserver.BuildError, ServerStartError) as exc:  # the message names the log to read
-        print(f"llmload llama-server: error: {exc}", file=sys.stderr)
+        print(f"llmload llama-server: error: {one_line(str(exc))}", file=sys.stderr)
         return SERVER_UNUSABLE

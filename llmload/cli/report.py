@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from llmload.core.checks import folder_path
-from llmload.core.command_line import ArgumentParser, command
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.files.output_paths import check_output_folder
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
             check_output_folder("--out", args.out)
         page, plots = write_report(args.run, args.out)
     except (RecordFileError, ConfigError) as exc:
-        print(f"llmload report: error: {exc}", file=sys.stderr)
+        print(f"llmload report: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT
     for path in (page, *plots):
         print(path)

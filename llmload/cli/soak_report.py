@@ -18,7 +18,7 @@ import sys
 
 from llmload.analysis.soak.verdict import EXIT_NOT_RUN, soak_report
 from llmload.core.checks import file_path
-from llmload.core.command_line import ArgumentParser, command
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import ConfigError
 from llmload.core.files.records import RecordFileError
 from llmload.output.soak_output import render_text, windows_csv, write_outputs
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = soak_report(args.prefix, config_path=args.config)
     except (ConfigError, RecordFileError) as exc:
-        print(f"llmload soak-report: error: {exc}", file=sys.stderr)
+        print(f"llmload soak-report: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_NOT_RUN
     if not args.no_files:
         write_outputs(report, png=not args.no_png)

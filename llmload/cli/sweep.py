@@ -12,6 +12,10 @@ below) and arguments after `--` go to locust unchanged. The run's files land in
 reports/sweep-<time>/ under the current directory (run_records.jsonl, run_stats.csv,
 run_failures.csv, run_run.json, locust.log).
 
+A --run-dir in use by another run is refused (a lock), one holding an earlier run too unless
+--overwrite. A file of the run that cannot be written (a full disk), told by Locust or the
+simulator over a pipe, and a simulator that ends mid-run stop the run at once (`ended_by`).
+
 Bad input (host, ladder file, simulator flag, output folder) is one line before anything starts.
 Ctrl+C, SIGTERM or SIGHUP at any moment (any number of them) stops Locust and the simulator
 (`llmload.cli.sweep_run`), prints the table of the rungs that finished with the rest marked, and
@@ -32,10 +36,10 @@ from pathlib import Path
 import yaml
 
 from llmload.analysis.identity.determinism import diverged
-from llmload.analysis.run.postprocess import load_run, read_run_info
+from llmload.analysis.run.postprocess import RunResult, load_run, missing_rungs, read_run_info
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, default_run_dir, locust_command, run_sweep
-from llmload.core.checks import file_path, folder_path
-from llmload.core.command_line import ArgumentParser, command
+from llmload.core.checks import file_name, file_path, folder_path
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, EXIT_CODES, INTERRUPTED, OK, WRITE_FAILED
 from llmload.core.files.output_paths import check_output_folder, claim_run_folder, fresh_folder
@@ -171,6 +175,14 @@ def check_input(args: argparse.Namespace, run_dir: Path, locust_args: Sequence[s
     return sim_args(sim)
 
 
+def run_file_is_this_runs(run: SweepRun) -> bool:
+    """Whether the run file was written by this run's Locust (not older than its start)."""
+    try:
+        return run.started_at is not None and run.files.run.stat().st_mtime >= run.started_at
+    except OSError:
+        return False
+
+
 def run_errors(run: SweepRun) -> list[RunError]:
     """The errors this run's Locust recorded, each once, in order: why the run did not start, the
     server's first HTTP 400 reason, a failed reconciliation, a stalled rung, a file it could not
@@ -181,12 +193,7 @@ def run_errors(run: SweepRun) -> list[RunError]:
     told = [
         RunError(t.kind, t.message, t.exit_code) for t in run.told if t.source == "locust" and t.kind in KINDS
     ]
-    path = run.files.run
-    try:
-        fresh = run.started_at is not None and path.stat().st_mtime >= run.started_at
-    except OSError:
-        fresh = False
-    written = errors_of(read_run_info(run.files.prefix)) if fresh else []
+    written = errors_of(read_run_info(run.files.prefix)) if run_file_is_this_runs(run) else []
     return told + [e for e in written if e not in told]
 
 
@@ -210,6 +217,14 @@ def ended_by(run: SweepRun) -> tuple[int, str] | None:
             f"the simulator ended (exit code {exit_code}) while Locust ran; Locust was stopped: {why}",
         )
     return None
+
+
+def unmeasured(run: SweepRun) -> RunResult | None:
+    """A run stopped before its first record, as a table of its ladder (its run file's) with every
+    rung marked started or not run; None without a run file of this run."""
+    info = read_run_info(run.files.prefix) if run_file_is_this_runs(run) else None
+    missing = missing_rungs(info, [])
+    return RunResult(str(run.files.prefix), None, [], [], None, [], info, missing) if missing else None
 
 
 def report(run: SweepRun, fmt: str, *, fail_on_divergence: bool = False) -> int:
@@ -245,6 +260,9 @@ def report(run: SweepRun, fmt: str, *, fail_on_divergence: bool = False) -> int:
     try:
         result = load_run(run.files)
     except RecordFileError as exc:
+        ladder = unmeasured(run) if code in (INTERRUPTED, WRITE_FAILED) else None
+        if ladder is not None:  # stopped before the first record: the ladder, every rung marked
+            print(render_run(ladder, fmt))
         print(f"{PROG}: no measured request to tabulate ({exc})", file=sys.stderr)
         if ended is not None:
             print(f"{PROG}: error: {ended[1]}", file=sys.stderr)
@@ -278,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--host", default=None, help="server URL, e.g. http://127.0.0.1:8000 (default: the simulator)"
     )
-    p.add_argument("--ladder", default="", help="ladder file (default: the built-in ladder)")
+    p.add_argument(
+        "--ladder", type=file_name, default=None, help="ladder file (default: the built-in ladder)"
+    )
     p.add_argument(
         "--run-dir",
         type=folder_path,
@@ -320,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             records = records_at(run_dir, locust_args, args.host or "")
             folder = claim_run_folder("--run-dir", run_dir, records, overwrite=args.overwrite)
         except ConfigError as e:
-            print(f"{PROG}: error: {e}", file=sys.stderr)
+            print(f"{PROG}: error: {one_line(str(e))}", file=sys.stderr)
             return BAD_INPUT
         with folder:  # held until the run is reported: no other run writes into it meanwhile
             if STOPS.first is not None:  # while checking: nothing started yet

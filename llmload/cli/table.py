@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from llmload.analysis.identity.determinism import diverged
 from llmload.analysis.run.metrics import SLO_KEYS
 from llmload.analysis.run.postprocess import load_run
 from llmload.core.checks import flag_type, list_text
-from llmload.core.command_line import ArgumentParser, command
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import SloConfig, SweepConfig
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, OK
-from llmload.core.files.records import RecordFileError
+from llmload.core.files.records import RecordFileError, being_written
 from llmload.core.files.run_files import RunFiles
 from llmload.core.schema import key_check
 from llmload.output.run_table import render_run
@@ -77,8 +78,14 @@ def main(argv: list[str] | None = None) -> int:
             requests_per_user=args.requests_per_user,
         )
     except RecordFileError as exc:
-        print(f"llmload table: error: {exc}", file=sys.stderr)
+        print(f"llmload table: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT
+    if being_written(result.records_file or RunFiles(Path(result.prefix)).records):
+        print(
+            "llmload table: the run is still in progress (its records are being written): this is what it "
+            "has measured so far",
+            file=sys.stderr,
+        )
     print(render_run(result, args.format, percentiles=args.percentiles, wide=args.wide))
     # machine-readable formats keep stdout clean; human formats print the warnings under the table
     out = sys.stderr if args.format in ("csv", "json") else sys.stdout

@@ -23,7 +23,7 @@ from tabulate import tabulate
 
 from llmload.analysis.trace_stats import TraceStats, trace_stats
 from llmload.core.checks import flag_type, number
-from llmload.core.command_line import ArgumentParser, command
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.stats import Summary
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             read_trace(args.trace), start_s=args.start_s, duration_s=args.duration_s, speed=args.speed
         )
     except ConfigError as exc:
-        print(f"llmload trace-stats: error: {exc}", file=sys.stderr)
+        print(f"llmload trace-stats: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT
     if not window:
         print(f"llmload trace-stats: error: {args.trace}: no line in the window", file=sys.stderr)

@@ -51,7 +51,7 @@ from llmload.analysis.twin.replay import (
 )
 from llmload.cli.budget import add_component_arguments
 from llmload.core.checks import flag_type, folder_path, number
-from llmload.core.command_line import ArgumentParser, command
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import MAX_USERS_PER_RUNG, ConfigError, parse_config
 from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED, NO_FIT, OK
 from llmload.core.files.output_paths import check_output_folder
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {args.run}: cannot fit the model: {exc}", file=sys.stderr)
         return BAD_INPUT
     except (ConfigError, RecordFileError, OSError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT
     sim_file = run_dir / "twin_sim.yaml"
     model = info.get("model")
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: stopped by a signal: the replays were stopped", file=sys.stderr)
         return INTERRUPTED
     except (RecordFileError, ConfigError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
         return INTERRUPTED
     write_yaml(sim_file, dict(fit.params.sim_settings()))
     jobs = {"replay": (replay_ladder, sim_pairs(fit.params, model))}
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = {name: replayed(run_dir / name) for name in jobs}
     except RecordFileError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
         return INTERRUPTED
     measured = run_figures(result)
     rows = replay_rows(measured, run_figures(results["replay"]))

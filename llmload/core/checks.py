@@ -223,6 +223,12 @@ def file_path(text: str) -> Path:
     return path
 
 
+def file_name(text: str) -> str:
+    """`file_path`, kept as the text (for a flag passed on to another command line)."""
+    file_path(text)
+    return text
+
+
 def folder_path(text: str) -> Path:
     """An argparse `type` for a flag naming a folder: not empty (Path('') is the current folder,
     never what an empty value meant) and a name the system can hold."""

@@ -133,7 +133,7 @@ def test_stopped_mid_rung_prints_the_finished_rungs(tmp_path, sig):
     assert lines[1].split()[:4] == [str(RUNGS[0]), *lines[1].split()[1:3], str(24 * RUNGS[0] * PER_USER)]
     assert lines[2].split()[0] == f"{RUNGS[1]}!"  # the rung that was cut
     assert lines[3].split()[0] == f"{RUNGS[2]}~"  # the rung that never started
-    assert "~ rung not run (the run stopped before it began): rung03 c3" in out
+    assert "~ rung not run (the run stopped, or has not reached it yet): rung03 c3" in out
     finished = [r for r in records_of(tmp_path) if r.rung == 0]
     assert len(finished) == RUNGS[0] * PER_USER and all(r.ok for r in finished)
     assert err.strip().splitlines()[-1] == "llmload sweep: the run did not finish every rung (exit code 4)"

@@ -389,6 +389,20 @@ class RecordWriter:
             raise failed
 
 
+def being_written(path: Path) -> bool:
+    """Whether a run is writing the records file at `path` now (its writer holds the file's lock:
+    `RecordWriter(exclusive=True)`)."""
+    try:
+        with Path(path).open("rb") as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+    except OSError:
+        return False
+    return False
+
+
 class FileInUse(ValueError):
     """A file another process is writing (its lock is held): one line naming it."""
 
