@@ -77,9 +77,11 @@ def test_a_child_tells_the_pipe_why_it_stopped(monkeypatch):
 def test_a_run_folder_is_claimed_once_and_an_earlier_run_is_refused_unless_overwritten(tmp_path):
     folder = tmp_path / "run"
     files = RunFiles(folder / "run")
-    with claim_run_folder("--run-dir", folder, files):
-        with pytest.raises(ConfigError, match="in use by another run"):
-            claim_run_folder("--run-dir", folder, files)
+    with (
+        claim_run_folder("--run-dir", folder, files),
+        pytest.raises(ConfigError, match="in use by another run"),
+    ):
+        claim_run_folder("--run-dir", folder, files)
     (folder / "run_records.jsonl").write_text("{}\n")
     (folder / "sim_truth.jsonl").write_text("{}\n")
     (folder / "notes.txt").write_text("mine\n")
