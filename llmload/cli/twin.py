@@ -50,6 +50,7 @@ from llmload.analysis.twin.replay import (
     run_figures,
 )
 from llmload.cli.budget import add_component_arguments
+from llmload.cli.sweep import sim_args
 from llmload.core.checks import flag_type, folder_path, number
 from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import MAX_USERS_PER_RUNG, ConfigError, parse_config
@@ -246,6 +247,15 @@ def calibrate(folder: Path, ladder: dict[str, Any], params: TwinParams, model: A
     return replace(params, sim_accept_len=1.0 + (m - 1.0) * (m - 1.0) / (realized - 1.0))
 
 
+def simulator_takes(what: str, pairs: list[str]) -> None:
+    """ConfigError (one line) unless the simulator accepts these settings (`llmload sweep --sim`'s
+    check): a change that takes a step out of the simulator's range is refused before any replay."""
+    try:
+        sim_args([tuple(pair.split("=", 1)) for pair in pairs])  # type: ignore[misc]
+    except ConfigError as e:
+        raise ConfigError(f"{what} simulator is out of its range: {e}") from None
+
+
 def replayed(folder: Path) -> RunResult:
     try:
         return load_run(RunFiles(folder / "run" / "run"), with_metrics=True)
@@ -281,6 +291,13 @@ def main(argv: list[str] | None = None) -> int:
         write_yaml(sim_file, dict(fit.params.sim_settings()))
         return _print_fit(args.format, fit, sim_file)
     print(f"{PROG}: calibrating and replaying on the simulator; files in {run_dir}", file=sys.stderr)
+    try:
+        changed = apply_change(fit.params, change) if not change.empty else fit.params
+        for what, params in (("the fitted", fit.params), ("the changed", changed)):
+            simulator_takes(what, sim_pairs(params, model))  # else each sweep would refuse it, in its log
+    except ConfigError as exc:
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        return BAD_INPUT
     try:
         fit.params = calibrate(run_dir / "calibrate", replay_ladder, fit.params, model)
         predicted_params = apply_change(fit.params, change) if not change.empty else fit.params
