@@ -121,6 +121,16 @@ def test_sigterm_during_locusts_preflight(tmp_path):
     assert out == ""
 
 
+def test_sighup_before_the_first_record_prints_the_ladder(tmp_path):
+    """The first rung started, no request has ended: the table lists every rung, marked."""
+    proc = start_sweep(tmp_path, *SLOW, *LADDER, "--warmup-requests", "0")
+    wait_for(proc, lambda: bool(stages(tmp_path)), "the first rung's start")
+    assert records_of(tmp_path) == []
+    out, err = stop_and_check(proc, signal.SIGHUP)
+    marks = [line.split()[0] for line in out.splitlines()[1:4]]
+    assert marks == [f"{RUNGS[0]}!", f"{RUNGS[1]}~", f"{RUNGS[2]}~"], out
+
+
 @pytest.mark.parametrize(
     "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"]
 )
