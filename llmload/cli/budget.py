@@ -72,7 +72,7 @@ def add_component_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--speedup",
-        type=flag_type(number(0, 1_000_000, above=True), "speedup"),
+        type=flag_type(number(0, 1e12, above=True), "speedup"),  # 1e9: the component removed
         default=None,
         help="what if the component were this many times faster",
     )
