@@ -135,3 +135,17 @@ def test_a_truth_log_starts_anew(tmp_path: Path):
     path.write_text('{"type": "step"}\n' * 22)
     TruthLog(path).close()
     assert path.read_text() == ""
+
+
+def test_sim_switches_take_true_or_false_through_sweep_sim():
+    from llmload.cli.sweep import sim_args
+
+    assert sim_args([("empty_last_text", "true"), ("close_after_stream", "1")]) == [
+        "--empty-last-text",
+        "--close-after-stream",
+    ]
+    assert sim_args([("empty_last_text", "False")]) == []
+    with pytest.raises(ConfigError, match="empty_last_text is a switch: give empty_last_text=true"):
+        sim_args([("empty_last_text", "maybe")])
+    with pytest.raises(ConfigError, match=r"'base_ms' must be a number in \[0, 10000\], got 1e\+308"):
+        sim_args([("base_ms", "1e308")])
