@@ -23,13 +23,12 @@ from llmload.analysis.budget import (
     BudgetConfig,
     CostModel,
     budget_rows,
-    check_number,
-    check_positive,
     check_speedup,
     load_budget_config,
     load_points,
 )
-from llmload.core.checks import flag_type
+from llmload.core.checks import flag_type, number
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.files.records import RecordFileError
@@ -88,19 +87,19 @@ def add_component_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--component", default="", help="the component's name")
     p.add_argument(
         "--component-ms",
-        type=flag_type(check_number, "cost_ms"),
+        type=flag_type(number(0, 60_000), "cost_ms"),
         default=None,
         help="the component's cost per step, ms",
     )
     p.add_argument(
         "--accept-len",
-        type=flag_type(check_positive, "accept_len"),
+        type=flag_type(number(1, 1_000), "accept_len"),
         default=None,
         help="accepted tokens per sequence per step",
     )
     p.add_argument(
         "--speedup",
-        type=flag_type(check_speedup, "speedup"),
+        type=flag_type(check_speedup, "speedup"),  # > 0, or inf: the component removed
         default=None,
         help="what if the component were this many times faster (inf: free)",
     )
@@ -113,8 +112,9 @@ def add_component_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wide", action="store_true", help="every column (default: tables fit 100 columns)")
 
 
+@command("llmload budget")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="llmload budget", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="llmload budget", description=__doc__.split("\n\n")[0])
     p.add_argument("sweep", help="a run or a sweep-table file")
     add_component_arguments(p)
     p.add_argument("--format", choices=["table", "markdown"], default="table")
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         points = load_points(args.sweep)
         rows = budget_rows(points, cfg.cost, cfg.accept_len, cfg.speedup, given_as)
     except (ConfigError, RecordFileError, OSError) as exc:
-        print(f"llmload budget: error: {exc}", file=sys.stderr)
+        print(f"llmload budget: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT
     accept_given = args.accept_len is not None and any(r.measured for r in rows)
     out = render_budget(rows, cfg.cost, cfg.speedup, args.format, wide=args.wide, accept_given=accept_given)

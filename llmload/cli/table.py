@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from llmload.analysis.identity.determinism import diverged
 from llmload.analysis.run.metrics import SLO_KEYS
 from llmload.analysis.run.postprocess import load_run
 from llmload.core.checks import flag_type, list_text
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import SloConfig, SweepConfig
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, OK
-from llmload.core.files.records import RecordFileError
+from llmload.core.files.records import RecordFileError, being_written
 from llmload.core.files.run_files import RunFiles
 from llmload.core.schema import key_check
 from llmload.output.run_table import render_run, run_notes
@@ -35,7 +37,7 @@ def _key_type(cls: type, key: str, shown: str | None = None, **kwargs: Any) -> A
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="llmload table", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="llmload table", description=__doc__.split("\n\n")[0])
     p.add_argument("prefix", help="the run's --csv prefix (reports/x), its records file, or the run's folder")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--metrics", action="store_true", help="add latency (TTFT/TPOT/ITL/E2EL) and rate tables")
@@ -63,6 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+@command("llmload table")
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     slo = {k: v for k in SLO_KEYS if (v := getattr(args, f"slo_{k}")) is not None}
@@ -75,8 +78,14 @@ def main(argv: list[str] | None = None) -> int:
             requests_per_user=args.requests_per_user,
         )
     except RecordFileError as exc:
-        print(f"llmload table: error: {exc}", file=sys.stderr)
+        print(f"llmload table: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT
+    if being_written(result.records_file or RunFiles(Path(result.prefix)).records):
+        print(
+            "llmload table: the run is still in progress (its records are being written): this is what it "
+            "has measured so far",
+            file=sys.stderr,
+        )
     print(render_run(result, args.format, percentiles=args.percentiles, wide=args.wide))
     # formats made to paste or parse (markdown, csv, json) keep stdout data only: notes and
     # warnings go to stderr; the table format prints them under the table

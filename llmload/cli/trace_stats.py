@@ -22,10 +22,15 @@ from typing import Any
 from tabulate import tabulate
 
 from llmload.analysis.trace_stats import TraceStats, trace_stats
+from llmload.core.checks import flag_type, number
+from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.stats import Summary
 from llmload.core.workload.trace_file import BLOCK_TOKENS, read_trace, replay_window
+
+MAX_CACHE_BLOCKS = 10**9  # 16 billion tokens of cache at 16-token blocks
+MAX_BINS = 1_000_000  # of the request rate over time: a line of a million numbers is already unread
 
 
 def _sizes(text: str) -> list[int]:
@@ -33,8 +38,8 @@ def _sizes(text: str) -> list[int]:
         sizes = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected block counts like 1024,4096, got {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"block counts must be >= 1, got {text!r}")
+    if not sizes or min(sizes) < 1 or max(sizes) > MAX_CACHE_BLOCKS:
+        raise argparse.ArgumentTypeError(f"block counts must be in [1, {MAX_CACHE_BLOCKS}], got {text!r}")
     return sizes
 
 
@@ -53,8 +58,6 @@ def _checked(parse: Callable[[str], float], ok: Callable[[float], bool], what: s
     return check
 
 
-_positive = _checked(float, lambda v: v > 0, "a number > 0")
-_non_negative = _checked(float, lambda v: v >= 0, "a number >= 0")
 _block_size = _checked(int, lambda v: v >= 1 and BLOCK_TOKENS % v == 0, f"a divisor of {BLOCK_TOKENS}")
 
 
@@ -97,13 +100,34 @@ def render(stats: TraceStats) -> str:
     )
 
 
+@command("llmload trace-stats")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="llmload trace-stats", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="llmload trace-stats", description=__doc__.split("\n\n")[0])
     p.add_argument("trace", help="trace file (JSONL or CSV)")
-    p.add_argument("--speed", type=_positive, default=1.0, help="replay speed factor, as the `speed` key")
-    p.add_argument("--start-s", type=_non_negative, default=0.0, help="window start (trace seconds)")
-    p.add_argument("--duration-s", type=_positive, default=None, help="window length (trace seconds)")
-    p.add_argument("--bin-s", type=_positive, default=10.0, help="bin of the request rate (replay seconds)")
+    p.add_argument(
+        "--speed",
+        type=flag_type(number(0, 1_000, above=True), "speed"),
+        default=1.0,
+        help="replay speed factor",
+    )
+    p.add_argument(
+        "--start-s",
+        type=flag_type(number(0, 1e9), "start_s"),
+        default=0.0,
+        help="window start (trace seconds)",
+    )
+    p.add_argument(
+        "--duration-s",
+        type=flag_type(number(0, 1e9, above=True), "duration_s"),
+        default=None,
+        help="window length (trace seconds)",
+    )
+    p.add_argument(
+        "--bin-s",
+        type=flag_type(number(0.001, 1e9), "bin_s"),
+        default=10.0,
+        help="bin of the request rate (replay seconds)",
+    )
     p.add_argument("--block-size", type=_block_size, default=16, help="prefix-cache block, tokens")
     p.add_argument(
         "--cache-blocks", type=_sizes, default=[], help="cache capacities in blocks, e.g. 1024,4096"
@@ -115,10 +139,18 @@ def main(argv: list[str] | None = None) -> int:
             read_trace(args.trace), start_s=args.start_s, duration_s=args.duration_s, speed=args.speed
         )
     except ConfigError as exc:
-        print(f"llmload trace-stats: error: {exc}", file=sys.stderr)
+        print(f"llmload trace-stats: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT
     if not window:
         print(f"llmload trace-stats: error: {args.trace}: no line in the window", file=sys.stderr)
+        return BAD_INPUT
+    span = max(offset for offset, _ in window)
+    if span / args.bin_s >= MAX_BINS:
+        print(
+            f"llmload trace-stats: error: --bin-s {args.bin_s:g}: {span / args.bin_s:.3g} bins over the "
+            f"window's {span:g} s; at most {MAX_BINS}: give a larger --bin-s",
+            file=sys.stderr,
+        )
         return BAD_INPUT
     unbounded = sum(t.input_length // args.block_size for _, t in window)
     stats = trace_stats(

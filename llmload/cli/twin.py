@@ -46,7 +46,11 @@ from typing import Any
 
 import yaml
 
-from llmload.analysis.budget import amdahl_gain, budget_rows, check_positive, parse_sweep_table
+from llmload.analysis.budget import (
+    amdahl_gain,
+    budget_rows,
+    parse_sweep_table,
+)
 from llmload.analysis.run.postprocess import RunResult, load_run
 from llmload.analysis.run.server_metrics import load_server_metrics, metrics_path, read_samples
 from llmload.analysis.run.steps import RungSteps, measure_run
@@ -65,8 +69,10 @@ from llmload.analysis.twin.replay import (
     run_figures,
 )
 from llmload.cli.budget import add_component_arguments, component_config
-from llmload.core.checks import flag_type
-from llmload.core.config import ConfigError, parse_config
+from llmload.cli.sweep import sim_args
+from llmload.core.checks import flag_type, folder_path, number
+from llmload.core.command_line import ArgumentParser, command, one_line
+from llmload.core.config import MAX_USERS_PER_RUNG, ConfigError, parse_config
 from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED, NO_FIT, NOT_WORTH_IT, OK, UNDECIDED
 from llmload.core.files import run_files
 from llmload.core.files.output_paths import check_output_folder
@@ -96,11 +102,14 @@ SOLVE_STEPS = 20  # bisection steps of a setting in [1, 1 + max_draft]: 7 / 2**2
 def _rungs(text: str) -> list[int | float]:
     items = text.replace(" ", "").split(",")
     try:
-        return [float(p) if "." in p else int(p) for p in items]
+        rungs = [float(p) if "." in p else int(p) for p in items]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated numbers like 8,16, got {shown(text)}"
         ) from None
+    if not all(0 < rung <= MAX_USERS_PER_RUNG for rung in rungs):  # NaN too
+        raise argparse.ArgumentTypeError(f"each rung must be in (0, {MAX_USERS_PER_RUNG}], got {shown(text)}")
+    return rungs
 
 
 def _concs(text: str) -> list[int]:
@@ -126,7 +135,7 @@ def _percent(text: str) -> float:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=PROG,
         description=__doc__.split("\n\n")[0],
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
@@ -134,14 +143,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("run", help="a finished run: its prefix, records file or folder")
     p.add_argument(
-        "--run-dir", type=Path, default=None, help="where the twin's files go (default: reports/twin-<time>)"
+        "--run-dir",
+        type=folder_path,
+        default=None,
+        help="where the twin's files go (default: reports/twin-<time>)",
     )
     p.add_argument("--format", choices=["table", "markdown", "json"], default="table")
     p.add_argument("--fit-only", action="store_true", help="fit and write twin_sim.yaml; no replay")
     add_component_arguments(p)  # --accept-len: predict with it (a better draft model)
     p.add_argument(
         "--step-scale",
-        type=flag_type(check_positive, "step_scale"),
+        type=flag_type(number(0, 1_000, above=True), "step_scale"),
         default=None,
         help="every step cost times S (a faster GPU or kernel: S < 1)",
     )
@@ -339,7 +351,8 @@ def start_sweep(folder: Path, ladder: dict[str, Any], pairs: list[str]) -> subpr
     folder.mkdir(parents=True, exist_ok=True)
     write_yaml(folder / "ladder.yaml", ladder)
     cmd = [sys.executable, "-m", "llmload", "sweep", "--ladder", str(folder / "ladder.yaml")]
-    cmd += ["--run-dir", str(folder / "run"), "--endpoint", str(ladder.get("endpoint", "completions"))]
+    cmd += ["--run-dir", str(folder / "run"), "--overwrite"]  # the twin's own folder: a rerun replaces it
+    cmd += ["--endpoint", str(ladder.get("endpoint", "completions"))]
     cmd += ["--format", "json"] + [a for pair in pairs for a in ("--sim", pair)]
     with (folder / "sweep.log").open("wb") as log:
         return subprocess.Popen(
@@ -433,6 +446,15 @@ def solve_setting(draws: Draws, target: float, max_draft: int) -> float:
     return (start + end) / 2.0
 
 
+def simulator_takes(what: str, pairs: list[str]) -> None:
+    """ConfigError (one line) unless the simulator accepts these settings (`llmload sweep --sim`'s
+    check): a change that takes a step out of the simulator's range is refused before any replay."""
+    try:
+        sim_args([tuple(pair.split("=", 1)) for pair in pairs])  # type: ignore[misc]
+    except ConfigError as e:
+        raise ConfigError(f"{what} simulator is out of its range: {e}") from None
+
+
 def replayed(folder: Path) -> RunResult:
     try:
         return load_run(RunFiles(folder / "run" / "run"), with_metrics=True)
@@ -442,6 +464,7 @@ def replayed(folder: Path) -> RunResult:
         ) from None
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     run_dir = args.run_dir or Path("reports") / time.strftime("twin-%Y%m%d-%H%M%S")
@@ -466,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {args.run}: cannot fit the model: {exc}", file=sys.stderr)
         return BAD_INPUT
     except (ConfigError, RecordFileError, OSError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT
     sim_file = run_dir / "twin_sim.yaml"
     model = info.get("model")
@@ -474,6 +497,12 @@ def main(argv: list[str] | None = None) -> int:
         write_yaml(sim_file, dict(fit.params.sim_settings()))
         return _print_fit(args.format, fit, sim_file)
     print(f"{PROG}: calibrating and replaying on the simulator; files in {run_dir}", file=sys.stderr)
+    try:
+        for what, params in (("the fitted", fit.params), ("the changed", predicted_params)):
+            simulator_takes(what, sim_pairs(params, model))  # else each sweep would refuse it, in its log
+    except ConfigError as exc:
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        return BAD_INPUT
     try:
         fit.params, draws = calibrate(run_dir / "calibrate", replay_ladder, fit.params, model)
         predicted_params = apply_change(fit.params, change) if not change.empty else fit.params
@@ -484,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: stopped by a signal: the replays were stopped", file=sys.stderr)
         return INTERRUPTED
     except (RecordFileError, ConfigError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
         return INTERRUPTED
     write_yaml(sim_file, dict(fit.params.sim_settings()))
     jobs = {"replay": (replay_ladder, sim_pairs(fit.params, model))}
@@ -497,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = {name: replayed(run_dir / name) for name in jobs}
     except RecordFileError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
         return INTERRUPTED
     measured = run_figures(result)
     rows = replay_rows(measured, run_figures(results["replay"]))

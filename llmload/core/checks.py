@@ -10,8 +10,10 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from llmload.core.command_line import path_text
 from llmload.core.schema import Check, parse_section, shown
 
 
@@ -33,8 +35,10 @@ def expect(source: str, key: str, value: Any, types: tuple[type, ...], what: str
     return value
 
 
-def integer(minimum: int = 1) -> Check:
-    """An integer >= minimum."""
+def integer(minimum: int = 1, maximum: int | None = None) -> Check:
+    """An integer >= minimum (and <= maximum, when given)."""
+    if maximum is not None:
+        return number(minimum, maximum, integer=True)
 
     def check(source: str, key: str, value: Any) -> int:
         expect(source, key, value, (int,), "an integer")
@@ -42,6 +46,28 @@ def integer(minimum: int = 1) -> Check:
             raise ConfigError(f"{source}: '{key}' must be an integer >= {minimum}, got {shown(value)}")
         return int(value)
 
+    return check
+
+
+def _bound(value: float) -> str:
+    """A bound as a person writes it: 1000000, 0.5, 1e-06."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"
+
+
+def number(low: float, high: float, *, integer: bool = False, above: bool = False) -> Check:
+    """A finite number in [low, high] (in (low, high] with `above`); with `integer`, an integer.
+    The bound of every numeric flag of every command (docs/development.md: a new flag declares
+    its range with `flag_type(number(...), key)`); the check carries its `bounds`."""
+    kind = "an integer" if integer else "a number"
+    interval = f"{'(' if above else '['}{_bound(low)}, {_bound(high)}]"
+
+    def check(source: str, key: str, value: Any) -> Any:
+        expect(source, key, value, (int,) if integer else (int, float), f"{kind} in {interval}")
+        if not ((low < value) if above else (low <= value)) or value > high:
+            raise ConfigError(f"{source}: '{key}' must be {kind} in {interval}, got {shown(value)}")
+        return int(value) if integer else float(value)
+
+    setattr(check, "bounds", (low, high))  # noqa: B010
     return check
 
 
@@ -180,6 +206,40 @@ def list_text(text: str) -> Any:
     if any(not item.strip() for item in items):
         raise argparse.ArgumentTypeError(f"an empty item in {text[:100]!r}; expected e.g. 50,90,99")
     return [number_text(item) for item in items]
+
+
+def file_path(text: str) -> Path:
+    """An argparse `type` for a flag naming a file: not empty (Path('') is the current folder) and
+    not a folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path; give a file")
+    path = Path(text)
+    try:
+        folder = path.is_dir()
+    except OSError as e:  # a name too long for the system, ...
+        raise argparse.ArgumentTypeError(f"{path_text(text)}: {e.strerror or e}") from None
+    if folder:
+        raise argparse.ArgumentTypeError(f"{path_text(text)} is a folder, not a file")
+    return path
+
+
+def file_name(text: str) -> str:
+    """`file_path`, kept as the text (for a flag passed on to another command line)."""
+    file_path(text)
+    return text
+
+
+def folder_path(text: str) -> Path:
+    """An argparse `type` for a flag naming a folder: not empty (Path('') is the current folder,
+    never what an empty value meant) and a name the system can hold."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path; give a folder")
+    path = Path(text)
+    try:
+        path.exists()
+    except OSError as e:  # a name too long for the system, ...
+        raise argparse.ArgumentTypeError(f"{path_text(text)}: {e.strerror or e}") from None
+    return path
 
 
 def flag_type(check: Check, key: str, parse: Callable[[str], Any] = number_text) -> Callable[[str], Any]:

@@ -26,6 +26,7 @@ from llmload.core.checks import (
     integer,
     non_empty,
     non_negative_number,
+    number,
     number_list,
     one_of,
     open_unit_interval,
@@ -116,19 +117,20 @@ def _status_codes(source: str, key: str, value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
+SLO_MS = number(0, 86_400_000, above=True)  # a latency bound, ms: at most a day
+
+
 @dataclass(frozen=True, slots=True)
 class SloConfig:
     """Service-level objectives for goodput; a None bound is not checked."""
 
-    ttft_ms: float | None = setting(None, help="TTFT bound, ms", check=optional(positive_number))
-    tpot_ms: float | None = setting(None, help="TPOT bound, ms", check=optional(positive_number))
-    e2el_ms: float | None = setting(
-        None, help="end-to-end latency bound, ms", check=optional(positive_number)
-    )
+    ttft_ms: float | None = setting(None, help="TTFT bound, ms", check=optional(SLO_MS))
+    tpot_ms: float | None = setting(None, help="TPOT bound, ms", check=optional(SLO_MS))
+    e2el_ms: float | None = setting(None, help="end-to-end latency bound, ms", check=optional(SLO_MS))
     itl_ms: float | None = setting(
         None,
         help="inter-token latency bound, ms: capacity search only (pooled ITLs; not in goodput)",
-        check=optional(positive_number),
+        check=optional(SLO_MS),
     )
 
 
@@ -387,21 +389,22 @@ class SweepConfig:
     requests_per_user: int = setting(
         1,
         help="requests each user sends per rung (count-based rungs)",
-        check=integer(),
+        check=integer(1, 1_000_000),
         flag="--requests-per-user",
         parse=int,
     )
     duration: float | None = setting(
         None,
-        help="seconds per rung: users send requests until it is over, then finish what is in flight",
-        check=optional(positive_number),
+        help="seconds per rung: users send requests until it is over, then finish what is in flight "
+        "(at most 30 days)",
+        check=optional(number(0, 30 * 86_400, above=True)),
         flag="--rung-duration",
         parse=float,
     )
     warmup_requests: int = setting(
         1,
         help="requests per user at the first rung's concurrency before the ladder, left out of every figure",
-        check=integer(0),
+        check=integer(0, 1_000_000),
         flag="--warmup-requests",
         parse=int,
     )

@@ -13,6 +13,7 @@ from locust import events
 
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError
+from llmload.loadgen.csv_watch import watch_csv_writer
 from llmload.loadgen.monitor.health_sampler import start_sampling
 from llmload.loadgen.monitor.run_monitor import RunMonitor
 from llmload.loadgen.monitor.soak_monitor import SoakMonitor
@@ -34,6 +35,8 @@ def _on_init(environment: Any, **_: Any) -> None:
     install_shutdown(environment)  # Ctrl+C and SIGTERM: clean exit, final CSVs (llmload.loadgen.shutdown)
     start_sampling(environment)  # the generator's own CPU and event-loop lag (processes with users)
     RunMonitor.install(environment)  # env file and server-metrics scraping, on the master
+    if not getattr(environment.parsed_options, "worker", False):
+        watch_csv_writer(environment)  # Locust's CSVs failing (a full disk) stop the run at once
     SoakMonitor.install(environment)  # soak runs: the verdict is the exit code
     register_web_ui(environment)  # the Tokens tab, when this process serves the web UI
     options = environment.parsed_options

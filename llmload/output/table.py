@@ -544,5 +544,5 @@ def missing_notes(missing: Sequence[MissingRung]) -> list[str]:
         notes.append(f"{PARTIAL_MARK} rung stopped before its first request ended (no record): {started}")
     not_run = ", ".join(rung_name(m.rung, m.conc) for m in missing if not m.started)
     if not_run:
-        notes.append(f"{NOT_RUN_MARK} rung not run (the run stopped before it began): {not_run}")
+        notes.append(f"{NOT_RUN_MARK} rung not run (the run stopped, or has not reached it yet): {not_run}")
     return notes

@@ -32,6 +32,17 @@ def sim_flags(faults: Mapping[str, float] | None = None, **flags: object) -> lis
     return args
 
 
+def _value_of(cmd: Sequence[str], flag: str) -> str | None:
+    """The value of the last `flag VALUE` or `flag=VALUE` in cmd, or None."""
+    found = None
+    for i, arg in enumerate(cmd):
+        if arg == flag and i + 1 < len(cmd):
+            found = cmd[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
 class SimulatorProcess(StartStop):
     """The simulator on a free loopback port; a context manager that stops it by PID."""
 
@@ -48,10 +59,11 @@ class SimulatorProcess(StartStop):
             if reserved in sim:
                 raise TypeError(f"SimulatorProcess chooses {reserved!r} itself")
         self.port = free_port()
-        self.url = f"http://{LOOPBACK}:{self.port}"
         self.truth_log = Path(truth_log) if truth_log is not None else None
         cmd = [sys.executable, "-m", "llmload.sim", "--host", LOOPBACK, "--port", str(self.port)]
         cmd += sim_flags(truth_log=self.truth_log, **sim) + list(extra_args)
+        self.certfile = _value_of(cmd, "--ssl-certfile")  # the simulator serves HTTPS with it
+        self.url = f"{'https' if self.certfile else 'http'}://{LOOPBACK}:{self.port}"
         self.process = ManagedProcess(cmd, f"{self.url}/health", Path(log_path), start_timeout=start_timeout)
 
     @property

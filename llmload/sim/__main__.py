@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import ssl
+import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from llmload.core.command_line import ArgumentParser, command, one_line, path_text
 from llmload.core.schema import add_plain_flags, from_plain_flags
 from llmload.core.stop_signals import accept_stop_signals
-from llmload.sim.config import FAULTS, SERVER, SimConfig
+from llmload.sim.config import FAULTS, SERVER, SimConfig, SimFlagError
 from llmload.sim.engine import ENGINE
 from llmload.sim.faults import FAULT_KINDS, FaultPicker, parse_fault
-from llmload.sim.run import run
+from llmload.sim.run import run, server_tls
+
+__all__ = ["SimFlagError", "build_parser", "config_from_args", "main"]
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -20,7 +25,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
 def build_parser() -> argparse.ArgumentParser:
     """The simulator's flags, generated from the declarations in SimConfig and StepModel."""
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="llmload sim",
         description="OpenAI-compatible (vLLM-shaped) LLM server simulator with a continuous-batching "
         "engine and a ground-truth log of when every token left the server.",
@@ -46,12 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class SimFlagError(ValueError):
-    """A simulator flag the simulator would refuse; the message is one line."""
-
-
 def _raise_flag_error(message: str) -> NoReturn:
-    raise SimFlagError(message.replace("\r", "\\r").replace("\n", "\\n"))  # one line, whatever was typed
+    raise SimFlagError(one_line(message))  # one line, each value cut, whatever was typed
 
 
 def config_from_args(argv: Sequence[str] | None = None, *, exit_on_error: bool = True) -> SimConfig:
@@ -69,14 +70,22 @@ def config_from_args(argv: Sequence[str] | None = None, *, exit_on_error: bool =
         config: SimConfig = from_plain_flags(args, SimConfig, faults=faults)
     except ValueError as err:
         parser.error(str(err))
+    try:  # the certificate and key load now, so a bad pair is refused before anything starts
+        server_tls(config)
+    except (ssl.SSLError, OSError) as e:
+        flags = (
+            f"--ssl-certfile {path_text(config.ssl_certfile)} --ssl-keyfile {path_text(config.ssl_keyfile)}"
+        )
+        reason = e.reason if isinstance(e, ssl.SSLError) and e.reason else e.strerror or str(e)
+        parser.error(f"{flags}: cannot load the certificate and its key: {reason}")
     return config
 
 
+@command("llmload sim")
 def main(argv: Sequence[str] | None = None) -> int:
     accept_stop_signals()  # SIGTERM stops the server by PID, whatever its parent left blocked
-    run(config_from_args(argv))
-    return 0
+    return run(config_from_args(argv))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

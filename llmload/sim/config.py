@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmload.core.checks import file_path, flag_type, number
 from llmload.core.schema import setting
 from llmload.sim.engine import ENGINE, StepModel
 from llmload.sim.formats.reasoning import REASONING_FORMATS, ReasoningSpec, parse_reasoning
@@ -15,15 +16,25 @@ USAGE_STYLES = ("vllm", "llamacpp")
 SERVER, FAULTS = "server", "faults"  # --help sections (the step model's flags are "engine")
 
 
+class SimFlagError(ValueError):
+    """A simulator flag the simulator would refuse (or an address it cannot listen on); the
+    message is one line."""
+
+
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     host: str = setting("127.0.0.1", help="address to bind", group=SERVER)
-    port: int = setting(0, help="port to bind; 0 lets the OS pick a free one", parse=int, group=SERVER)
+    port: int = setting(
+        0,
+        help="port to bind; 0 lets the OS pick a free one",
+        parse=flag_type(number(0, 65535, integer=True), "port"),
+        group=SERVER,
+    )
     port_file: Path | None = setting(
-        None, help="write the bound port here once listening", parse=Path, group=SERVER
+        None, help="write the bound port here once listening", parse=file_path, group=SERVER
     )
     truth_log: Path | None = setting(
-        None, help="ground-truth JSONL file (appended)", parse=Path, group=SERVER
+        None, help="ground-truth JSONL file (started anew)", parse=file_path, group=SERVER
     )
     model: str = setting("sim-model", help="served model name; other names get 404", group=SERVER)
     api_key: str = setting(
@@ -32,12 +43,17 @@ class SimConfig:
         group=SERVER,
     )
     ssl_certfile: Path | None = setting(
-        None, help="serve HTTPS with this PEM certificate", parse=Path, group=SERVER
+        None, help="serve HTTPS with this PEM certificate", parse=file_path, group=SERVER
     )
     ssl_keyfile: Path | None = setting(
-        None, help="the PEM private key of --ssl-certfile", parse=Path, group=SERVER
+        None, help="the PEM private key of --ssl-certfile", parse=file_path, group=SERVER
     )
-    max_model_len: int = setting(32768, help="context window in tokens", parse=int, group=SERVER)
+    max_model_len: int = setting(
+        32768,
+        help="context window in tokens",
+        parse=flag_type(number(1, 10_000_000, integer=True), "max_model_len"),
+        group=SERVER,
+    )
     usage_style: str = setting(
         "vllm",
         help="vllm: usage only with stream_options.include_usage, in a separate choices=[] chunk; "
@@ -82,40 +98,70 @@ class SimConfig:
         None,
         help="close a connection idle for S seconds and announce it (Keep-Alive: timeout=S); "
         "llama-server uses 5",
-        parse=float,
+        parse=flag_type(number(0, 86_400, above=True), "keep_alive_timeout"),
         group=SERVER,
     )
     max_requests_per_connection: int | None = setting(
         None,
         help="answer the N-th request of a connection with Connection: close, then close it",
-        parse=int,
+        parse=flag_type(number(1, 10**9, integer=True), "max_requests_per_connection"),
         group=SERVER,
     )
     step: StepModel = setting(default_factory=StepModel, help="the step model")
     max_num_seqs: int = setting(
-        256, help="running batch limit; the rest wait (FIFO)", parse=int, group=ENGINE
+        256,
+        help="running batch limit; the rest wait (FIFO)",
+        parse=flag_type(number(1, 100_000, integer=True), "max_num_seqs"),
+        group=ENGINE,
     )
-    seed: int = setting(0, help="seed of the per-prompt acceptance pattern", parse=int, group=ENGINE)
+    seed: int = setting(
+        0,
+        help="seed of the per-prompt acceptance pattern",
+        parse=flag_type(number(-(2**63), 2**63 - 1, integer=True), "seed"),
+        group=ENGINE,
+    )
     prefix_cache_blocks: int = setting(
         0,
         help="prefix cache capacity in blocks (LRU); cached prompt tokens are not prefilled and are "
         "reported as usage.prompt_tokens_details.cached_tokens; 0: no cache",
-        parse=int,
+        parse=flag_type(number(0, 10_000_000, integer=True), "prefix_cache_blocks"),
         group=ENGINE,
     )
-    block_size: int = setting(16, help="tokens per prefix-cache block", parse=int, group=ENGINE)
+    block_size: int = setting(
+        16,
+        help="tokens per prefix-cache block",
+        parse=flag_type(number(1, 65_536, integer=True), "block_size"),
+        group=ENGINE,
+    )
     batch_variance: float = setting(
         0.0,
         help="chance that a generated token differs when its step's batch holds more than one "
         "sequence (drawn from prompt, position and batch size; the truth log lists the flips)",
-        parse=float,
+        parse=flag_type(number(0, 1), "batch_variance"),
         group=ENGINE,
     )
     faults: dict[str, float] = field(default_factory=dict)  # from the repeatable --fault KIND=RATE
-    fault_seed: int = setting(0, help="seed of the per-request fault draw", parse=int, group=FAULTS)
-    stall_s: float = setting(30.0, help="pause of the stall fault, s", parse=float, group=FAULTS)
-    slow_headers_s: float = setting(2.0, help="delay of slow_headers, s", parse=float, group=FAULTS)
-    drop_after: int = setting(8, help="tokens sent before drop cuts a stream", parse=int, group=FAULTS)
+    fault_seed: int = setting(
+        0,
+        help="seed of the per-request fault draw",
+        parse=flag_type(number(-(2**63), 2**63 - 1, integer=True), "fault_seed"),
+        group=FAULTS,
+    )
+    stall_s: float = setting(
+        30.0, help="pause of the stall fault, s", parse=flag_type(number(0, 3_600), "stall_s"), group=FAULTS
+    )
+    slow_headers_s: float = setting(
+        2.0,
+        help="delay of slow_headers, s",
+        parse=flag_type(number(0, 3_600), "slow_headers_s"),
+        group=FAULTS,
+    )
+    drop_after: int = setting(
+        8,
+        help="tokens sent before drop cuts a stream",
+        parse=flag_type(number(0, 10_000_000, integer=True), "drop_after"),
+        group=FAULTS,
+    )
 
     @property
     def reasoning_spec(self) -> ReasoningSpec:

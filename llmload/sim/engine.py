@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from llmload.core.checks import flag_type, number
 from llmload.core.schema import setting
 from llmload.sim.prefix_cache import PrefixCache
 from llmload.sim.tokens import flips
@@ -43,19 +44,40 @@ ENGINE = "engine"  # the --help section of the step-model flags
 class StepModel:
     """Step duration model and speculative-decoding acceptance parameters (one flag each)."""
 
-    base_ms: float = setting(27.2, help="fixed cost of one decode step, ms", parse=float, group=ENGINE)
-    per_seq_ms: float = setting(6.0, help="step cost per running sequence, ms", parse=float, group=ENGINE)
+    base_ms: float = setting(
+        27.2,
+        help="fixed cost of one decode step, ms",
+        parse=flag_type(number(0, 10_000), "base_ms"),
+        group=ENGINE,
+    )
+    per_seq_ms: float = setting(
+        6.0,
+        help="step cost per running sequence, ms",
+        parse=flag_type(number(0, 10_000), "per_seq_ms"),
+        group=ENGINE,
+    )
     prefill_ms_per_token: float = setting(
-        0.0, help="added to the step that admits a prompt, per prompt token, ms", parse=float, group=ENGINE
+        0.0,
+        help="added to the step that admits a prompt, per prompt token, ms",
+        parse=flag_type(number(0, 1_000), "prefill_ms_per_token"),
+        group=ENGINE,
     )
     accept_len: float = setting(
-        4.5, help="mean tokens per sequence per step (speculative)", parse=float, group=ENGINE
+        4.5,
+        help="mean tokens per sequence per step (speculative)",
+        parse=flag_type(number(1, 65), "accept_len"),
+        group=ENGINE,
     )
-    max_draft: int = setting(7, help="draft tokens proposed per step", parse=int, group=ENGINE)
+    max_draft: int = setting(
+        7,
+        help="draft tokens proposed per step",
+        parse=flag_type(number(0, 64, integer=True), "max_draft"),
+        group=ENGINE,
+    )
     degrade_pct_per_min: float = setting(
         0.0,
         help="step time grows linearly by this percent per minute since start (soak drift)",
-        parse=float,
+        parse=flag_type(number(0, 10_000), "degrade_pct_per_min"),
         group=ENGINE,
     )
 

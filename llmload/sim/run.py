@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import ssl
 import sys
 from pathlib import Path
@@ -18,7 +19,10 @@ from typing import Any
 
 from aiohttp import web
 
-from llmload.sim.config import SimConfig
+from llmload.core.command_line import errno_text, path_text
+from llmload.core.exit_codes import WRITE_FAILED
+from llmload.core.status_pipe import tell
+from llmload.sim.config import SimConfig, SimFlagError
 from llmload.sim.connections import listening_socket
 from llmload.sim.engine import Engine
 from llmload.sim.prefix_cache import PrefixCache
@@ -46,9 +50,29 @@ def server_tls(config: SimConfig) -> ssl.SSLContext | None:
     return ctx
 
 
-async def serve(config: SimConfig) -> None:
-    """Run the simulator until SIGTERM or SIGINT."""
-    truth = TruthLog(config.truth_log) if config.truth_log else None
+def listen(config: SimConfig) -> socket.socket:
+    """The bound listening socket of --host and --port; SimFlagError naming them when the address
+    cannot be used (unknown, not this machine's, taken)."""
+    try:
+        return listening_socket(config.host, config.port)  # kernel receive stamps (truth)
+    except (OSError, UnicodeError) as e:  # getaddrinfo's gaierror is an OSError; IDNA a UnicodeError
+        reason = getattr(e, "strerror", None) or str(e)
+        raise SimFlagError(
+            f"--host {path_text(config.host)} --port {config.port}: cannot listen: {reason}"
+        ) from None
+
+
+def _say(line: str) -> None:
+    """A line on stderr (the simulator's log), if it can still be written."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
+async def serve(config: SimConfig, listener: socket.socket | None = None) -> int:
+    """Run the simulator until SIGTERM or SIGINT; its exit code: 0, or WRITE_FAILED when the truth
+    log could not be written (the server stops at once: llmload.sim.truth.TruthLog)."""
+    stop = asyncio.Event()
+    truth = TruthLog(config.truth_log, on_failure=lambda _: stop.set()) if config.truth_log else None
     cache = PrefixCache(config.block_size, config.prefix_cache_blocks) if config.prefix_cache_blocks else None
     engine = Engine(
         config.step,
@@ -67,23 +91,17 @@ async def serve(config: SimConfig) -> None:
     assert runner.server is not None
     sim.connections.watch(runner.server)
     engine_task = asyncio.create_task(engine.run(), name="llmload-sim-engine")
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         tls = server_tls(config)
-        listener = listening_socket(config.host, config.port)  # kernel receive stamps (truth)
-        site = web.SockSite(runner, listener, backlog=LISTEN_BACKLOG, ssl_context=tls)
+        site = web.SockSite(runner, listener or listen(config), backlog=LISTEN_BACKLOG, ssl_context=tls)
         await site.start()
         port = int(runner.addresses[0][1])
         if config.port_file is not None:
             write_port_file(config.port_file, port)
-        print(
-            f"llmload-sim: serving {config.model!r} on {'https' if tls else 'http'}://{config.host}:{port}",
-            file=sys.stderr,
-            flush=True,
-        )
+        _say(f"llmload-sim: serving {config.model!r} on {'https' if tls else 'http'}://{config.host}:{port}")
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait({stopped, engine_task}, return_when=asyncio.FIRST_COMPLETED)
         stopped.cancel()
@@ -96,7 +114,15 @@ async def serve(config: SimConfig) -> None:
         await runner.cleanup()
         if truth is not None:
             truth.close()
+    if truth is not None and truth.failure is not None:
+        line = f"--truth-log {path_text(truth.path)}: cannot write: {errno_text(truth.failure)}"
+        _say(f"llmload sim: error: {line}")
+        tell("simulator", "write_failed", f"the simulator stopped: {line}", WRITE_FAILED)
+        return WRITE_FAILED
+    return 0
 
 
-def run(config: SimConfig) -> None:
-    asyncio.run(serve(config))
+def run(config: SimConfig) -> int:
+    """Serve `config` until stopped; the exit code (`serve`)."""
+    listener = listen(config)  # a bad address is refused before anything else starts
+    return asyncio.run(serve(config, listener))

@@ -23,8 +23,10 @@ Two kinds of line, each flushed as soon as it is written:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -86,18 +88,38 @@ class RequestTruth:
 
 
 class TruthLog:
-    """Appends ground-truth lines to a JSONL file, one flush per line."""
+    """Writes ground-truth lines to a JSONL file, one flush per line. The file is started anew:
+    one server process, one log (a log appended to by two servers would mix their requests).
 
-    def __init__(self, path: Path) -> None:
+    A line that cannot be written (a full disk) ends the log: `failure` keeps the error, later
+    lines are dropped, and `on_failure(error)` is called once (the server stops: its truth is
+    gone, and a load test against it would check nothing)."""
+
+    def __init__(self, path: Path, on_failure: Callable[[OSError], None] | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = self.path.open("a", encoding="utf-8")
+        self._fh: IO[str] | None = self.path.open("w", encoding="utf-8")
+        self.failure: OSError | None = None
+        self.on_failure = on_failure
 
     def _write(self, data: dict[str, Any]) -> None:
         if self._fh is None:
             return
-        self._fh.write(json.dumps(data, separators=(",", ":")) + "\n")
-        self._fh.flush()
+        try:
+            self._fh.write(json.dumps(data, separators=(",", ":")) + "\n")
+            self._fh.flush()
+        except OSError as e:
+            self._fail(e)
+
+    def _fail(self, error: OSError) -> None:
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            with contextlib.suppress(OSError):  # what its buffer holds cannot be written either
+                fh.close()
+        if self.failure is None:
+            self.failure = error
+            if self.on_failure is not None:
+                self.on_failure(error)
 
     def connection(self, data: dict[str, Any]) -> None:
         self._write({"type": "connection", **data})
@@ -118,9 +140,12 @@ class TruthLog:
         )
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            try:
+                fh.close()
+            except OSError as e:
+                self._fail(e)
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

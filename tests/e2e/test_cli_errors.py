@@ -54,7 +54,8 @@ def no_host() -> str:
         (["--host", "http://127.0.0.1:abc"], r"--host 'http://127.0.0.1:abc': Port could not be cast .*"),
         (["--host", "http://127.0.0.1:99999"], r"--host 'http://127.0.0.1:99999': Port out of range .*"),
         (["--sim", "bogus_flag=1"], r"--sim: unrecognized arguments: --bogus-flag 1"),
-        (["--sim", "accept_len=x"], r"--sim: argument --accept-len: invalid float value: 'x'"),
+        (["--sim", "accept_len=x"],
+         r"--sim: argument --accept-len: 'accept_len' must be a number in \[1, 65\], got 'x'"),
         (["--sim", "base_ms=1", "--sim", "base_ms=2"], r"--sim 'base_ms=2': base_ms given twice \(also .*"),
         (["--sim", "port=80"], r"--sim 'port=80': the sweep chooses the simulator's port itself"),
         (["--host", "http://127.0.0.1:1", "--sim", "base_ms=1"], r"--sim base_ms: with --host no .*"),
@@ -245,7 +246,7 @@ def test_table_accepts_the_folder_and_marks_rungs_without_records(tmp_path):
     assert [r[0] for r in rows] == ["2", "4!", "8~"]
     assert rows[1][1:] == rows[2][1:] == ["-", "-", "-", "-", "-", "0"]
     assert "! rung stopped before its first request ended (no record): rung02 c4" in by_prefix.stdout
-    assert "~ rung not run (the run stopped before it began): rung03 c8" in by_prefix.stdout
+    assert "~ rung not run (the run stopped, or has not reached it yet): rung03 c8" in by_prefix.stdout
     as_json = json.loads(llmload(tmp_path, "table", str(tmp_path), "--format", "json").stdout)
     assert [(r["conc"], r.get("not_run", False), r["partial"]) for r in as_json] == [
         (2, False, False), (4, False, True), (8, True, False)

@@ -121,6 +121,16 @@ def test_sigterm_during_locusts_preflight(tmp_path):
     assert out == ""
 
 
+def test_sighup_before_the_first_record_prints_the_ladder(tmp_path):
+    """The first rung started, no request has ended: the table lists every rung, marked."""
+    proc = start_sweep(tmp_path, *SLOW, *LADDER, "--warmup-requests", "0")
+    wait_for(proc, lambda: bool(stages(tmp_path)), "the first rung's start")
+    assert records_of(tmp_path) == []
+    out, err = stop_and_check(proc, signal.SIGHUP)
+    marks = [line.split()[0] for line in out.splitlines()[1:4]]
+    assert marks == [f"{RUNGS[0]}!", f"{RUNGS[1]}~", f"{RUNGS[2]}~"], out
+
+
 @pytest.mark.parametrize(
     "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"]
 )
@@ -133,7 +143,7 @@ def test_stopped_mid_rung_prints_the_finished_rungs(tmp_path, sig):
     assert lines[1].split()[:4] == [str(RUNGS[0]), *lines[1].split()[1:3], str(24 * RUNGS[0] * PER_USER)]
     assert lines[2].split()[0] == f"{RUNGS[1]}!"  # the rung that was cut
     assert lines[3].split()[0] == f"{RUNGS[2]}~"  # the rung that never started
-    assert "~ rung not run (the run stopped before it began): rung03 c3" in out
+    assert "~ rung not run (the run stopped, or has not reached it yet): rung03 c3" in out
     finished = [r for r in records_of(tmp_path) if r.rung == 0]
     assert len(finished) == RUNGS[0] * PER_USER and all(r.ok for r in finished)
     assert err.strip().splitlines()[-1] == "llmload sweep: the run did not finish every rung (exit code 4)"

@@ -302,7 +302,7 @@ def test_itl_slo_judges_the_pooled_inter_token_latencies():
             "'capacity.max_rate' >= 'capacity.start'",
         ),
         ({"capacity": {"rate_resolution": 0}}, "'capacity.rate_resolution' must be a number > 0"),
-        ({"slo": {"itl_ms": -1}}, "'slo.itl_ms' must be a number > 0"),
+        ({"slo": {"itl_ms": -1}}, "'slo.itl_ms' must be a number in (0, 86400000]"),
     ],
 )
 def test_bad_rate_capacity_keys(raw, message):

@@ -19,11 +19,13 @@ plants a bare KeyError in the config parser and checks that the ladder property 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 import json
 import math
 import string
+import time
 from argparse import Namespace
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
@@ -48,11 +50,12 @@ from llmload.analysis.run.locust_csv import (
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.sweep import sim_args
-from llmload.core import checks, config
+from llmload.core import checks, command_line, config
 from llmload.core.config import ENDPOINTS, ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT
 from llmload.core.files.records import RecordFileError, RequestRecord
 from llmload.core.schema import settings as config_settings
+from llmload.loadgen.argparse_adapter import parser_actions
 from llmload.loadgen.options import run_config
 from llmload.loadgen.stream.responses import accumulator_for
 from llmload.loadgen.stream.sse import TEMPLATE_SLOTS, MalformedStream, StreamAccumulator, StreamErrorEvent
@@ -709,10 +712,20 @@ def _safe(text: str) -> str:
     return text.lstrip("/~").replace("..", "_")
 
 
-PATHS = st.sampled_from(["out/a", "afile/x", "adir", "x.jsonl", "out/y_records.jsonl", "/proc/llmload-x/y"])
+LONG = "p" * 100_000  # a 100 KB value: a path the system refuses, a number of 100,000 digits
+HUGE = ["1e308", "-1e308", "1" + "0" * 400, "inf", "nan"]  # no number flag may take these
+PATHS = st.sampled_from(
+    ["out/a", "afile/x", "adir", "x.jsonl", "out/y_records.jsonl", "/proc/llmload-x/y", "", " ", LONG,
+     "adir/", "x.jsonl.gz", "done_records.jsonl.gz", "256.0.0.1"]
+)  # fmt: skip
 cli_values = st.one_of(
-    option_text.map(_safe), PATHS, hosts.map(_safe), st.sampled_from(["nan", "-5", "0", "1,,2"])
-)
+    option_text.map(_safe),
+    PATHS,
+    hosts.map(_safe),
+    st.sampled_from(["nan", "-5", "0", "1,,2", *HUGE, "1e23", "100000000000000000000000"]),
+    st.sampled_from(["base_ms=1e308", "empty_last_text=true", "empty_last_text=1", "ssl_certfile=afile",
+                     "close_after_stream=maybe", "port_file=", "max_num_seqs=" + LONG, "fault=drop=2"]),
+)  # fmt: skip
 
 
 @st.composite
@@ -728,25 +741,48 @@ def command_lines(draw: st.DrawFn, flags: list[str], head: list[str]) -> list[st
     return argv
 
 
+def _nonsense(argv: list[str], numeric: set[str]) -> bool:
+    """Whether argv gives a number flag a value no number flag takes (HUGE, empty, 100 KB)."""
+    pairs = [a.split("=", 1) for a in argv if "=" in a and a.startswith("--")]
+    pairs += [[flag, value] for flag, value in zip(argv, argv[1:], strict=False) if not value.startswith("-")]
+    return any(
+        flag in numeric and (value in HUGE or not value.strip() or value == LONG) for flag, value in pairs
+    )
+
+
 def check_command_line(
-    main: Callable[[list[str]], int], argv: list[str], flags: list[str], codes: tuple[int, ...]
+    main: Callable[[list[str]], int],
+    argv: list[str],
+    flags: list[str],
+    codes: tuple[int, ...],
+    numeric: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> None:
     """The property: the command accepts (its code in `codes`, or it got as far as starting), or
-    refuses with BAD_INPUT and one `error:` line naming what it refuses; nothing else escapes."""
+    refuses with BAD_INPUT and one `error:` line (at most ~600 characters) naming what it refuses;
+    nothing else escapes, nothing takes 10 s, and a number flag given nonsense never passes."""
     err = io.StringIO()
+    started = time.monotonic()
     try:
         with redirect_stdout(io.StringIO()), redirect_stderr(err):
             code = main(list(argv))
     except Started:
-        return
+        code = None
     except SystemExit as stop:  # argparse: 2 for a refusal, 0 for --help
         code = stop.code if isinstance(stop.code, int) else BAD_INPUT
+    assert time.monotonic() - started < 10.0, argv  # no hang
+    assert "Traceback" not in err.getvalue(), err.getvalue()
+    if _nonsense(argv, numeric) and "--help" not in argv and "-h" not in argv:
+        assert code == BAD_INPUT, (code, [a[:40] for a in argv])
+    if code is None:
+        return
     if code == BAD_INPUT:
         lines = [line for line in err.getvalue().split("\n") if ": error: " in line]  # a \r is the value's
-        assert len(lines) == 1, err.getvalue()
+        assert len(lines) == 1, err.getvalue()[:2000]
+        assert len(lines[0]) < 800, lines[0][:2000]  # every echoed value cut
         message = lines[0].split(": error: ", 1)[1]
         given = [part for a in argv for part in a.split("=", 1) if part.strip()]
         named = given + [str(Path(g)) for g in given] + [f for f in flags if f.startswith("--")]  # a file
+        named += [n[:40] for n in named] + [repr(n)[:40] for n in named]  # a long value, cut
         assert "argument" in message or any(n in message for n in named), message
     else:
         assert code in codes, (code, err.getvalue())
@@ -766,7 +802,8 @@ def cli_dir(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 SLO_FLAGS = ["--slo-ttft-ms", "--slo-tpot-ms", "--slo-e2el-ms"]
 SWEEP_FLAGS = ["--host", "--ladder", "--run-dir", "--sim", "--sim-file", "--endpoint", "--format",
                "--fail-on-divergence", "--rungs", "--max-tokens", "--requests-per-user", "--records",
-               "--csv", "--html", "--api-key", "--slo-ttft-ms", "--users", "--"]  # fmt: skip
+               "--csv", "--html", "--api-key", "--slo-ttft-ms", "--users", "--overwrite", "--"]  # fmt: skip
+SIM_FLAGS = [f"--{o}" for o in SIM_OPTIONS if o != "help"]
 # name -> (positional arguments, flags, the exit codes of an accepted command line)
 COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {
     "sweep": ([], SWEEP_FLAGS, (0,)),
@@ -775,7 +812,7 @@ COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {
     "compare": (["done", "done"], ["--threshold", "--confidence", "--resamples", "--seed", "--format",
                                    "--fail-on-regression", "--fail-on-output-change", "--wide"], (0, 1, 6)),
     "capacity": ([], ["--ladder", "--prefix", "--host", "--run-dir", "--sim", "--endpoint", "--format",
-                      "--plot", "--rungs", "--records"], (0,)),
+                      "--plot", "--rungs", "--records", "--overwrite"], (0,)),
     "report": (["done"], ["--out"], (0,)),
     "budget": (["done"], ["--config", "--component", "--component-ms", "--accept-len", "--speedup",
                           "--saves-ms", "--wide", "--format"], (0,)),
@@ -787,6 +824,7 @@ COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {
                                 "--cache-blocks", "--format"], (0,)),
     "llama-server": (["serve"], ["--port", "--parallel", "--threads"], (0,)),
     "locustfile": ([], ["completions", "chat", "responses", "--help"], (0,)),
+    "sim": ([], SIM_FLAGS, (0,)),
 }  # fmt: skip
 
 
@@ -795,9 +833,10 @@ def _main(name: str, monkeypatch: pytest.MonkeyPatch) -> Callable[[list[str]], i
     replaced by `_start`."""
     from llmload.cli import COMMANDS, capacity, llama_server, report, soak_report, sweep, twin
 
+    sim_main = importlib.import_module("llmload.sim.__main__")
     started = [(sweep, "run_sweep"), (capacity, "run_sweep"), (capacity, "capacity_plot"),
                (report, "write_report"), (llama_server, "_serve"),
-               (soak_report, "write_outputs"), (twin, "start_sweep")]  # fmt: skip
+               (soak_report, "write_outputs"), (twin, "start_sweep"), (sim_main, "run")]  # fmt: skip
     for module, attribute in started:
         monkeypatch.setattr(module, attribute, _start)
     return importlib.import_module(COMMANDS[name][0]).main  # type: ignore[no-any-return]
@@ -806,21 +845,72 @@ def _main(name: str, monkeypatch: pytest.MonkeyPatch) -> Callable[[list[str]], i
 REPO_TRACE = Path(__file__).resolve().parents[2] / "config" / "sample-trace.jsonl"
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["sweep", "table", "compare", "capacity", "report", "budget", "twin", "soak-report", "trace-stats",
-     "llama-server", "locustfile"],
-)  # fmt: skip
+def number_flags(main: Callable[[list[str]], int]) -> set[str]:
+    """The flags of `main`'s parser (its subcommands' too) whose value is a number: their type
+    turns "1" into one."""
+
+    class Parsed(Exception):
+        pass
+
+    found: set[str] = set()
+
+    def grab(parser: Any, *_: Any, **__: Any) -> Any:
+        for action in parser_actions(parser):
+            for sub in getattr(action, "choices", None) or {}:
+                if isinstance(action.choices, dict):
+                    grab(action.choices[sub])
+            try:
+                value = action.type("1") if callable(action.type) and action.option_strings else None
+            except Exception:
+                value = None
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                found.update(action.option_strings)
+        raise Parsed
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(command_line.ArgumentParser, "parse_known_args", grab)
+        with contextlib.suppress(Parsed, SystemExit), redirect_stderr(io.StringIO()):
+            main(["x"])
+    return found
+
+
+LADDER_NUMBER_FLAGS = {"--rungs", "--max-tokens", "--requests-per-user"}  # sweep's and capacity's, to Locust
+
+
+@pytest.mark.parametrize("name", list(COMMAND_LINES))
 def test_command_line_flags(cli_dir, monkeypatch, name):
-    """Random command lines of known flags with random values, for each subcommand of `llmload`
-    (its checks in-process; nothing is started: no run, server or report)."""
+    """Random command lines of known flags with random values (long paths, huge numbers, empty
+    strings, folders), for each subcommand of `llmload`, `sim` included (its checks in-process;
+    nothing is started: no run, server or report)."""
     head, flags, codes = COMMAND_LINES[name]
     head = [str(REPO_TRACE) if h == "TRACE" else h for h in head]
     main = _main(name, monkeypatch)
+    numeric = number_flags(main) | (LADDER_NUMBER_FLAGS if name in ("sweep", "capacity") else set())
 
     @FUZZ
     @given(command_lines(flags, head))
     def prop(argv: list[str]) -> None:
-        check_command_line(main, argv, flags, codes)
+        check_command_line(main, argv, flags, codes, numeric)
 
     prop()
+
+
+def test_every_command_has_the_error_boundary_and_bounded_number_flags(cli_dir, monkeypatch):
+    """Every subcommand's `main` wears `llmload.core.command_line.command`, and every flag whose
+    value is a number refuses every value of HUGE (`checks.number`: docs/development.md)."""
+    from llmload.cli import COMMANDS
+
+    for name, (module, _) in COMMANDS.items():
+        assert getattr(importlib.import_module(module).main, "__llmload_boundary__", None), name
+        main = _main(name, monkeypatch)
+        head = COMMAND_LINES[name][0] if name in COMMAND_LINES else []
+        for flag in sorted(number_flags(main)):
+            for value in HUGE:
+                try:
+                    with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
+                        code: Any = main([*head, f"{flag}={value}"])
+                except SystemExit as stop:
+                    code = stop.code
+                except Started:
+                    code = "started"
+                assert code == BAD_INPUT, (name, flag, value, code)

@@ -137,7 +137,7 @@ def llmload(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_seeds_story_is_not_worth_it(tmp_path):
-    """0.8 ms of an 87 ms step, 470x faster, at conc 10: not worth it, at most +0.92 % (exit 7)."""
+    """0.8 ms of an 87 ms step, 470x faster, at conc 10: not worth it, at most +0.92 % (exit 8)."""
     seed = tmp_path / "seed.csv"
     seed.write_text(SEED_CSV)
     done = llmload(

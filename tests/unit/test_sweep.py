@@ -200,7 +200,7 @@ def test_a_sim_file_gives_the_settings_of_sim_flags(tmp_path):
     ]
 
     def check(sim_file, sim=()):
-        args = argparse.Namespace(host="", sim=list(sim), sim_file=sim_file, ladder="")
+        args = argparse.Namespace(host=None, sim=list(sim), sim_file=sim_file, ladder="")
         return check_input(args, tmp_path / "run", [])
 
     assert check(good) == ["--base-ms", "10.5", "--per-seq-ms", "3", "--ignore-eos-unsupported"]

@@ -11,6 +11,7 @@ monotonic within a request and comparable across processes on one machine).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -326,11 +327,30 @@ class RecordWriter:
     (`llmload.core.files.chunk_index`), after its line."""
 
     def __init__(
-        self, path: Path, *, fsync: bool = True, truncate: bool = False, chunk_index: bool = False
+        self,
+        path: Path,
+        *,
+        fsync: bool = True,
+        truncate: bool = False,
+        chunk_index: bool = False,
+        exclusive: bool = False,
     ) -> None:
+        """`exclusive`: the file is this writer's alone while it is open (an advisory lock, taken
+        before anything in the file is truncated): another writer asking for it too gets
+        `FileInUse` (two runs writing one records file would interleave their lines)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[bytes] | None = self.path.open("wb" if truncate else "ab")
+        self._fh: IO[bytes] | None = self.path.open("ab")  # "ab" truncates nothing before the lock
+        if exclusive:
+            try:
+                fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._fh.close()
+                raise FileInUse(
+                    f"{self.path}: being written by another run; give this run another file"
+                ) from None
+        if truncate:
+            self._fh.truncate(0)
         self._offset = self._fh.seek(0, os.SEEK_END)
         self._fsync = fsync
         self._index: IO[bytes] | None = None
@@ -345,21 +365,63 @@ class RecordWriter:
         if self._fh is None:
             raise ValueError(f"record file {self.path} is closed")
         line = encode_json(record, newline=True)  # a record as itself: no dict on the way
-        self._fh.write(line)
-        self._fh.flush()
-        if self._fsync:
-            os.fsync(self._fh.fileno())
+        with naming(self.path):
+            self._fh.write(line)
+            self._fh.flush()
+            if self._fsync:
+                os.fsync(self._fh.fileno())
         if self._index is not None:
             times = record.chunk_times if isinstance(record, RequestRecord) else record.get("chunk_times")
-            self._index.write(index_entry(self._offset, len(line), times))
-            self._index.flush()  # after the line: the index is never older than the records
+            with naming(index_path(self.path)):
+                self._index.write(index_entry(self._offset, len(line), times))
+                self._index.flush()  # after the line: the index is never older than the records
         self._offset += len(line)
 
     def close(self) -> None:
-        for fh in (self._fh, self._index):
-            if fh is not None:
-                fh.close()
+        """Close the files; an OSError names the file whose last bytes could not be written (the
+        other is closed all the same)."""
+        files = [(self._fh, self.path), (self._index, index_path(self.path))]
         self._fh = self._index = None
+        failed: OSError | None = None
+        for fh, path in files:
+            if fh is None:
+                continue
+            try:
+                with naming(path):
+                    fh.close()
+            except OSError as e:
+                failed = failed or e
+        if failed is not None:
+            raise failed
+
+
+def being_written(path: Path) -> bool:
+    """Whether a run is writing the records file at `path` now (its writer holds the file's lock:
+    `RecordWriter(exclusive=True)`)."""
+    try:
+        with Path(path).open("rb") as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+    except OSError:
+        return False
+    return False
+
+
+class FileInUse(ValueError):
+    """A file another process is writing (its lock is held): one line naming it."""
+
+
+@contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An OSError raised inside names `path` (a write's error says only the errno)."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e
 
 
 class RecordFileError(ValueError):

@@ -8,11 +8,13 @@ or a folder holding exactly one run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmload.core.command_line import path_text
 from llmload.core.files.records import RecordFileError
 
 RECORDS = "_records.jsonl"  # one RequestRecord per request (llmload.core.files.records)
@@ -22,6 +24,10 @@ ENVIRONMENT = "_env.json"  # what produced the run (llmload.core.run_environment
 SERVER_METRICS = "_server_metrics.jsonl"  # scrapes of the server's /metrics
 STATS_CSV = "_stats.csv"  # Locust's own CSVs
 FAILURES_CSV = "_failures.csv"
+COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip")  # suffixes of files a run name never has
+# every file a run writes at its prefix (Locust's CSVs included): what a new run into it replaces
+RUN_SUFFIXES = (RECORDS, RECORDS + ".chunks", RUN, HEALTH, ENVIRONMENT, SERVER_METRICS, STATS_CSV,
+                FAILURES_CSV, "_exceptions.csv", "_stats_history.csv")  # fmt: skip
 
 
 class _Suffix:
@@ -57,8 +63,14 @@ class RunFiles:
 
     @classmethod
     def find(cls, path: str | Path) -> RunFiles:
-        """The run a user named: its prefix, its records file, or a folder holding one run."""
+        """The run a user named: its prefix, its records file, or a folder holding one run. A
+        compressed file is refused by name (llmload reads its records as plain lines)."""
         p = Path(path)
+        if p.suffix in COMPRESSED:
+            raise RecordFileError(
+                f"{path_text(p)}: a compressed file ({p.suffix}); the records are read as plain JSON lines: "
+                f"decompress it first"
+            )
         if p.is_dir():
             found = sorted(p.glob(f"*{RECORDS}"))
             if len(found) != 1:
@@ -80,7 +92,15 @@ class RunFiles:
 
 
 def write_run_json(path: Path, data: dict[str, Any]) -> None:
-    """A run file, replaced whole (a reader never sees half of one)."""
+    """A run file, replaced whole (a reader never sees half of one). An OSError names `path`
+    (the file the run could not write), and the half-written temporary file is removed."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import gevent
 
 from llmload.analysis.run.server_metrics import MetricsScraper, metrics_path
-from llmload.core.run_environment import collect_environment, write_environment
+from llmload.core.run_environment import collect_environment, env_path, write_environment
 from llmload.loadgen.run.ladder import LadderHook
 from llmload.loadgen.run.run_state import RunState
 
@@ -57,9 +57,12 @@ class RunMonitor(LadderHook):
             self.greenlet.kill()
             self.greenlet = None
         if self.scraper is not None:
-            self.scraper.sample(time.time())
-            self.scraper.close()
-            self.scraper = None
+            scraper, self.scraper = self.scraper, None
+            try:
+                scraper.sample(time.time())
+                scraper.close()
+            except OSError as e:
+                self.environment.shape_class.end.cannot_write(e, e.filename or str(scraper.path))
 
     def _metrics_url(self, host: str) -> tuple[str, bool]:
         """(URL, explicit): --metrics-url, else <host>/metrics; '' when scraping is off."""
@@ -71,6 +74,13 @@ class RunMonitor(LadderHook):
 
     def _watch(self, run: RunState) -> None:
         prefix = run_prefix(run)
+        try:
+            self._scrape(run, prefix)
+        except OSError as e:  # the environment file or the scrapes: the run stops at once
+            written = env_path(prefix) if self.scraper is None else metrics_path(prefix)
+            self.environment.shape_class.end.cannot_write(e, e.filename or str(written))
+
+    def _scrape(self, run: RunState, prefix: str) -> None:
         write_environment(prefix, collect_environment(run.host or ""))
         url, explicit = self._metrics_url(run.host or "")
         if not url:
@@ -82,7 +92,7 @@ class RunMonitor(LadderHook):
             if explicit:
                 log.warning("llmload: --metrics-url %s does not answer; no server metrics", url)
             return
-        self.scraper = scraper
+        self.scraper = scraper  # from here a failed write is the scrapes'
         interval = self.environment.parsed_options.scrape_interval
         mark, last = _stage_mark(run), time.time()
         while True:

@@ -42,6 +42,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError
+from llmload.core.files.records import FileInUse
 from llmload.core.files.run_files import RunFiles
 from llmload.loadgen.run.messages import (
     MSG_HEALTH,
@@ -60,7 +61,12 @@ from llmload.loadgen.transport.preflight import PreflightError
 
 log = logging.getLogger("llmload")
 # why a run cannot start, as the kind of its error (llmload.core.files.run_errors.KINDS)
-START_ERRORS = ((ConfigError, "bad_config"), (PreflightError, "preflight"), (OSError, "io"))
+START_ERRORS = (
+    (ConfigError, "bad_config"),
+    (PreflightError, "preflight"),
+    (FileInUse, "io"),
+    (OSError, "io"),
+)
 
 
 class LadderShape(LoadTestShape):
@@ -83,12 +89,18 @@ class LadderShape(LoadTestShape):
 
     # --- messages from the users (master / local process) -------------------------------
     def on_record(self, environment: Any, msg: Any, **_: Any) -> None:
-        if self.run is not None:
-            self.run.receive(msg.data)
+        if self.run is not None and not self.end.write_failed:  # after a failed write: dropped
+            try:
+                self.run.receive(msg.data)
+            except OSError as e:  # the records file or its index: the run stops at once
+                self.end.cannot_write(e)
 
     def on_health(self, environment: Any, msg: Any, **_: Any) -> None:
-        if self.run is not None and self.run.health is not None:
-            self.run.health.write(msg.data)
+        if self.run is not None and self.run.health is not None and not self.end.write_failed:
+            try:
+                self.run.health.write(msg.data)
+            except OSError as e:
+                self.end.cannot_write(e)
 
     def on_user_ready(self, environment: Any, msg: Any, **_: Any) -> None:
         if self.run is not None:
@@ -104,8 +116,11 @@ class LadderShape(LoadTestShape):
     def close(self) -> None:
         """End the run (test stopped or finished); the next start begins a new one."""
         if self.run is not None:
-            self.run.close()
-            self.run = None
+            run, self.run = self.run, None
+            try:
+                run.close()
+            except OSError as e:  # the last bytes of a file of the run could not be written
+                self.end.cannot_write(e)
         self.end.failed = False
 
     def _begin(self) -> RunState | None:
@@ -117,12 +132,19 @@ class LadderShape(LoadTestShape):
         self.end.unfinished = True
         try:
             return begin_run(self._runner, self.record_hooks, errors, path)
-        except (ConfigError, PreflightError, OSError) as e:
+        except (ConfigError, PreflightError, FileInUse, OSError) as e:
             kind = next(k for error, k in START_ERRORS if isinstance(e, error))
             self.end.fail(kind, str(e))
             return None
 
     def tick(self) -> tuple[int, float] | None:
+        try:
+            return self._tick()
+        except OSError as e:  # the run file (or a capacity probe's): the run stops at once
+            self.end.cannot_write(e)
+            return None
+
+    def _tick(self) -> tuple[int, float] | None:
         if self.end.failed:
             return None
         if self.run is None:

@@ -4,7 +4,8 @@ Owns `RunEnd`: each run's errors (`begin`: a `llmload.loadgen.run.run_errors.Run
 run closed for what is said at quitting), the exit code of a run that could not start or stalled
 (`fail`), of a rung whose accounts do not add up (`rung_failed`), and of a run stopped before its
 last rung (`on_quitting`: the interrupted code, whatever Locust's own would be; a soak run's code
-is its verdict), each recorded as an error of the run; and the reason repeated as the last line
+is its verdict), of a file of the run that could not be written (`cannot_write`: it stops the run
+at once), each recorded as an error of the run; and the reason repeated as the last line
 under Locust's summary (`on_quit`). And the last wait of a
 finished ladder (`may_end`): Locust's own stats of a distributed run come from the workers every
 3 s, so the shape waits until they hold every record (at most `STATS_CATCH_UP_S`), and the final
@@ -13,6 +14,7 @@ CSVs hold every request.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 from locust.runners import MasterRunner
 
 from llmload.core import exit_codes
+from llmload.core.command_line import errno_text, path_text
 from llmload.core.names import REQUEST_TYPE
 from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.run.run_state import RunState
@@ -32,8 +35,10 @@ STATS_CATCH_UP_S = 12.0  # workers report stats every 3 s; wait at most this for
 class RunEnd:
     """What the shape's runs ended with, for the exit code and the last line (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, environment: Any = None) -> None:
+        self.environment = environment  # Locust's (set before a write can fail)
         self.failed = False  # the run failed: the shape ticks no more until the run is closed
+        self.write_failed = False  # a file of the run could not be written (`cannot_write`)
         self.error = ""  # why the run could not start (bad config, failed preflight) or stopped
         self.unfinished = False  # a run began (preflight included) and has not finished every rung
         self.soak = False  # a soak run: its verdict (llmload.loadgen.monitor.soak_monitor) is the exit code
@@ -41,6 +46,8 @@ class RunEnd:
 
     def begin(self, environment: Any, run_file: Path) -> RunErrors:
         """A run begins: its errors, none yet, go to `run_file` (and to its log)."""
+        self.environment = environment
+        self.write_failed = False
         self._errors = RunErrors(environment, run_file)
         return self._errors
 
@@ -56,6 +63,19 @@ class RunEnd:
         self.failed = True
         self.unfinished = False  # the exit code already says why
         self.error = message
+
+    def cannot_write(self, error: OSError, path: str | None = None) -> None:
+        """A file of the run (`path`, else the error's) could not be written: the run stops at once
+        (the shape ticks no more) with WRITE_FAILED and one line naming the file and the errno;
+        the first failure is the one said (the rest follow from it)."""
+        if self.write_failed:
+            return
+        where = path_text(path or error.filename or "a file of the run")
+        message = f"cannot write {where}: {errno_text(error)}; the run stopped"
+        self.write_failed = True
+        if self._errors is None:  # before any run began (Locust's CSVs): no run file to carry it
+            self._errors = RunErrors(self.environment)
+        self.fail("write_failed", message, exit_codes.WRITE_FAILED)
 
     def rung_failed(self, problems: list[tuple[str, str]]) -> None:
         """A finished rung's reconciliation problems (kind, message) fail the run (exit code 3);
@@ -74,9 +94,10 @@ class RunEnd:
             )
 
     def on_quit(self, **_: Any) -> None:
-        """Repeat why the run never started as the last line, under Locust's (empty) summary."""
+        """Repeat why the run never started (or stopped) as the last line, under Locust's summary."""
         if self.error:
-            print(f"llmload: error: {self.error}", file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError):  # the output may be on the disk that failed
+                print(f"llmload: error: {self.error}", file=sys.stderr, flush=True)
 
 
 def stats_caught_up(runner: Any, progress: list[StageProgress]) -> bool:

@@ -1,14 +1,16 @@
 """The errors of one ladder run on the master (or the local process), each recorded once.
 
 Owns `RunErrors.record`, the one way the Locust side tells an error of a run (the kinds:
-`llmload.core.files.run_errors.KINDS`): logged as `llmload: <message>` (people read Locust's output),
-the exit code set when the error carries one, and kept, in order and each once, in the run file's
-`errors` (programs read that, e.g. `llmload sweep`). Before the run has a run file of its own
-(its start failed: a refused configuration, the preflight) it writes one with no stages that
-carries its errors; once the run exists (`attach`, given the run's own writer of its run file,
-`RunState.write_run_file`), that writer writes them with the rest, also after the run closed (a verdict at
-quitting). Without a run file (the plugin's check of the configuration at `init`, before any file
-of the run exists) it logs and sets the code only: a refused configuration leaves no file.
+`llmload.core.files.run_errors.KINDS`): logged as `llmload: <message>` (people read Locust's
+output), the exit code set when the error carries one, kept, in order and each once, in the run
+file's `errors` (programs read that), and told to the command that started the process, if any
+(`llmload.core.status_pipe`: `llmload sweep` hears it even when the run file cannot be written).
+Before the run has a run file of its own (its start failed: a refused configuration, the preflight)
+it writes one with no stages that carries its errors; once the run exists (`attach`, given the run's
+own writer of its run file, `RunState.write_run_file`), that writer writes them with the rest, also
+after the run closed (a verdict at quitting). Without a run file (the plugin's check of the
+configuration at `init`, before any file of the run exists) it logs and sets the code only: a
+refused configuration leaves no file.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from llmload.core.files.records import new_run_id
 from llmload.core.files.run_errors import RunError
 from llmload.core.files.run_files import write_run_json
+from llmload.core.status_pipe import tell
 
 log = logging.getLogger("llmload")
 
@@ -50,15 +53,16 @@ class RunErrors:
             return
         log.error("llmload: %s", message)
         self.entries.append(error)
-        if self._write_run_file is not None:
-            self._write_run_file()
-        elif self.run_file is not None:
-            data = {"run_id": self._run_id, "finished": False, "stages": [], "errors": self.as_json()}
-            try:
+        tell("locust", kind, message, exit_code)  # to `llmload sweep`, which may not read the run file
+        try:
+            if self._write_run_file is not None:
+                self._write_run_file()
+            elif self.run_file is not None:
+                data = {"run_id": self._run_id, "finished": False, "stages": [], "errors": self.as_json()}
                 self.run_file.parent.mkdir(parents=True, exist_ok=True)
                 write_run_json(self.run_file, data)
-            except OSError as e:  # the error may be that the run's folder cannot be written
-                log.warning("llmload: cannot write the run file %s: %s", self.run_file, e.strerror or e)
+        except OSError as e:  # the error may be that the run's folder cannot be written
+            log.warning("llmload: cannot write the run file %s: %s", self.run_file, e.strerror or e)
 
     def as_json(self) -> list[dict[str, Any]]:
         """The run file's `errors`: each entry's kind, message and exit code, in order."""

@@ -49,8 +49,8 @@ def records_path(options: Any) -> Path:
 def begin_run(runner: Any, record_hooks: list[RecordHook], errors: RunErrors, path: Path) -> RunState:
     """A new run of the runner's configuration, its stages planned and its files open (its records
     at `path`: `records_path`); each record goes to the run's own sinks, then to `record_hooks`;
-    its errors are `errors` (attached to the run). Raises ConfigError, PreflightError or OSError
-    when the run cannot start."""
+    its errors are `errors` (attached to the run). Raises ConfigError, PreflightError, FileInUse
+    (another run writes the records file) or OSError when the run cannot start."""
     env = runner.environment
     options = env.parsed_options
     # parsed once per process: the plugin's check of a headless run's configuration, once; a run
@@ -76,7 +76,7 @@ def begin_run(runner: Any, record_hooks: list[RecordHook], errors: RunErrors, pa
     stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, prompt_overhead, run_id)
     protocol = StageProtocol(stages, duration=config.duration, stall_limit=stall_limit(config))
     reconciler = RungReconciler(config)
-    writer = RecordWriter(path, fsync=False, truncate=True, chunk_index=True)
+    writer = RecordWriter(path, fsync=False, truncate=True, chunk_index=True, exclusive=True)
     state = RunState(
         config, env.host, model, writer, files, stages, protocol, reconciler, errors, run_id=run_id
     )

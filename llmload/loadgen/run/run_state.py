@@ -104,9 +104,17 @@ class RunState:
 
     def close(self) -> None:
         """End the run's files. A rung whose users were all done with every record in when the
-        run stopped is written finished."""
+        run stopped is written finished in the run file. Every file is closed; then the first
+        OSError is raised."""
+        failed: OSError | None = None
+        closes: list[Callable[[], None]] = [self.writer.close]
+        closes += [self.health.close] if self.health is not None else []
         if self.protocol.settle() is not None:
-            self.write_run_file()
-        self.writer.close()
-        if self.health is not None:
-            self.health.close()
+            closes.insert(0, self.write_run_file)
+        for close in closes:
+            try:
+                close()
+            except OSError as e:
+                failed = failed or e
+        if failed is not None:
+            raise failed
