@@ -35,6 +35,7 @@ from llmload.analysis.run.steps import RungSteps, measure_run
 from llmload.core.config import ConfigError
 from llmload.core.files import run_files
 from llmload.core.files.run_files import RunFiles
+from llmload.core.schema import shown
 from llmload.core.stats import mean
 
 
@@ -82,9 +83,14 @@ class CostModel:
 
 
 def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{where}: expected a number, got {value!r}")
-    return float(value)
+    """A finite number (an integer too large for a float is not one)."""
+    try:
+        number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    except OverflowError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise ConfigError(f"{where}: expected a number, got {shown(value)}")
+    return number
 
 
 def _positive(value: Any, where: str) -> float:
@@ -104,12 +110,20 @@ def check_positive(source: str, key: str, value: Any) -> float:
     return _positive(value, f"{source}: {key}")
 
 
+MAX_SPEEDUP = 1e12  # a finite speedup beyond this is the component free: say `inf`
+
+
 def check_speedup(source: str, key: str, value: Any) -> float:
-    """`speedup` (the file's key and --speedup): a number > 0, or infinity (`inf`: the component
-    free)."""
+    """`speedup` (the file's key and --speedup): a number in (0, 1e12], or infinity (`inf`: the
+    component free)."""
     if isinstance(value, float) and math.isinf(value) and value > 0:
         return value
-    return _positive(value, f"{source}: {key}")
+    speedup = _positive(value, f"{source}: {key}")
+    if speedup > MAX_SPEEDUP:
+        raise ConfigError(
+            f"{source}: {key}: expected a number in (0, 1e12] or inf (free), got {shown(value)}"
+        )
+    return speedup
 
 
 def parse_cost_model(data: Any, name: str, where: str) -> CostModel:

@@ -87,7 +87,10 @@ class SimConfig:
         group=SERVER,
     )
     reasoning_salt: int = setting(
-        0, help="another salt: other words of thinking, the same answer and times", parse=int, group=SERVER
+        0,
+        help="another salt: other words of thinking, the same answer and times",
+        parse=flag_type(number(-(2**63), 2**63 - 1, integer=True), "reasoning_salt"),
+        group=SERVER,
     )
     ignore_eos_unsupported: bool = setting(
         False,

@@ -19,6 +19,8 @@ from llmload.analysis.run.rung_tally import tally_records
 from llmload.analysis.run.steps import measure_rung
 from llmload.analysis.twin.decision import NOT_WORTH, UNDECIDED, WORTH, RungDecision, decide
 from llmload.core.config import ConfigError
+from llmload.core.exit_codes import NOT_WORTH_IT
+from llmload.core.exit_codes import UNDECIDED as UNDECIDED_EXIT
 from llmload.core.files.records import RequestRecord
 
 
@@ -143,12 +145,12 @@ def test_the_seeds_story_is_not_worth_it(tmp_path):
     done = llmload(
         "twin", str(seed), "--accept-len", "4.5", "--component-ms", "0.8", "--speedup", "470", "--at", "10"
     )
-    assert done.returncode == 7, done.stderr
+    assert done.returncode == NOT_WORTH_IT, done.stderr
     assert "not worth it: at most +0.92 % at conc 10" in done.stdout
     assert "0.92 % of a 87.2 ms step" in done.stdout
     assert max(len(line) for line in done.stdout.splitlines() if not line.startswith("decision:")) <= 100
     table = llmload("twin", str(seed), "--accept-len", "4.5", "--saves-ms", "10")
-    assert table.returncode == 8 and "a table holds no records" in table.stdout
+    assert table.returncode == UNDECIDED_EXIT and "a table holds no records" in table.stdout
 
 
 @pytest.mark.parametrize(
