@@ -6,7 +6,7 @@ dropped, so memory grows with the rungs (and the
 per-request floats and ITL histogram of each), not with the records and their chunk times. What
 needs the raw records reads the file again, one record at a time (`RunResult.iter_records`): the
 per-turn table of session runs, the server-metrics token cross-check, and the greedy-determinism
-check (which keeps the checked records of the run: only when the run hashed its texts).
+check (which keeps the records of its probes: only when the run has them).
 `load_run(keep_records=True)` keeps every record (`llmload compare`'s bootstrap needs them).
 
 Reads `<prefix>_records.jsonl` (required), `<prefix>_run.json` (the ladder's own account: which
@@ -34,6 +34,7 @@ from llmload.analysis.run.sweep_rows import MissingRung, Rung, SweepRow, group_r
 from llmload.core.files.chunk_index import index_path
 from llmload.core.files.records import RecordFileError, RequestRecord, iter_record_lines
 from llmload.core.files.run_files import RunFiles
+from llmload.core.names import DETERMINISM_PHASE
 from llmload.core.stats import DEFAULT_PERCENTILES
 
 
@@ -198,8 +199,8 @@ def load_run(
         prefix, found.records, rungs, rows, metrics, warnings, info, missing_rungs(info, rungs)
     )
     result.records_file = files.records_file
-    if any(t.checked for t in rungs):  # greedy-determinism hashes: compare the texts
-        result.divergence = divergence(result.record_rungs())
+    if found.tally.probe_requests:  # the greedy-determinism check's probes: compare their texts
+        result.divergence = divergence(group_rungs(result.iter_records(), DETERMINISM_PHASE))
     return result
 
 

@@ -49,9 +49,10 @@ from llmload.analysis.run.metrics import (
     ttft_ms,
 )
 from llmload.analysis.run.reconcile import Tally
-from llmload.analysis.run.sweep_rows import WARMUP_PHASE, SweepRow
+from llmload.analysis.run.sweep_rows import SweepRow
 from llmload.analysis.run.uncertainty import Uncertainty
 from llmload.core.files.records import OUTCOME_OK, RequestRecord
+from llmload.core.names import DETERMINISM_PHASE, MEASURE_PHASE, WARMUP_PHASE
 from llmload.core.stats import (
     DEFAULT_PERCENTILES,
     Summary,
@@ -249,7 +250,6 @@ class RungTally:
     trace_late_ms: array[float] = field(default_factory=_floats)  # trace replay: lateness per request
     new_connections: int | None = None  # None until a record says whether it reused a connection
     sessions: bool = False  # a record carries a session turn
-    checked: bool = False  # a record carries a greedy-determinism text hash
 
     def __post_init__(self) -> None:
         for name in LATENCY_NAMES:
@@ -271,8 +271,6 @@ class RungTally:
         self.e2e.append(e2e)
         if rec.turn is not None:
             self.sessions = True
-        if rec.text_hash is not None:
-            self.checked = True
         if self.rate is None:
             self.rate = rec.rate
         if rec.conn_reused is not None:
@@ -405,7 +403,6 @@ class RungTally:
         if other.new_connections is not None:
             self.new_connections = (self.new_connections or 0) + other.new_connections
         self.sessions = self.sessions or other.sessions
-        self.checked = self.checked or other.checked
 
     def itl_counts(self) -> Counter[float]:
         """The pooled ITL values (ms) -> how many (`metrics.itl_ms`)."""
@@ -505,10 +502,10 @@ def tally_records(
 
 
 def tally_rungs(records: Iterable[RequestRecord], slo: Mapping[str, float] | None = None) -> list[RungTally]:
-    """The measured records as rung tallies, in ladder order (warm-up records dropped)."""
+    """The measured records as rung tallies, in ladder order (other phases dropped)."""
     rungs: dict[int, RungTally] = {}
     for rec in records:
-        if rec.phase == WARMUP_PHASE:
+        if rec.phase != MEASURE_PHASE:
             continue
         if rec.rung not in rungs:
             rungs[rec.rung] = RungTally(rec.rung, rec.users, dict(slo or {}))
@@ -534,11 +531,13 @@ def sweep_rows(
 
 class SweepTally:
     """The rungs of one run as tallies, fed with records as plain dicts (as the ladder receives
-    them and as the records file holds them); warm-up requests are only counted."""
+    them and as the records file holds them); the other phases' requests are only counted."""
 
     def __init__(self, slo: Mapping[str, float] | None = None, *, itl: bool = False) -> None:
         self.rungs: dict[int, RungTally] = {}
         self.warmup_requests = 0
+        self.probe_requests = 0  # the greedy-determinism check's probes
+        self.warmup_tokens = 0  # output tokens the warm-up's requests received (server cross-check)
         self.slo = dict(slo or {})
         self.itl = itl  # tally the ITL too (the latency metrics need it; the sweep rows do not)
 
@@ -546,9 +545,9 @@ class SweepTally:
         self, data: dict[str, Any], rec: RequestRecord | None = None, micros: bytes | None = None
     ) -> RungTally | None:
         """Tally one record (`rec`: the same record, when the caller has already built it;
-        `micros`: `RungTally.add`); returns its rung's tally, None for a warm-up request."""
-        if data["phase"] == WARMUP_PHASE:
-            self.warmup_requests += 1
+        `micros`: `RungTally.add`); returns its rung's tally, None for a request of another phase."""
+        if data["phase"] != MEASURE_PHASE:
+            self._other(data["phase"], data.get("output_tokens"))
             return None
         rec = RequestRecord.from_dict(data) if rec is None else rec
         tally = self.rungs.get(rec.rung)
@@ -559,8 +558,8 @@ class SweepTally:
 
     def add_record(self, rec: RequestRecord) -> RungTally | None:
         """`add` of a record without its dict (as the ladder receives them)."""
-        if rec.phase == WARMUP_PHASE:
-            self.warmup_requests += 1
+        if rec.phase != MEASURE_PHASE:
+            self._other(rec.phase, rec.output_tokens)
             return None
         tally = self.rungs.get(rec.rung)
         if tally is None:
@@ -568,9 +567,19 @@ class SweepTally:
         tally.add(rec)
         return tally
 
+    def _other(self, phase: str, output_tokens: Any) -> None:
+        """Count a request of a phase that makes no rung's figures."""
+        if phase == WARMUP_PHASE:
+            self.warmup_requests += 1
+            self.warmup_tokens += output_tokens if type(output_tokens) is int else 0
+        elif phase == DETERMINISM_PHASE:
+            self.probe_requests += 1
+
     def merge(self, other: SweepTally) -> None:
         """Add the tallies of the records that follow ours in the file (`RungTally.merge`)."""
         self.warmup_requests += other.warmup_requests
+        self.warmup_tokens += other.warmup_tokens
+        self.probe_requests += other.probe_requests
         for index, theirs in other.rungs.items():
             if index in self.rungs:
                 self.rungs[index].merge(theirs)

@@ -3,7 +3,8 @@ each rung gets (computed by `llmload.analysis.run.rung_tally.RungTally.row`, the
 these definitions: a rung's wall time and rates are tallied there and nowhere else).
 
 A rung is identified by its index in the ladder (`RequestRecord.rung`), never by its concurrency:
-a ladder may repeat a concurrency. Warm-up records (phase "warmup") are excluded from everything.
+a ladder may repeat a concurrency. Only measured records (phase "measure") count: the warm-up, the
+determinism probes and the calibration requests (llmload.core.names) are excluded from everything.
 
 Definitions (per rung):
 - wall_s: first t_start to last t_end over all the rung's measured requests, failed ones too.
@@ -36,8 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.core.files.records import RequestRecord
+from llmload.core.names import MEASURE_PHASE, WARMUP_PHASE
 
-WARMUP_PHASE = "warmup"
+__all__ = ["WARMUP_PHASE", "MissingRung", "Rung", "SweepRow", "group_rungs"]
 
 
 @dataclass(slots=True)
@@ -58,11 +60,11 @@ class Rung:
         return [r for r in self.records if not r.ok]
 
 
-def group_rungs(records: Iterable[RequestRecord]) -> list[Rung]:
-    """Measured records grouped by rung index, in ladder order; warm-up records are dropped."""
+def group_rungs(records: Iterable[RequestRecord], phase: str = MEASURE_PHASE) -> list[Rung]:
+    """The records of one phase (measured, by default) grouped by rung index, in ladder order."""
     by_index: dict[int, list[RequestRecord]] = {}
     for rec in records:
-        if rec.phase != WARMUP_PHASE:
+        if rec.phase == phase:
             by_index.setdefault(rec.rung, []).append(rec)
     return [Rung(index=i, users=recs[0].users, records=recs) for i, recs in sorted(by_index.items())]
 

@@ -129,8 +129,8 @@ def prepare_workload(
         )
         return None, list(cal.vocab), cal.overhead
     lengths = as_lengths(config.prompt_tokens)
-    cal.words_for(lengths.low, config.unique_prompts)  # the shortest drawn prompt is possible
-    words = cal.words_for(lengths.high, config.unique_prompts)  # the longest (the pool's)
+    cal.words_for(lengths.low, config.tagged_prompts)  # the shortest drawn prompt is possible
+    words = cal.words_for(lengths.high, config.tagged_prompts)  # the longest (the pool's)
     log.info(
         "llmload: prompt_tokens %s -> %d one-token words (the longest) + %d tokens every prompt "
         "costs (%d one-token words found by %s, overhead by %s)",

@@ -87,6 +87,7 @@ class RunState:
             "stages": [
                 {
                     "rung": p.stage.rung,
+                    "phase": p.stage.phase,
                     "users": p.stage.users,
                     "name": p.stage.name,
                     "expected_requests": expected_requests(p.stage, self.config),

@@ -25,7 +25,7 @@ from typing import Any
 
 from llmload.analysis.run.rung_tally import RungTally, SweepTally, percentile_or_none
 from llmload.core.files.records import RequestRecord
-from llmload.core.names import WARMUP_RUNG, rung_name
+from llmload.core.names import MEASURE_PHASE, rung_name
 from llmload.loadgen.run.run_state import RunState
 from llmload.output.table import fmt_num
 
@@ -108,7 +108,8 @@ class LiveSweep:
         """Rungs the ladder finished (what `<prefix>_run.json` says at the end of the run)."""
         if self.run is None:
             return set()
-        return {p.stage.rung for p in self.run.progress if p.finished is not None}
+        done = (p.stage for p in self.run.progress if p.finished is not None)
+        return {stage.rung for stage in done if stage.phase == MEASURE_PHASE}
 
     def running_rung(self, active: bool) -> int | None:
         """Index of the rung being measured now; None between rungs or when the run is over.
@@ -116,7 +117,7 @@ class LiveSweep:
         current = self.run.current if self.run is not None and active else None
         if current is None or current.finished is not None or current.stage.start_at is None:
             return None
-        return None if current.stage.rung == WARMUP_RUNG else current.stage.rung
+        return current.stage.rung if current.stage.phase == MEASURE_PHASE else None
 
     def states(self, active: bool) -> dict[int, str]:
         """Each tallied rung's state, in ladder order: running, done or stopped (the run was

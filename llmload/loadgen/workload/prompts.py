@@ -23,14 +23,22 @@ Sources (config keys):
   `prompt_format: auto` picks by content. Every request asks for `max_tokens` with `ignore_eos`,
   so rungs stay comparable; `max_tokens: {dist: empirical, replies: true}` draws it from the
   lengths of the file's replies (`llmload.core.workload.lengths`), independently of the prompt.
-- `unique_prompts: true`: a per-request tag makes every prompt unique (defeats prefix caching);
-  it goes right after the shared prefix, so the prefix stays shared. In a synthetic prompt the tag
-  is `TAG_WORDS` one-token words (picked by a hash of the request id) counted inside N; in other
-  prompts it is `[<12 hex digits>] `, on top of them.
+- `distinct_prompts: true` (the default): every request of a run gets a prompt no other request of
+  the run sends, so a prefix cache can serve it only its shared prefix: a tag right after the
+  shared prefix (synthetic prompts) or in front of `prompt`, picked by a hash of the seed and the
+  request's place (`key`: its phase and rung, and its index there). A rerun with the same seed
+  sends the same prompts (output identity compares them); another seed, other ones. The
+  greedy-determinism check's probes share one key at every rung ("determinism"): their prompt i
+  is the same at every rung, and the warm-up sends each once (llmload.loadgen.run.stage_plan).
+  Prompt files are sent as written (their prompts repeat once the file is used up).
+- `unique_prompts: true`: the tag comes from the request id instead (random): no prompt is sent
+  twice, not even by a rerun. In a synthetic prompt either tag is `TAG_WORDS` one-token words
+  counted inside N; in front of `prompt` it is `[<tag words>] ` (distinct) or `[<12 hex digits>] `
+  (unique), on top of it.
 
-Request i (of the rung's one index sequence, which processes share out) gets prompt
-`pool[i % len(pool)]`: the pool is the shuffled file prompts or `SYNTHETIC_POOL` synthetic
-prompts, built once per process (`workload_for`).
+Request i (of its stage's one index sequence, which processes share out) gets prompt
+`pool[i % len(pool)]` (tagged): the pool is the shuffled file prompts or `SYNTHETIC_POOL`
+synthetic prompts, built once per process (`workload_for`).
 """
 
 from __future__ import annotations
@@ -80,11 +88,11 @@ class Calibration:
     method: str  # how the words were counted: "tokenize" or "usage"
     overhead_method: str  # how the overhead was measured: "usage" or "tokenize"
 
-    def words_for(self, tokens: int, unique: bool) -> int:
-        """Words after the anchor (tag included) of a prompt of `tokens` tokens; ConfigError if
-        the asked length is below what every prompt costs anyway."""
+    def words_for(self, tokens: int, tagged: bool) -> int:
+        """Words after the anchor (the tag of a `tagged` prompt included) of a prompt of `tokens`
+        tokens; ConfigError if the asked length is below what every prompt costs anyway."""
         words = tokens - self.overhead
-        least = 1 + (TAG_WORDS if unique else 0)
+        least = 1 + (TAG_WORDS if tagged else 0)
         if words < least:
             raise ConfigError(
                 f"'prompt_tokens' {tokens} is too short: every prompt costs {self.overhead} tokens on this "
@@ -98,7 +106,8 @@ def synthetic_text(rng: random.Random, words: int, vocab: tuple[str, ...] = WORD
 
 
 def tag_words(request_id: str, vocab: tuple[str, ...]) -> str:
-    """The unique_prompts tag of a synthetic prompt: TAG_WORDS vocab words from the request id."""
+    """A prompt's tag: TAG_WORDS vocab words from a hash of the request id (unique_prompts) or of
+    its seed and place (distinct_prompts)."""
     n = int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "big")
     out = []
     for _ in range(TAG_WORDS):
@@ -188,6 +197,9 @@ class Workload:
     ) -> None:
         rng = random.Random(f"llmload-workload:{config.seed}")
         self.unique = config.unique_prompts
+        self.seed = config.seed
+        # a tag from the seed and the request's place; prompt files are sent as written
+        self.distinct = config.distinct_prompts and not self.unique and config.prompt_file is None
         self.prefix = ""
         self.vocab: tuple[str, ...] | None = None  # synthetic prompts: the words (and tag words)
         self.longest: tuple[int, int] | None = None  # drawn lengths: the longest's tokens, body words
@@ -200,7 +212,7 @@ class Workload:
             words = prompt_words or lengths.high  # of the longest prompt, after the anchor, tag included
             # the prefix all prompts share is a share of the shortest one
             shared = round((words - (lengths.high - lengths.low)) * config.shared_prefix_ratio)
-            body = max(1, words - shared - (TAG_WORDS if self.unique else 0))
+            body = max(1, words - shared - (TAG_WORDS if config.tagged_prompts else 0))
             self.prefix = " ".join([ANCHOR, *(rng.choice(self.vocab) for _ in range(shared))]) + " "
             self.longest = None if lengths.fixed is not None else (lengths.high, body)
             size = (
@@ -213,18 +225,22 @@ class Workload:
             pool = [config.prompt]
         self.pool = pool
 
-    def prompt(self, index: int, request_id: str, tokens: int | None = None) -> str:
-        """Prompt `index`; with drawn lengths, cut to `tokens` tokens (each body word is one)."""
+    def prompt(self, index: int, request_id: str, tokens: int | None = None, key: str = "") -> str:
+        """Prompt `index` of the place `key` (module docstring); with drawn lengths, cut to
+        `tokens` tokens (each body word is one)."""
         body = self.pool[index % len(self.pool)]
         if self.longest is not None and tokens is not None:
             high, words = self.longest
             keep = max(1, words - (high - tokens))
             body = " ".join(body.split(" ", keep)[:keep])
-        if not self.unique:
+        if self.unique:
+            if self.vocab is not None:
+                return f"{self.prefix}{tag_words(request_id, self.vocab)} {body}"
+            return f"{self.prefix}[{request_id[:12]}] {body}"
+        if not self.distinct:
             return self.prefix + body
-        if self.vocab is not None:
-            return f"{self.prefix}{tag_words(request_id, self.vocab)} {body}"
-        return f"{self.prefix}[{request_id[:12]}] {body}"
+        tag = tag_words(f"{self.seed}:{key}:{index}", self.vocab or WORDS)
+        return f"{self.prefix}{tag} {body}" if self.vocab is not None else f"[{tag}] {body}"
 
 
 _CACHE: dict[tuple[str, int | None], Workload] = {}
@@ -251,6 +267,7 @@ def workload_for(
                 config.seed,
                 config.shared_prefix_ratio,
                 config.unique_prompts,
+                config.distinct_prompts,
                 config.prompt_format,
                 list(vocab or ()),
             ]
