@@ -40,6 +40,20 @@ def fmt_num(value: float | None, decimals: int = 1) -> str:
     return "-" if value is None else f"{value:.{decimals}f}"
 
 
+CACHE_COLUMN = "cache_%"  # shown when a rung's requests said what the prefix cache served
+WAITING_MIN = 0.5  # mean requests waiting in a rung's scrapes from which the sweep says they queued
+KV_FULL = 0.9  # KV-cache usage (mean over a rung's scrapes) from which the sweep says it neared full
+
+
+def cache_share(row: SweepRow) -> float | None:
+    """The rung's prefix-cache share of prompt tokens: the requests' own (usage), else the server's
+    counters'."""
+    if row.cache is not None:
+        return float(row.cache["share"])
+    share = (row.server or {}).get("cache_share")
+    return None if share is None else float(share)
+
+
 def _sweep_cells(row: SweepRow, wide: bool) -> dict[str, str]:
     cells = {
         "conc": str(row.conc) if row.rate is None else f"{row.rate:g}/s",  # a rate rung: its rate
@@ -50,6 +64,8 @@ def _sweep_cells(row: SweepRow, wide: bool) -> dict[str, str]:
         "ttft_p50_ms": fmt_num(row.ttft_p50_ms),
         "failures": str(row.failures),
     }
+    share = cache_share(row)
+    cells[CACHE_COLUMN] = fmt_num(None if share is None else 100.0 * share)
     if wide:
         cells |= {
             "rung": rung_name(row.rung, row.conc),
@@ -109,6 +125,7 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
                 "generator: free the machine, more --processes would not help"
             )
     notes += _uncertainty_notes(rows)
+    notes += server_notes(rows)
     notes += _input_notes(rows)
     notes += _output_notes(rows)
     opened = [r for r in rows if r.new_connections is not None]
@@ -124,6 +141,41 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
                 f"{rung_name(r.rung, r.conc)}: {r.failures} of {r.requests} requests failed ({kinds}); "
                 f"their {r.partial_tokens} partial tokens are not counted"
             )
+    return notes
+
+
+def server_notes(rows: Sequence[SweepRow]) -> list[str]:
+    """What the server's side says about the rungs, when it needs acting on: the prefix cache
+    served more than any prompt of the run shares (the server saw these prompts before), requests
+    queued behind the server's batch limit, the KV cache neared full."""
+    notes = []
+    over = [(r, r.cache) for r in rows if r.cache and r.cache.get("over_shared")]
+    if over:
+        notes.append(
+            "the prefix cache served more prompt tokens than the run's prompts share ("
+            + ", ".join(
+                f"{rung_name(r.rung, r.conc)}: {c['over_shared']} of {c['requests']} requests"
+                for r, c in over
+            )
+            + "): the server had seen these prompts, likely from an earlier run with the same seed; "
+            "rerun with another seed, restart the server or flush its prefix cache"
+        )
+    waited = [(r, w) for r in rows if (w := (r.server or {}).get("waiting") or 0.0) >= WAITING_MIN]
+    if waited:
+        notes.append(
+            "requests waited in the server's queue ("
+            + ", ".join(f"{rung_name(r.rung, r.conc)}: {w:.1f} waiting on average" for r, w in waited)
+            + "): those rungs exceed the server's running batch (vLLM --max-num-seqs, SGLang "
+            "--max-running-requests, llama.cpp --parallel): their TTFT includes the queue"
+        )
+    full = [(r, kv) for r in rows if (kv := (r.server or {}).get("kv_usage") or 0.0) >= KV_FULL]
+    if full:
+        notes.append(
+            "the server's KV cache neared full ("
+            + ", ".join(f"{rung_name(r.rung, r.conc)}: {100 * kv:.0f} %" for r, kv in full)
+            + "): requests may be preempted or queued; give the server more KV memory "
+            "(vLLM --gpu-memory-utilization) or read those rungs as overload"
+        )
     return notes
 
 
@@ -320,6 +372,8 @@ def _csv_row(
             out |= {f"{name}_{k}_ms": v for k, v in cells.items()}
         out |= dict(zip(RATE_COLUMNS[1:], _rate_cells(m)[1:], strict=True))
         out["itl_per_chunk"] = str(m.itl_per_chunk)
+    server = row.server or {}
+    out |= {f"server_{k}": "" if server.get(k) is None else f"{server[k]:.4g}" for k in _SERVER_KEYS}
     return out
 
 
@@ -361,13 +415,33 @@ def render(
         return buf.getvalue().rstrip("\n")
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
-    header = CORE_COLUMNS + (WIDE_COLUMNS if wide else ())
+    core = list(CORE_COLUMNS)
+    if any(cache_share(r) is not None for r in rows):
+        core.insert(-1, CACHE_COLUMN)
+    header = (*core, *(WIDE_COLUMNS if wide else ()))
     cells = _with_missing(list(zip([r.rung for r in rows], _marked(rows, wide), strict=True)), missing, wide)
     table = _grid(header, [[c[h] for h in header] for c in cells], fmt)
     parts = ["\n".join([table, *sweep_notes(rows), *missing_notes(missing), *notes])]
     if metrics is not None:
         parts.append(render_metrics(metrics, fmt, percentiles))
+        if any(r.server for r in rows):
+            parts.append(_grid(SERVER_VIEW_COLUMNS, [_server_cells(r) for r in rows if r.server], fmt))
     return "\n\n".join(parts)
+
+
+# the server's view of each rung (`--metrics`): means over the rung's scrapes, the counters' deltas
+SERVER_VIEW_COLUMNS = ("rung", "srv_running", "srv_waiting", "kv_usage_%", "accept_len", "srv_cache_%")
+_SERVER_KEYS = ("running", "waiting", "kv_usage", "accept_len", "cache_share")
+
+
+def _server_cells(row: SweepRow) -> list[str]:
+    server = row.server or {}
+    percent = {"kv_usage", "cache_share"}
+    values = [server.get(k) for k in _SERVER_KEYS]
+    return [rung_name(row.rung, row.conc)] + [
+        fmt_num(None if v is None else (100.0 * v if k in percent else v), 2)
+        for k, v in zip(_SERVER_KEYS, values, strict=True)
+    ]
 
 
 # --- rungs without a record (issue 13): a stopped run never looks shorter than its ladder ----------

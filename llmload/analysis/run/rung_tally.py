@@ -250,6 +250,8 @@ class RungTally:
     trace_late_ms: array[float] = field(default_factory=_floats)  # trace replay: lateness per request
     new_connections: int | None = None  # None until a record says whether it reused a connection
     sessions: bool = False  # a record carries a session turn
+    cached: array[float] = field(default_factory=_floats)  # completed, cache reported: cached tokens
+    cached_of: array[float] = field(default_factory=_floats)  # and their prompt tokens
 
     def __post_init__(self) -> None:
         for name in LATENCY_NAMES:
@@ -301,6 +303,9 @@ class RungTally:
             self.prompt_known = False
         else:
             self.prompt_tokens += rec.prompt_tokens
+            if rec.cached_tokens is not None:
+                self.cached.append(rec.cached_tokens)
+                self.cached_of.append(rec.prompt_tokens)
         if e2e > 0:
             self.rates.append(rec.output_tokens / e2e)
         found = {}
@@ -388,6 +393,8 @@ class RungTally:
             (self.e2e, other.e2e),
             (self.read_delays_ms, other.read_delays_ms),
             (self.trace_late_ms, other.trace_late_ms),
+            (self.cached, other.cached),
+            (self.cached_of, other.cached_of),
             *((self.values[name], other.values[name]) for name in LATENCY_NAMES),
         ):
             mine.extend(theirs)
@@ -403,6 +410,27 @@ class RungTally:
         if other.new_connections is not None:
             self.new_connections = (self.new_connections or 0) + other.new_connections
         self.sessions = self.sessions or other.sessions
+
+    def cache(self, shared: SharedPrefix | None = None) -> dict[str, Any] | None:
+        """The prefix cache's share of the rung's prompts, from the requests whose usage said
+        (`cached_tokens`: `usage.prompt_tokens_details.cached_tokens` or llama.cpp's `cache_n`):
+        requests, cached and prompt tokens, share = cached / prompt tokens; with the run's
+        `shared` prefix bound, `over_shared`: requests served more than any prompt of the run
+        shares with another (`SharedPrefix`), None without a bound. None when no request said."""
+        if not self.cached:
+            return None
+        cached, prompt = math.fsum(self.cached), math.fsum(self.cached_of)
+        over = None
+        if shared is not None:
+            over = sum(c > shared.bound(p) for c, p in zip(self.cached, self.cached_of, strict=True))
+        return {
+            "requests": len(self.cached),
+            "cached_tokens": int(cached),
+            "prompt_tokens": int(prompt),
+            "share": cached / prompt if prompt else 0.0,
+            "over_shared": over,
+            "shared_tokens_max": None if shared is None else shared.describe(),
+        }
 
     def itl_counts(self) -> Counter[float]:
         """The pooled ITL values (ms) -> how many (`metrics.itl_ms`)."""
@@ -440,6 +468,38 @@ class RungTally:
             input_tokens=summarize_counts(cast("Mapping[float, int]", self.counts.inputs.sent), percentiles),
             wall_s=self.wall_s,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPrefix:
+    """How many prompt tokens a request of the run may share with another (so a prefix cache may
+    serve them in a run that repeats no prompt): `tokens` of every prompt (synthetic prompts: the
+    calibrated overhead, BOS and chat template, plus the shared prefix's words), or all but the
+    `distinct_words` of a tagged `prompt` (each word is at least one token)."""
+
+    tokens: int | None = None
+    distinct_words: int | None = None
+
+    def bound(self, prompt_tokens: float) -> float:
+        if self.tokens is not None:
+            return self.tokens
+        return prompt_tokens - (self.distinct_words or 0)
+
+    def describe(self) -> str:
+        if self.tokens is not None:
+            return str(self.tokens)
+        return f"prompt_tokens - {self.distinct_words}"
+
+    @classmethod
+    def of(cls, info: Mapping[str, Any] | None) -> SharedPrefix | None:
+        """From a run file's `prompts` (None: the run repeats prompts on purpose, or is older)."""
+        prompts = (info or {}).get("prompts")
+        if not isinstance(prompts, dict):
+            return None
+        tokens, words = prompts.get("shared_tokens"), prompts.get("distinct_words")
+        if type(tokens) is int:
+            return cls(tokens=tokens)
+        return cls(distinct_words=words) if type(words) is int else None
 
 
 SAFE_MAGNITUDE = 1e300  # no sum of a million such values overflows a float

@@ -28,6 +28,10 @@ Definitions (per rung):
   per user plus the reconnects; None when the records do not say (older runs).
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.run.health),
   filled in by post-processing when the run has a health file.
+- cache: the prefix cache's share of the rung's prompt tokens, from the completed requests whose
+  usage said how many it served (`RungTally.cache`); None when none said.
+- server: the server's own figures of the rung (llmload.analysis.run.server_metrics: running,
+  waiting, KV usage, acceptance, its cache counters), filled in when the run scraped /metrics.
 """
 
 from __future__ import annotations
@@ -96,6 +100,8 @@ class SweepRow:
     )
     rate: float | None = None  # rate mode: the rung's target request rate (its users are client slots)
     output_tokens: dict[str, Any] | None = None  # the same of output lengths, + client_counted
+    cache: dict[str, Any] | None = None  # prefix cache share of the prompts (RungTally.cache)
+    server: dict[str, Any] | None = None  # the server's figures (ServerRungMetrics.as_dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,8 @@ def begin_run(runner: Any, record_hooks: list[RecordHook], errors: RunErrors, pa
     )
     prompt_words, prompt_vocab, prompt_overhead = prepare_workload(env, config, model, ctx)
     files = RunFiles.of_records(path)
-    prompts = len(workload_for(config, prompt_words, prompt_vocab).pool)
+    workload = workload_for(config, prompt_words, prompt_vocab)
+    prompts = len(workload.pool) if not workload.distinct else max(len(workload.pool), config.most_users)
     run_id = new_run_id()  # the stages carry it to the users, whose records carry it
     stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, prompt_overhead, run_id)
     protocol = StageProtocol(stages, duration=config.duration, stall_limit=stall_limit(config))
@@ -80,6 +81,8 @@ def begin_run(runner: Any, record_hooks: list[RecordHook], errors: RunErrors, pa
     state = RunState(
         config, env.host, model, writer, files, stages, protocol, reconciler, errors, run_id=run_id
     )
+    repeats = config.mode == "trace" or config.sessions is not None  # their prompts share on purpose
+    state.prompts = None if repeats else workload.shared_prefix(prompt_overhead)
     errors.attach(state.write_run_file)
     state.workload = {
         "prompt_words": prompt_words,

@@ -203,6 +203,8 @@ class Workload:
         self.prefix = ""
         self.vocab: tuple[str, ...] | None = None  # synthetic prompts: the words (and tag words)
         self.longest: tuple[int, int] | None = None  # drawn lengths: the longest's tokens, body words
+        self.shared_words = 0  # synthetic prompts: words of the shared prefix after the anchor
+        self.fixed_words = len(config.prompt.split())  # words of `prompt`
         if config.prompt_file is not None:
             pool = load_prompt_file(config.prompt_file, config.prompt_format)
             rng.shuffle(pool)
@@ -212,6 +214,7 @@ class Workload:
             words = prompt_words or lengths.high  # of the longest prompt, after the anchor, tag included
             # the prefix all prompts share is a share of the shortest one
             shared = round((words - (lengths.high - lengths.low)) * config.shared_prefix_ratio)
+            self.shared_words = shared
             body = max(1, words - shared - (TAG_WORDS if config.tagged_prompts else 0))
             self.prefix = " ".join([ANCHOR, *(rng.choice(self.vocab) for _ in range(shared))]) + " "
             self.longest = None if lengths.fixed is not None else (lengths.high, body)
@@ -224,6 +227,18 @@ class Workload:
         else:
             pool = [config.prompt]
         self.pool = pool
+
+    def shared_prefix(self, overhead: int | None) -> dict[str, int] | None:
+        """What a prompt of this workload may share with another of the run, for the run file
+        (llmload.analysis.run.rung_tally.SharedPrefix): a synthetic prompt's `shared_tokens`
+        (`overhead`: BOS, chat template and anchor, plus the shared words), or the `distinct_words`
+        of a tagged `prompt` (its tag and words); None when prompts repeat (a prompt file, or
+        `distinct_prompts: false`)."""
+        if not (self.unique or self.distinct):
+            return None
+        if self.vocab is not None:
+            return None if overhead is None else {"shared_tokens": overhead + self.shared_words}
+        return {"distinct_words": (1 if self.unique else TAG_WORDS) + self.fixed_words}
 
     def prompt(self, index: int, request_id: str, tokens: int | None = None, key: str = "") -> str:
         """Prompt `index` of the place `key` (module docstring); with drawn lengths, cut to
