@@ -355,6 +355,14 @@ def render_metrics(
     slo = metrics[0].slo if metrics else {}
     if slo:
         parts.append("goodput SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in slo.items()))
+    per_chunk = [rung_name(m.rung, m.conc) for m in metrics if m.itl_per_chunk]
+    if per_chunk:
+        parts.append(
+            f"itl (per chunk) on {', '.join(per_chunk)}: the server put several tokens in a chunk and "
+            "sent no usage per chunk, so chunk counts are a lower bound (an empty closing chunk may "
+            "hold a token); a server that honours stream_options.continuous_usage_stats "
+            "(continuous_usage) gives ITL per token"
+        )
     return "\n\n".join(parts)
 
 

@@ -375,6 +375,7 @@ class RungTally:
             new_connections=self.new_connections,
             timing_uncertainty=self.uncertainty.summary(),
             rate=self.rate,
+            chunks_lower_bound=self.itl_per_chunk,
         )
 
     def merge(self, other: RungTally) -> None:

@@ -28,6 +28,9 @@ Definitions (per rung):
   per user plus the reconnects; None when the records do not say (older runs).
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.run.health),
   filled in by post-processing when the run has a health file.
+- chunks_lower_bound: some completed request had more tokens than chunks and no usage per chunk:
+  a closing chunk of empty text may then hold a token the client cannot tell from a closing
+  message, so the rung's chunk counts (and its per-chunk ITL) are a lower bound.
 - cache: the prefix cache's share of the rung's prompt tokens, from the completed requests whose
   usage said how many it served (`RungTally.cache`); None when none said.
 - server: the server's own figures of the rung (llmload.analysis.run.server_metrics: running,
@@ -100,6 +103,7 @@ class SweepRow:
     )
     rate: float | None = None  # rate mode: the rung's target request rate (its users are client slots)
     output_tokens: dict[str, Any] | None = None  # the same of output lengths, + client_counted
+    chunks_lower_bound: bool = False  # multi-token chunks without per-chunk usage
     cache: dict[str, Any] | None = None  # prefix cache share of the prompts (RungTally.cache)
     server: dict[str, Any] | None = None  # the server's figures (ServerRungMetrics.as_dict)
 

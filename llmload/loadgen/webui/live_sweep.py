@@ -35,6 +35,7 @@ SAMPLE_S = 2.0  # Locust's own pages poll every 2 s
 def tab_cells(tally: RungTally, *, state: str, now_tok_s: float | None) -> dict[str, str]:
     """The Tokens tab's row: display strings rounded as `llmload table` rounds them."""
     row = tally.row()
+    cache = tally.cache()
     return {
         "rung": rung_name(row.rung, row.conc),
         "users": str(row.conc),
@@ -47,6 +48,7 @@ def tab_cells(tally: RungTally, *, state: str, now_tok_s: float | None) -> dict[
         "tokens": str(row.tokens),
         "requests": str(row.requests),
         "failures": str(row.failures),
+        "cache_pct": fmt_num(None if cache is None else 100.0 * cache["share"]),
         "now_tok_s": "" if now_tok_s is None else fmt_num(now_tok_s),
     }
 

@@ -43,11 +43,13 @@ synthetic prompts, built once per process (`workload_for`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import http.client
 import json
 import random
 import ssl
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -138,15 +140,37 @@ def _count_tokenize(host: str, model: str, chat: bool, text: str, headers: dict[
         return len(_post_json(host + "/tokenize", {"content": text}, headers, ctx)["tokens"])
 
 
-def _count_usage(host: str, model: str, chat: bool, text: str, headers: dict[str, str], ctx: Any) -> int:
-    """Tokens of `text` as usage.prompt_tokens of a one-token request."""
+def _count_usage(
+    host: str,
+    model: str,
+    chat: bool,
+    text: str,
+    headers: dict[str, str],
+    ctx: Any,
+    sent: list[dict[str, Any]] | None = None,
+) -> int:
+    """Tokens of `text` as usage.prompt_tokens of a one-token request (appended to `sent`: the
+    run records it, phase "calibration")."""
     body: dict[str, Any] = {"model": model, "max_tokens": 1, "stream": False, "temperature": 0}
     body |= {"messages": [{"role": "user", "content": text}]} if chat else {"prompt": text}
-    return int(
-        _post_json(host + endpoint_path("chat" if chat else "completions"), body, headers, ctx)["usage"][
-            "prompt_tokens"
+    t_start, usage = time.time(), None
+    try:
+        usage = _post_json(host + endpoint_path("chat" if chat else "completions"), body, headers, ctx)[
+            "usage"
         ]
-    )
+        return int(usage["prompt_tokens"])
+    finally:
+        if sent is not None:
+            sent.append(
+                {
+                    "endpoint": "chat" if chat else "completions",
+                    "t_start": t_start,
+                    "t_end": time.time(),
+                    "usage": usage if isinstance(usage, dict) else None,
+                    "max_tokens": 1,
+                    "stream": False,
+                }
+            )
 
 
 # an HTTP-level failure (not HTTP, cut short) is one more way a counting method is not there
@@ -154,13 +178,19 @@ _COUNT_ERRORS = (urllib.error.URLError, OSError, http.client.HTTPException, Valu
 
 
 def calibrate(
-    host: str, model: str, endpoint: str, headers: dict[str, str], context: ssl.SSLContext | None = None
+    host: str,
+    model: str,
+    endpoint: str,
+    headers: dict[str, str],
+    context: ssl.SSLContext | None = None,
+    sent: list[dict[str, Any]] | None = None,
 ) -> Calibration:
     """Find the words that cost one token on the server, and the overhead of every prompt (see
-    the module docstring)."""
+    the module docstring); the generation requests it sends are appended to `sent`."""
     host = host.rstrip("/")
     chat = endpoint == "chat"
-    for method, count in (("tokenize", _count_tokenize), ("usage", _count_usage)):
+    usage_count = functools.partial(_count_usage, sent=sent)
+    for method, count in (("tokenize", _count_tokenize), ("usage", usage_count)):
         try:
             base = count(host, model, chat, ANCHOR, headers, context)
             vocab = tuple(
@@ -177,7 +207,7 @@ def calibrate(
             )
         words = vocab[:OVERHEAD_PROBE_WORDS]
         probe = " ".join([ANCHOR, *words])  # costs overhead (the anchor's cost included) + len(words)
-        for overhead_method, measure in (("usage", _count_usage), ("tokenize", count)):
+        for overhead_method, measure in (("usage", usage_count), ("tokenize", count)):
             try:
                 overhead = measure(host, model, chat, probe, headers, context) - len(words)
             except _COUNT_ERRORS:
