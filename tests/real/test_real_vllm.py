@@ -31,6 +31,7 @@ from fixtures.real_runs import sweep_ladder
 
 from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.postprocess import load_run
+from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
 from llmload.core.prometheus_text import scrape_metrics
 
@@ -124,3 +125,28 @@ def test_tokens_chunks_and_itl_against_vllm(tmp_path, prompt):
     assert result.metrics is not None
     if one_token_a_chunk:
         assert not any(m.itl_per_chunk for m in result.metrics)
+
+
+@pytest.mark.parametrize(("ratio", "share"), [(0.0, 0.0), (0.5, 0.5)], ids=["distinct", "half-shared"])
+def test_the_prefix_cache_per_rung_against_vllm(tmp_path, ratio, share):
+    """vLLM caches prefixes by default: synthetic prompts get no cached tokens beyond the asked
+    shared prefix (within one block: start the server with `--enable-prompt-tokens-details
+    --block-size 16`, as `make vllm-server` does), and its own counters per rung
+    (`prefix_cache_hits`) equal the records' cached tokens. A second run with the same seed would
+    find them cached: this one uses a seed of its own."""
+    ladder = tmp_path / "ladder.yaml"
+    seed = int.from_bytes(os.urandom(3), "big")  # prompts this server has not seen
+    ladder.write_text(
+        f"rungs: [1, 2]\nrequests_per_user: 2\nmax_tokens: 8\nprompt_tokens: 256\n"
+        f"shared_prefix_ratio: {ratio}\nseed: {seed}\n"
+    )
+    run = run_sweep(host=URL, run_dir=tmp_path / "run", locust_args=["--ladder", str(ladder)], timeout=600)
+    assert run.returncode == 0, run.log.read_text()[-3000:]
+    result = load_run(run.prefix)
+    assert result.server is not None and result.server.family == "vllm"
+    for row in result.rows:
+        cache = row.cache
+        assert cache is not None and cache["requests"] == row.requests, "no cached_tokens: restart vLLM"
+        assert cache["over_shared"] == 0
+        assert abs(cache["share"] - share) <= 16 / 256
+        assert row.server is not None and row.server["cache_hits"] == cache["cached_tokens"]
