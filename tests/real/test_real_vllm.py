@@ -131,7 +131,7 @@ def test_tokens_chunks_and_itl_against_vllm(tmp_path, prompt):
 def test_the_prefix_cache_per_rung_against_vllm(tmp_path, ratio, share):
     """vLLM caches prefixes by default: synthetic prompts get no cached tokens beyond the asked
     shared prefix (within one block: start the server with `--enable-prompt-tokens-details
-    --block-size 16`, as `make vllm-server` does), and its own counters per rung
+    --block-size 32`, as `make vllm-server` does), and its own counters per rung
     (`prefix_cache_hits`) equal the records' cached tokens. A second run with the same seed would
     find them cached: this one uses a seed of its own."""
     ladder = tmp_path / "ladder.yaml"
@@ -148,5 +148,5 @@ def test_the_prefix_cache_per_rung_against_vllm(tmp_path, ratio, share):
         cache = row.cache
         assert cache is not None and cache["requests"] == row.requests, "no cached_tokens: restart vLLM"
         assert cache["over_shared"] == 0
-        assert abs(cache["share"] - share) <= 16 / 256
+        assert abs(cache["share"] - share) <= 32 / 256  # one block
         assert row.server is not None and row.server["cache_hits"] == cache["cached_tokens"]
