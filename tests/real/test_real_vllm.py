@@ -22,6 +22,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -111,7 +112,10 @@ def test_tokens_chunks_and_itl_against_vllm(tmp_path, prompt):
     after = generated_tokens()
     records, skipped = read_records(run.records)
     assert not skipped and records
-    assert sum(r.output_tokens for r in records) == after - before  # the server's own count
+    probe, _ = read_records(Path(f"{run.prefix}_calibration.jsonl"))  # the per-chunk usage probe
+    assert [r.phase for r in probe] == ["calibration"]
+    assert sum(r.output_tokens for r in [*probe, *records]) == after - before  # the server's own count
+    assert all(r.chunk_tokens is not None for r in records)  # vLLM honours per-chunk usage: asked
     one_token_a_chunk = all(c == 1 for c in counts)
     for rec in records:
         assert rec.ok and not rec.tokens_estimated, (rec.outcome, rec.error)

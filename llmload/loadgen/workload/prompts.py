@@ -261,14 +261,15 @@ class Workload:
     def shared_prefix(self, overhead: int | None) -> dict[str, int] | None:
         """What a prompt of this workload may share with another of the run, for the run file
         (llmload.analysis.run.rung_tally.SharedPrefix): a synthetic prompt's `shared_tokens`
-        (`overhead`: BOS, chat template and anchor, plus the shared words), or the `distinct_words`
-        of a tagged `prompt` (its tag and words); None when prompts repeat (a prompt file, or
-        `distinct_prompts: false`)."""
+        (`overhead`: BOS, chat template and anchor, plus the shared words, plus the tag's words,
+        which two requests' tags may share by chance: a token-level cache like llama.cpp's then
+        reuses them), or the `distinct_words` of a tagged `prompt` (its own words, after the tag);
+        None when prompts repeat (a prompt file, or `distinct_prompts: false`)."""
         if not (self.unique or self.distinct):
             return None
         if self.vocab is not None:
-            return None if overhead is None else {"shared_tokens": overhead + self.shared_words}
-        return {"distinct_words": (1 if self.unique else TAG_WORDS) + self.fixed_words}
+            return None if overhead is None else {"shared_tokens": overhead + self.shared_words + TAG_WORDS}
+        return {"distinct_words": self.fixed_words}
 
     def prompt(self, index: int, request_id: str, tokens: int | None = None, key: str = "") -> str:
         """Prompt `index` of the place `key` (module docstring); with drawn lengths, cut to
