@@ -104,6 +104,7 @@ def test_tokens_chunks_and_itl_against_vllm(tmp_path, prompt):
         "rungs": [1, 2],
         "max_tokens": MAX_TOKENS,
         "prompt": prompt,
+        "distinct_prompts": False,  # the prompt as written: its chunks were read above
         "requests_per_user": 2,
         "warmup_requests": 0,
     }
