@@ -150,7 +150,7 @@ def calibration_record(request: dict[str, Any], number: int, run_id: str) -> Req
     counters count it, so the records do too."""
     usage = request["usage"] if isinstance(request["usage"], dict) else {}
     return new_record(
-        request_id=f"calibration-{number}",
+        request_id=request.get("id") or f"calibration-{number}",
         rung=WARMUP_RUNG,
         users=1,
         phase=CALIBRATION_PHASE,

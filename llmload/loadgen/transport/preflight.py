@@ -139,10 +139,11 @@ def probe_continuous_usage(
     }
     body |= {"messages": [{"role": "user", "content": "Hello"}]} if chat else {"prompt": "Hello"}
     path = "/v1/chat/completions" if chat else "/v1/completions"
+    request_id = f"calibration-{len(sent or ())}"  # its record's id (llmload.loadgen.run.run_start)
     req = urllib.request.Request(
         host.rstrip("/") + path,
         data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", **headers},
+        headers={"Content-Type": "application/json", "X-Request-Id": request_id, **headers},
     )
     honoured, usage, t_start = False, None, time.time()
     try:

@@ -154,15 +154,16 @@ def _count_usage(
     body: dict[str, Any] = {"model": model, "max_tokens": 1, "stream": False, "temperature": 0}
     body |= {"messages": [{"role": "user", "content": text}]} if chat else {"prompt": text}
     t_start, usage = time.time(), None
+    request_id = f"calibration-{len(sent or ())}"  # its record's id (llmload.loadgen.run.run_start)
+    path = host + endpoint_path("chat" if chat else "completions")
     try:
-        usage = _post_json(host + endpoint_path("chat" if chat else "completions"), body, headers, ctx)[
-            "usage"
-        ]
+        usage = _post_json(path, body, {**headers, "X-Request-Id": request_id}, ctx)["usage"]
         return int(usage["prompt_tokens"])
     finally:
         if sent is not None:
             sent.append(
                 {
+                    "id": request_id,
                     "endpoint": "chat" if chat else "completions",
                     "t_start": t_start,
                     "t_end": time.time(),
