@@ -1,8 +1,9 @@
 """What runs inside Locust, in rooms by job (their order is an import-linter contract, "loadgen
 rooms"; docs/architecture.md):
 
-- `plugin` (with `options`, `locust_args`, `argparse_adapter` and `shutdown` beside it): hooks
-  llmload into Locust: its options, messages, monitors, web UI and how a process ends.
+- `plugin` (with `options`, `locust_args`, `argparse_adapter`, `shutdown` and `csv_watch` beside
+  it): hooks llmload into Locust: its options, messages, monitors, web UI, how a process ends,
+  and Locust's own CSVs that cannot be written stopping the run.
 - `webui/`, `monitor/`: what watches a run: the web UI's Tokens tab and charts; the generator's
   health, the server's `/metrics`, a soak's verdict.
 - `request/`: a Locust user and its requests (retries, the record).
