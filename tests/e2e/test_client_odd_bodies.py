@@ -5,12 +5,11 @@ real client (`send_request`, stream false)."""
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fixtures.canned_http import canned_server
 from geventhttpclient import HTTPClient
 
 from llmload.core.config import SweepConfig
@@ -19,7 +18,6 @@ from llmload.core.files.records import RequestRecord
 from llmload.loadgen.request.client import RequestContext, send_request
 from llmload.loadgen.transport.exchange import Transport
 from llmload.loadgen.workload.payload import COMPLETIONS_PATH, build_payload
-from llmload.servers.process import LOOPBACK
 
 BODIES = {
     "choices-a-string": ({"choices": "x"}, "bad_response"),
@@ -36,25 +34,8 @@ BODIES = {
 
 @pytest.fixture(scope="module")
 def odd_server() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = json.dumps(BODIES[self.headers["X-Case"]][0]).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://{LOOPBACK}:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with canned_server(lambda case: json.dumps(BODIES[case][0]).encode(), "application/json") as url:
+        yield url
 
 
 @pytest.mark.parametrize("case", sorted(BODIES))

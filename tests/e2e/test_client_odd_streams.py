@@ -8,12 +8,11 @@ client, with both stream readers (the hub's StreamReader, and line by line as fo
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fixtures.canned_http import canned_server
 from geventhttpclient import HTTPClient
 
 from llmload.core.config import SweepConfig
@@ -23,7 +22,6 @@ from llmload.loadgen.request.client import BAD_USAGE, NO_FINISH, RequestContext,
 from llmload.loadgen.transport.exchange import Transport
 from llmload.loadgen.transport.receive_stamps import stamp_receive_times
 from llmload.loadgen.workload.payload import COMPLETIONS_PATH, build_payload
-from llmload.servers.process import LOOPBACK
 
 MAX_TOKENS = 4
 
@@ -48,31 +46,15 @@ STREAMS = {
 }
 
 
+def _sse(case: str) -> bytes:
+    body = b"".join(b"data: " + json.dumps(m).encode() + b"\n\n" for m in STREAMS[case][0])
+    return body + b"data: [DONE]\n\n"
+
+
 @pytest.fixture(scope="module")
 def stream_server() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-            self.rfile.read(int(self.headers["Content-Length"]))
-            messages = STREAMS[self.headers["X-Case"]][0]
-            body = b"".join(b"data: " + json.dumps(m).encode() + b"\n\n" for m in messages)
-            body += b"data: [DONE]\n\n"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://{LOOPBACK}:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with canned_server(_sse, "text/event-stream", http11=True) as url:
+        yield url
 
 
 @pytest.mark.parametrize("reader", ["stream_reader", "line_by_line"])
