@@ -13,23 +13,21 @@ Short runs: steps of 10-30 ms, 48-64 tokens, two requests per user, no warm-up."
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from statistics import median
 from typing import Any
 
 import pytest
-import yaml
 from fixtures.fuzzing import examples
+from fixtures.twin_runs import sweep as run_ladder
+from fixtures.twin_runs import twin
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from llmload.analysis.budget import CostModel, budget_rows, load_points
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.twin.replay import MIN_SPREAD
-from llmload.cli.sweep_run import SweepRun, run_sweep
+from llmload.cli.sweep_run import SweepRun
 from llmload.sim.truth import load_truth
 
 LADDER: dict[str, Any] = {
@@ -42,25 +40,7 @@ LIMITED = {"base_ms": 20.0, "per_seq_ms": 1.5, "accept_len": 3.0, "max_num_seqs"
 
 
 def sweep(folder: Path, sim: dict[str, Any], **ladder: Any) -> SweepRun:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "ladder.yaml"
-    path.write_text(yaml.safe_dump({**LADDER, **ladder}))
-    run = run_sweep(run_dir=folder / "run", locust_args=["--ladder", str(path)], sim=sim, timeout=300)
-    assert run.returncode == 0, run.log.read_text()[-3000:]
-    return run
-
-
-def twin(run: SweepRun, folder: Path, *flags: str) -> tuple[int, dict[str, Any], str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "llmload", "twin", str(run.prefix), "--run-dir", str(folder)]
-        + ["--format", "json", *flags],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {}, proc.stderr
+    return run_ladder(folder, sim, {**LADDER, **ladder})
 
 
 @pytest.fixture(scope="module")

@@ -9,17 +9,16 @@ Each run is short (64 tokens, two requests per user, rungs 1,2,4,8): a sweep tak
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from fixtures.twin_runs import sweep as run_ladder
+from fixtures.twin_runs import twin
 
 from llmload.analysis.twin.replay import TOLERANCES_PCT, TTFT_FLOOR_MS
-from llmload.cli.sweep_run import SweepRun, run_sweep
+from llmload.cli.sweep_run import SweepRun
 from llmload.cli.twin import fit_run, load_measured
 from llmload.sim.truth import load_truth
 
@@ -34,30 +33,12 @@ MODELS: dict[str, dict[str, Any]] = {
     "small": {"base_ms": 10.0, "per_seq_ms": 3.0, "accept_len": 2.0, "prefill_ms_per_token": 0.05},
     "limited": {"base_ms": 27.2, "per_seq_ms": 6.0, "accept_len": 4.5, "max_num_seqs": 3},
 }
-LLMLOAD = [sys.executable, "-m", "llmload"]
 # the default model's runs carry a goodput SLO: every request of rungs 1-4 meets it, few of rung 8's
 SLO = {"slo": {"e2el_ms": 950}}
 
 
 def sweep(folder: Path, sim: dict[str, Any], **ladder: Any) -> SweepRun:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "ladder.yaml"
-    path.write_text(yaml.safe_dump({**LADDER, **ladder}))
-    run = run_sweep(run_dir=folder / "run", locust_args=["--ladder", str(path)], sim=sim, timeout=300)
-    assert run.returncode == 0, run.log.read_text()[-3000:]
-    return run
-
-
-def twin(run: SweepRun, folder: Path, *flags: str) -> tuple[int, dict[str, Any], str]:
-    proc = subprocess.run(
-        [*LLMLOAD, "twin", str(run.prefix), "--run-dir", str(folder), "--format", "json", *flags],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {}, proc.stderr
+    return run_ladder(folder, sim, {**LADDER, **ladder})
 
 
 @pytest.fixture(scope="module")
