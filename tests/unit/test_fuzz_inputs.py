@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import yaml
 from fixtures.fuzzing import examples
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from llmload.analysis.run.locust_csv import (
@@ -655,8 +655,15 @@ def test_token_chunk_fast_path_agrees_with_the_full_parse():
     accumulator exactly as the full parse of every line does (feed), and raises the same error,
     whatever the texts and however the lines differ from the template; reads of any size."""
 
+    mixed = [  # a reasoning chunk under the other name between two of the template's (CI, stop 45)
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"0"},"finish_reason":null}]}',
+        b'data: {"choices":[{"index":0,"delta":{"reasoning":"0"},"finish_reason":"length"}]}',
+        b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"0"},"finish_reason":null}]}',
+    ]
+
     @FUZZ
     @given(templated_streams(), st.integers(1, 4), st.booleans())
+    @example((True, mixed), 1, False)
     def prop(stream: tuple[bool, list[bytes]], per_read: int, keep_text: bool) -> None:
         chat, lines = stream
 

@@ -71,7 +71,9 @@ _decode = json.JSONDecoder().raw_decode
 _STR_OR_NONE = (str, type(None))
 EXACT_SLACK_S = 0.0005  # a read whose messages arrived within this of its stamp times them all
 # the accumulator's caches of its fast path (feed_lines): the templates and what learns them
-TEMPLATE_SLOTS = ("_head", "_tail", "_tries", "_rhead", "_rtail", "_rtries", "_learning", "_kind")
+# (`_rfield`, the field the reasoning template is learned from, is last set by the full parse:
+# a reasoning chunk that takes the fast path leaves it as it was)
+TEMPLATE_SLOTS = ("_head", "_tail", "_tries", "_rhead", "_rtail", "_rtries", "_rfield", "_learning", "_kind")
 
 
 class MalformedStream(ValueError):
