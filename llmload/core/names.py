@@ -13,15 +13,25 @@ import re
 
 REQUEST_TYPE = "POST"
 WARMUP_RUNG = -1
+# a record's phase: only "measure" records make a rung's figures; the warm-up, the
+# greedy-determinism check's probes (one after each rung, at its concurrency, on prompts of their
+# own) and the requests that calibrated synthetic prompts or probed the server are recorded apart
+MEASURE_PHASE = "measure"
+WARMUP_PHASE = "warmup"
+DETERMINISM_PHASE = "determinism"
+CALIBRATION_PHASE = "calibration"
+PHASES = (MEASURE_PHASE, WARMUP_PHASE, DETERMINISM_PHASE, CALIBRATION_PHASE)
 
 _RUNG_RE = re.compile(r"^rung(?P<num>\d+) c(?P<users>\d+)$")
 
 
-def rung_name(rung: int, users: int) -> str:
-    """Entry name for rung index `rung` (0-based) at `users` concurrency: 'rung01 c4'."""
+def rung_name(rung: int, users: int, phase: str = MEASURE_PHASE) -> str:
+    """Entry name for rung index `rung` (0-based) at `users` concurrency: 'rung01 c4'; the
+    determinism probe after it: 'determinism rung01 c4'."""
     if rung == WARMUP_RUNG:
         return f"warmup c{users}"
-    return f"rung{rung + 1:02d} c{users}"
+    name = f"rung{rung + 1:02d} c{users}"
+    return name if phase == MEASURE_PHASE else f"{phase} {name}"
 
 
 def parse_rung_name(name: str) -> tuple[int, int] | None:

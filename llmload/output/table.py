@@ -46,6 +46,20 @@ def fmt_num(value: float | None, decimals: int = 1) -> str:
     return "-" if value is None else f"{value:.{decimals}f}"
 
 
+CACHE_COLUMN = "cache_%"  # shown when a rung's requests said what the prefix cache served
+WAITING_MIN = 0.5  # mean requests waiting in a rung's scrapes from which the sweep says they queued
+KV_FULL = 0.9  # KV-cache usage (mean over a rung's scrapes) from which the sweep says it neared full
+
+
+def cache_share(row: SweepRow) -> float | None:
+    """The rung's prefix-cache share of prompt tokens: the requests' own (usage), else the server's
+    counters'."""
+    if row.cache is not None:
+        return float(row.cache["share"])
+    share = (row.server or {}).get("cache_share")
+    return None if share is None else float(share)
+
+
 def _reasoned(rows: Sequence[SweepRow]) -> bool:
     """Whether some rung's requests reasoned (the table then has REASONING_COLUMNS)."""
     return any(r.reasoning and r.reasoning["requests"] for r in rows)
@@ -56,6 +70,8 @@ def _header(rows: Sequence[SweepRow], wide: bool) -> tuple[str, ...]:
     if _reasoned(rows):
         at = core.index("ttft_p50_ms") + 1
         core = (*core[:at], *REASONING_COLUMNS, *core[at:])
+    if any(cache_share(r) is not None for r in rows):
+        core = (*core[:-1], CACHE_COLUMN, core[-1])
     return core + (WIDE_COLUMNS if wide else ())
 
 
@@ -79,6 +95,8 @@ def _sweep_cells(row: SweepRow, wide: bool, reasoned: bool = False) -> dict[str,
         "failures": str(row.failures),
         **(_reasoning_cells(row) if reasoned else {}),
     }
+    share = cache_share(row)
+    cells[CACHE_COLUMN] = fmt_num(None if share is None else 100.0 * share)
     if wide:
         cells |= {
             "rung": rung_name(row.rung, row.conc),
@@ -140,6 +158,7 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
     notes += [waited_note(r) for r in rows if r.waited]
     notes += _uncertainty_notes(rows)
     notes += reasoning_notes(rows)
+    notes += server_notes(rows)
     notes += _input_notes(rows)
     notes += _output_notes(rows)
     opened = [r for r in rows if _connections_matter(r)]
@@ -222,6 +241,43 @@ def waited_note(r: SweepRow) -> str:
         f"too (TTFT); to measure the server, keep rungs at or below {most}, or raise its batch limit "
         "(vLLM --max-num-seqs, SGLang --max-running-requests, llama.cpp --parallel)"
     )
+
+
+def server_notes(rows: Sequence[SweepRow]) -> list[str]:
+    """What the server's side says about the rungs, when it needs acting on: the prefix cache
+    served more than any prompt of the run shares (the server saw these prompts before), requests
+    queued behind the server's batch limit, the KV cache neared full."""
+    notes = []
+    over = [(r, r.cache) for r in rows if r.cache and r.cache.get("over_shared")]
+    if over:
+        notes.append(
+            "the prefix cache served more prompt tokens than the run's prompts share ("
+            + ", ".join(
+                f"{rung_name(r.rung, r.conc)}: {c['over_shared']} of {c['requests']} requests"
+                for r, c in over
+            )
+            + "): the server had seen these prompts, likely from an earlier run with the same seed; "
+            "rerun with another seed, restart the server or flush its prefix cache"
+        )
+    waited = [  # a rung whose streams showed the wait has its own note (waited_note)
+        (r, w) for r in rows if not r.waited and (w := (r.server or {}).get("waiting") or 0.0) >= WAITING_MIN
+    ]
+    if waited:
+        notes.append(
+            "requests waited in the server's queue ("
+            + ", ".join(f"{rung_name(r.rung, r.conc)}: {w:.1f} waiting on average" for r, w in waited)
+            + "): those rungs exceed the server's running batch (vLLM --max-num-seqs, SGLang "
+            "--max-running-requests, llama.cpp --parallel): their TTFT includes the queue"
+        )
+    full = [(r, kv) for r in rows if (kv := (r.server or {}).get("kv_usage") or 0.0) >= KV_FULL]
+    if full:
+        notes.append(
+            "the server's KV cache neared full ("
+            + ", ".join(f"{rung_name(r.rung, r.conc)}: {100 * kv:.0f} %" for r, kv in full)
+            + "): requests may be preempted or queued; give the server more KV memory "
+            "(vLLM --gpu-memory-utilization) or read those rungs as overload"
+        )
+    return notes
 
 
 def _uncertainty_notes(rows: Sequence[SweepRow]) -> list[str]:
@@ -423,6 +479,14 @@ def render_metrics(
     slo = metrics[0].slo if metrics else {}
     if slo:
         parts.append("goodput SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in slo.items()))
+    per_chunk = [rung_name(m.rung, m.conc) for m in metrics if m.itl_per_chunk]
+    if per_chunk:
+        parts.append(
+            f"itl (per chunk) on {', '.join(per_chunk)}: the server put several tokens in a chunk and "
+            "sent no usage per chunk, so chunk counts are a lower bound (an empty closing chunk may "
+            "hold a token); a server that honours stream_options.continuous_usage_stats "
+            "(continuous_usage) gives ITL per token"
+        )
     return "\n\n".join(parts)
 
 
@@ -441,6 +505,8 @@ def _csv_row(
         out |= dict(zip(RATE_COLUMNS[1:], _rate_cells(m)[1:], strict=True))
         out |= dict(zip(REASONING_METRIC_COLUMNS[1:], _reasoning_metric_cells(m)[1:], strict=True))
         out["itl_per_chunk"] = str(m.itl_per_chunk)
+    server = row.server or {}
+    out |= {f"server_{k}": "" if server.get(k) is None else f"{server[k]:.4g}" for k in _SERVER_KEYS}
     return out
 
 
@@ -493,6 +559,8 @@ def render(
     parts = [table]
     if metrics is not None:
         parts.append(render_metrics(metrics, fmt, percentiles))
+        if any(r.server for r in rows):
+            parts.append(_grid(SERVER_VIEW_COLUMNS, [_server_cells(r) for r in rows if r.server], fmt))
     return "\n\n".join(parts)
 
 
@@ -502,6 +570,21 @@ def table_notes(
     """Every note of the sweep table, in the order printed under it (`sweep_notes`, the missing
     rungs', then `notes`): under the table in `table` output, on stderr in the others."""
     return [*sweep_notes(rows), *missing_notes(missing), *notes]
+
+
+# the server's view of each rung (`--metrics`): means over the rung's scrapes, the counters' deltas
+SERVER_VIEW_COLUMNS = ("rung", "srv_running", "srv_waiting", "kv_usage_%", "accept_len", "srv_cache_%")
+_SERVER_KEYS = ("running", "waiting", "kv_usage", "accept_len", "cache_share")
+
+
+def _server_cells(row: SweepRow) -> list[str]:
+    server = row.server or {}
+    percent = {"kv_usage", "cache_share"}
+    values = [server.get(k) for k in _SERVER_KEYS]
+    return [rung_name(row.rung, row.conc)] + [
+        fmt_num(None if v is None else (100.0 * v if k in percent else v), 2)
+        for k, v in zip(_SERVER_KEYS, values, strict=True)
+    ]
 
 
 # --- rungs without a record (issue 13): a stopped run never looks shorter than its ladder ----------

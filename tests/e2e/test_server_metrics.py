@@ -161,7 +161,10 @@ def test_server_tokens_equal_client_tokens_and_truth(scraped_run):
     truth, _ = load_truth(scraped_run.truth_log)
     true_tokens = sum(t["completion_tokens"] for t in truth.values())
     client_tokens = sum(r.output_tokens for r in records)  # warm-up included
-    assert server.run_generation_tokens == client_tokens == true_tokens
+    calibration, _ = read_records(Path(f"{scraped_run.prefix}_calibration.jsonl"))  # before the ladder
+    assert [r.phase for r in calibration] == ["calibration"]  # the per-chunk usage probe
+    assert server.run_generation_tokens == client_tokens
+    assert client_tokens + sum(r.output_tokens for r in calibration) == true_tokens
     assert [m.rung for m in server.rungs] == [-1, 0, 1]
     for m in server.rungs:  # every stage bracketed by boundary scrapes: exact per stage
         assert not m.overlap

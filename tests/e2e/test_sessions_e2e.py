@@ -96,24 +96,13 @@ def test_history_sent_equals_what_the_server_answered(run, request):
             assert b.prompt_tokens == a.prompt_tokens + a.output_tokens + 3 + 200 + 3
 
 
-def test_the_determinism_check_hashes_what_each_turn_sent(cached, capsys):
-    """The check is on (temperature 0): each turn's prompt hash is of the messages it sent, its own
-    session's history, so no turn is compared with another's text and nothing diverges."""
+def test_each_turn_is_hashed_by_what_it_sent(cached, capsys):
+    """At temperature 0 the records keep text hashes (`llmload compare` matches them); each turn's
+    prompt hash is of the messages it sent, its own session's history, so no two turns share one.
+    The greedy-determinism check runs on request (its own probes), so the table has no verdict."""
     records, _, prefix = cached
     assert all(r.text_hash is not None for r in records)
     assert len({r.prompt_hash for r in records}) == len(records)
     assert table.main([str(prefix), "--format", "json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert row["determinism"] == {
-        "checked": 12,
-        "compared": 0,
-        "differing": 0,
-        "share": 0.0,
-        "first_differing_median": None,
-        "unit": "token",
-        "references": [],
-        "session_turns": 12,
-        "reasoning_only": 0,
-    }
-    assert table.main([str(prefix), "--fail-on-divergence"]) == 0
-    assert "12 session turns hashed by the messages they sent" in capsys.readouterr().out
+    assert row["determinism"] is None

@@ -102,9 +102,9 @@ def test_calibration_against_the_server(sim_start, endpoint):
         "usage",
         5 if endpoint == "chat" else 2,
     )
-    assert cal.words_for(100, unique=False) == (95 if endpoint == "chat" else 98)
+    assert cal.words_for(100, tagged=False) == (95 if endpoint == "chat" else 98)
     with pytest.raises(ConfigError, match="'prompt_tokens' 6 is too short"):
-        cal.words_for(6, unique=True)
+        cal.words_for(6, tagged=True)
 
 
 def synthetic_run(tmp_path: Path, ladder: str, endpoint: str) -> tuple[SweepRun, list[RequestRecord]]:

@@ -7,6 +7,7 @@ A real `locust` process runs the ladder 1, 2, 4; the truth here is the server's 
 from __future__ import annotations
 
 import pytest
+from fixtures.real_runs import sent_tokens
 
 from llmload.analysis.run.postprocess import load_run
 from llmload.cli.sweep_run import run_sweep
@@ -50,8 +51,7 @@ def test_every_request_decodes_exactly_max_tokens(real_sweep):
 
 def test_tokens_counted_equal_the_servers_counter(real_sweep):
     run, predicted_delta = real_sweep
-    records, _ = read_records(run.records)
-    assert sum(r.output_tokens for r in records) == predicted_delta  # warm-up included
+    assert sent_tokens(run.records) == predicted_delta  # warm-up and the per-chunk usage probe included
 
 
 def test_sweep_table_on_the_real_model(real_sweep):
@@ -76,9 +76,7 @@ def test_chat_endpoint_on_the_real_server(llama_server, tmp_path):
     )
     assert run.returncode == 0, run.log.read_text()[-3000:]
     records, _ = read_records(run.records)
-    assert (
-        sum(r.output_tokens for r in records) == scrape_metrics(llama_server.metrics_url)[PREDICTED] - before
-    )
+    assert sent_tokens(run.records) == scrape_metrics(llama_server.metrics_url)[PREDICTED] - before
     for rec in records:
         assert rec.ok and rec.output_tokens == MAX_TOKENS and not rec.tokens_estimated
         assert rec.t_start < rec.t_first <= rec.t_first_content <= rec.t_end

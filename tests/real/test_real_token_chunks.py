@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from fixtures.real_runs import sweep_ladder
+from fixtures.real_runs import sent_tokens, sweep_ladder
 
 from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.postprocess import load_run
@@ -51,12 +51,13 @@ def test_tokens_chunks_and_itl_are_what_the_server_sent(llama_server, tmp_path, 
     content = [t for t in texts if t]
     assert texts[-1] == ""  # llama.cpp's closing chunk: finish_reason and usage, no text
     ladder = {"rungs": [1, 2], "max_tokens": MAX_TOKENS, "prompt": prompt, "requests_per_user": 2}
+    ladder["distinct_prompts"] = False  # the prompt as written: the stream read above is its stream
     before = scrape_metrics(llama_server.metrics_url)[PREDICTED]
     run = sweep_ladder(llama_server.url, tmp_path / "run", yaml.safe_dump(ladder))
     after = scrape_metrics(llama_server.metrics_url)[PREDICTED]
     records, skipped = read_records(run.records)
     assert not skipped and records
-    assert sum(r.output_tokens for r in records) == after - before  # the server's own count
+    assert sent_tokens(run.records) == after - before  # the server's own count (the probe's too)
     for rec in records:
         assert rec.ok and not rec.tokens_estimated, (rec.outcome, rec.error)
         assert rec.output_tokens == MAX_TOKENS

@@ -22,6 +22,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,6 +32,7 @@ from fixtures.real_runs import sweep_ladder
 
 from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.postprocess import load_run
+from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
 from llmload.core.prometheus_text import scrape_metrics
 
@@ -102,6 +104,7 @@ def test_tokens_chunks_and_itl_against_vllm(tmp_path, prompt):
         "rungs": [1, 2],
         "max_tokens": MAX_TOKENS,
         "prompt": prompt,
+        "distinct_prompts": False,  # the prompt as written: its chunks were read above
         "requests_per_user": 2,
         "warmup_requests": 0,
     }
@@ -110,7 +113,10 @@ def test_tokens_chunks_and_itl_against_vllm(tmp_path, prompt):
     after = generated_tokens()
     records, skipped = read_records(run.records)
     assert not skipped and records
-    assert sum(r.output_tokens for r in records) == after - before  # the server's own count
+    probe, _ = read_records(Path(f"{run.prefix}_calibration.jsonl"))  # the per-chunk usage probe
+    assert [r.phase for r in probe] == ["calibration"]
+    assert sum(r.output_tokens for r in [*probe, *records]) == after - before  # the server's own count
+    assert all(r.chunk_tokens is not None for r in records)  # vLLM honours per-chunk usage: asked
     one_token_a_chunk = all(c == 1 for c in counts)
     for rec in records:
         assert rec.ok and not rec.tokens_estimated, (rec.outcome, rec.error)
@@ -124,3 +130,28 @@ def test_tokens_chunks_and_itl_against_vllm(tmp_path, prompt):
     assert result.metrics is not None
     if one_token_a_chunk:
         assert not any(m.itl_per_chunk for m in result.metrics)
+
+
+@pytest.mark.parametrize(("ratio", "share"), [(0.0, 0.0), (0.5, 0.5)], ids=["distinct", "half-shared"])
+def test_the_prefix_cache_per_rung_against_vllm(tmp_path, ratio, share):
+    """vLLM caches prefixes by default: synthetic prompts get no cached tokens beyond the asked
+    shared prefix (within one block: start the server with `--enable-prompt-tokens-details
+    --block-size 32`, as `make vllm-server` does), and its own counters per rung
+    (`prefix_cache_hits`) equal the records' cached tokens. A second run with the same seed would
+    find them cached: this one uses a seed of its own."""
+    ladder = tmp_path / "ladder.yaml"
+    seed = int.from_bytes(os.urandom(3), "big")  # prompts this server has not seen
+    ladder.write_text(
+        f"rungs: [1, 2]\nrequests_per_user: 2\nmax_tokens: 8\nprompt_tokens: 256\n"
+        f"shared_prefix_ratio: {ratio}\nseed: {seed}\n"
+    )
+    run = run_sweep(host=URL, run_dir=tmp_path / "run", locust_args=["--ladder", str(ladder)], timeout=600)
+    assert run.returncode == 0, run.log.read_text()[-3000:]
+    result = load_run(run.prefix)
+    assert result.server is not None and result.server.family == "vllm"
+    for row in result.rows:
+        cache = row.cache
+        assert cache is not None and cache["requests"] == row.requests, "no cached_tokens: restart vLLM"
+        assert cache["over_shared"] == 0
+        assert abs(cache["share"] - share) <= 32 / 256  # one block
+        assert row.server is not None and row.server["cache_hits"] == cache["cached_tokens"]

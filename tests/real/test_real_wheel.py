@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fixtures.real_runs import sent_tokens
 
 from llmload.core.files.records import read_records
 from llmload.core.prometheus_text import scrape_metrics
@@ -33,4 +34,5 @@ def test_the_wheel_sweeps_the_real_server(llama_server, wheel_venv: Path, tmp_pa
     assert [line.split()[0] for line in proc.stdout.splitlines()[1:3]] == ["1", "2"]
     records, skipped = read_records(tmp_path / "reports" / "real" / "run_records.jsonl")
     assert not skipped and all(r.ok for r in records)
-    assert sum(r.output_tokens for r in records) == after - before  # warm-up included: all decoded
+    # warm-up and the per-chunk usage probe (run_calibration.jsonl) included: all decoded
+    assert sent_tokens(tmp_path / "reports" / "real" / "run_records.jsonl") == after - before

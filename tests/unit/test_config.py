@@ -39,6 +39,8 @@ def test_shipped_sweep_yaml_is_the_seed_ladder():
         ("max_tokens: 0\n", "'max_tokens' must be an integer >= 1, got 0"),
         ("max_tokens: 12.5\n", "'max_tokens' must be an integer, got 12.5"),
         ("stream: yes please\n", "'stream' must be true or false"),
+        ("distinct_prompts: 1\n", "'distinct_prompts' must be true or false"),
+        ("continuous_usage: maybe\n", "'continuous_usage' must be true or false"),
         ("endpoint: embeddings\n", "'endpoint' must be one of completions, chat"),
         ("timeouts: {total: -1}\n", "'timeouts.total' must be a number > 0"),
         ("slo: {ttft: 5}\n", "unknown key 'slo.ttft'"),

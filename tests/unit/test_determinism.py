@@ -122,6 +122,7 @@ def test_sim_flipped_positions_change_exactly_those_words():
         ({"capacity": {"bisect": 1}}, "unknown key 'capacity.bisect'"),
         ({"check_determinism": True, "temperature": 0.7}, "'check_determinism' needs 'temperature: 0'"),
         ({"check_determinism": True, "unique_prompts": True}, "('unique_prompts: false')"),
+        ({"check_determinism": True, "mode": "rate", "duration": 1}, "it needs 'mode: concurrency'"),
         ({"record_text": "yes"}, "'record_text' must be true or false"),
     ],
 )
@@ -131,10 +132,13 @@ def test_bad_capacity_and_determinism_keys(raw, message):
     assert str(err.value).startswith("x.yaml: ") and message in str(err.value)
 
 
-def test_determinism_default_follows_temperature_and_unique_prompts():
-    assert parse_config({}, "x").determinism
-    assert not parse_config({"temperature": 0.5}, "x").determinism
-    assert not parse_config({"unique_prompts": True}, "x").determinism
-    assert not parse_config({"check_determinism": False}, "x").determinism
+def test_the_check_runs_on_request_and_texts_are_hashed_where_greedy():
+    """The check's probes cost requests: it runs with `check_determinism: true` only; the records
+    keep text hashes (for `llmload compare`) at temperature 0 without unique prompts, unless false."""
+    assert not parse_config({}, "x").determinism and parse_config({}, "x").hash_texts
+    assert parse_config({"check_determinism": True}, "x").determinism
+    assert not parse_config({"temperature": 0.5}, "x").hash_texts
+    assert not parse_config({"unique_prompts": True}, "x").hash_texts
+    assert not parse_config({"check_determinism": False}, "x").hash_texts
     cfg = parse_config({"mode": "capacity", "slo": {"e2el_ms": 900}, "capacity": {"percentile": 99}}, "x")
     assert cfg.capacity.percentile == 99.0 and cfg.with_overrides(max_tokens=8).capacity == cfg.capacity

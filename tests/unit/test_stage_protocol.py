@@ -28,6 +28,10 @@ class FakeStage:
     deadline: float | None = None
     slots: dict[str, list[int]] | None = None
 
+    @property
+    def phase(self) -> str:
+        return "warmup" if self.rung == WARMUP_RUNG else "measure"
+
 
 def ladder(*users: int, rate: float | None = None) -> list[FakeStage]:
     stages = [FakeStage(0, WARMUP_RUNG, users[0])]
@@ -48,9 +52,9 @@ def test_a_stage_starts_when_every_user_is_ready_and_ends_when_every_record_is_i
     assert started.progress.stage.start_at == 2.0 + GO_MARGIN_S and started.progress.stage.deadline is None
     proto.done(0, 1, 3.0)
     proto.done(0, 1, 3.1)
-    proto.recorded(WARMUP_RUNG, 3.1)
+    proto.recorded(WARMUP_RUNG, "warmup", 3.1)
     assert proto.step(3.2) is None  # two requests reported, one record in
-    proto.recorded(WARMUP_RUNG, 3.3)
+    proto.recorded(WARMUP_RUNG, "warmup", 3.3)
     assert isinstance(proto.step(3.4), Finished)
     announced = proto.step(3.4)
     assert isinstance(announced, Announced) and announced.progress.stage.rung == 0
@@ -114,9 +118,9 @@ def test_settle_at_a_stop_finishes_a_complete_stage_only() -> None:
     proto.ready(0, "a", "local", 1.0)
     assert isinstance(proto.step(1.0), Started)
     proto.done(0, 2, 2.0)
-    proto.recorded(WARMUP_RUNG, 2.0)
+    proto.recorded(WARMUP_RUNG, "warmup", 2.0)
     assert proto.settle() is None  # one record of two
-    proto.recorded(WARMUP_RUNG, 2.5)
+    proto.recorded(WARMUP_RUNG, "warmup", 2.5)
     settled = proto.settle()
     assert settled is not None and settled.finished == 2.5
     assert proto.settle() is None

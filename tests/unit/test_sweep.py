@@ -98,9 +98,12 @@ def test_markdown_csv_and_json():
     assert md[0].replace(" ", "") == "|conc|agg_tok/s|per_req_tok/s|tokens|wall_s|ttft_p50_ms|failures|"
     assert md[3].replace(" ", "") == "|4|76.8|53.3|768|10.00|400.0|1|"
     lines = render(rows, "csv").splitlines()
-    header = "conc,agg_tok/s,per_req_tok/s,tokens,wall_s,ttft_p50_ms,failures,estimated,partial,saturated"
+    header = (
+        "conc,agg_tok/s,per_req_tok/s,tokens,wall_s,ttft_p50_ms,failures,cache_%,estimated,partial,saturated,"
+        "server_running,server_waiting,server_kv_usage,server_accept_len,server_cache_share"
+    )
     assert lines[0] == header
-    assert lines[3] == "4,42.5,35.0,170,4.00,200.0,0,True,False,False"
+    assert lines[3] == "4,42.5,35.0,170,4.00,200.0,0,-,True,False,False,,,,,"
     data = json.loads(render(rows, "json"))
     assert data[1]["per_req_tok_s"] == pytest.approx(160 / 3, rel=1e-12)  # full precision
     assert data[1]["failures_by_kind"] == {"http_500": 1}
@@ -215,3 +218,22 @@ def test_a_sim_file_gives_the_settings_of_sim_flags(tmp_path):
         assert "\n" not in str(refused.value) and str(refused.value).startswith("--sim")
     with pytest.raises(ConfigError, match="^--sim-file .*: cannot read"):
         check(tmp_path / "missing.yaml")
+
+
+def test_the_server_side_notes_fire_only_when_the_server_queued_filled_or_had_seen_the_prompts():
+    """A healthy run (nothing waiting, KV far from full, the cache within the shared prefix) gets
+    no note; each condition gets one that says what to do."""
+    from llmload.analysis.run.sweep_rows import SweepRow
+    from llmload.output.table import server_notes
+
+    def row(rung: int, server: dict | None, over: int | None = 0) -> SweepRow:
+        cache = {"requests": 4, "cached_tokens": 10, "prompt_tokens": 100, "share": 0.1, "over_shared": over}
+        return SweepRow(rung, 4, 1.0, 1.0, 4, 1.0, 1.0, 4, 0, cache=cache, server=server)
+
+    healthy = {"running": 4.0, "waiting": 0.2, "kv_usage": 0.3}
+    assert server_notes([row(0, healthy), row(1, None, over=None)]) == []
+    notes = server_notes([row(0, {**healthy, "waiting": 2.5, "kv_usage": 0.95}, over=3)])
+    assert len(notes) == 3
+    assert "rung01 c4: 3 of 4 requests" in notes[0] and "rerun with another seed" in notes[0]
+    assert "rung01 c4: 2.5 waiting on average" in notes[1] and "--max-num-seqs" in notes[1]
+    assert "rung01 c4: 95 %" in notes[2] and "--gpu-memory-utilization" in notes[2]

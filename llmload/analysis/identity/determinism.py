@@ -2,16 +2,15 @@
 
 Greedy decoding (temperature 0) is a function of the prompt, yet many servers return different
 text for one prompt depending on what else is in the batch (the batch shape changes the order of
-floating-point reductions). With `check_determinism` every rung sends the same pool of prompts
-(prompt i of a rung is the same prompt at every rung) and each record keeps `prompt_hash`,
-`text_hash` (64-bit BLAKE2b of the generated text) and `chunk_hashes` (16 bits of CRC-32 per
-content chunk, four hex digits each; see llmload.loadgen.request.client).
+floating-point reductions). With `check_determinism` every rung is followed by the check's probe:
+one request per user at the rung's concurrency (phase "determinism", in no rung's figures), on
+prompts of the check's own: probe prompt i is the same at every rung, and the warm-up sent each
+once, so a prefix cache holds them alike at every probe while the measured requests' prompts are
+never sent twice (llmload.loadgen.workload.prompts). Each record keeps `prompt_hash` (of what it
+sent), `text_hash` (64-bit BLAKE2b of the generated text) and `chunk_hashes` (16 bits of CRC-32
+per content chunk, four hex digits each; see llmload.loadgen.request.client).
 
-`prompt_hash` is the hash of what the request sent: its prompt, or for a session turn
-(`sessions:`) its messages, the session's own history, which no other request sends; so session
-turns have no reference and are not compared (`divergence_notes` says so).
-
-Definitions, per rung (completed requests with a text hash):
+Definitions, per rung, over its probe's records (completed requests with a text hash):
 - reference of a prompt: its text at the lowest-concurrency rung that sent it (the earliest such
   rung on a tie, its earliest request). Warm-up requests are never a reference.
 - checked: requests of the rung with a prompt hash and a text hash.
@@ -84,7 +83,6 @@ class RungDivergence:
     first_diff_median: float | None  # median first differing token (or chunk) index
     unit: str  # "token" or "chunk"
     checked: int = 0  # requests with a prompt and a text hash
-    session_turns: int = 0  # of those, session turns (hashed by the messages they sent)
     reasoning_only: int = 0  # differing requests whose answer matched: only the reasoning changed
 
     @property
@@ -101,7 +99,6 @@ class RungDivergence:
             "first_differing_median": self.first_diff_median,
             "unit": self.unit,
             "references": list(self.references),
-            "session_turns": self.session_turns,
             "reasoning_only": self.reasoning_only,
         }
 
@@ -130,7 +127,6 @@ def divergence(rungs: Sequence[Rung]) -> list[RungDivergence]:
                 first_diff_median=texts.first_diff_median,
                 unit=texts.unit,
                 checked=len(checked),
-                session_turns=sum(rec.turn is not None for rec in checked),
                 reasoning_only=texts.reasoning_only,
             )
         )
@@ -142,16 +138,8 @@ def diverged(divs: Sequence[RungDivergence]) -> bool:
 
 
 def divergence_notes(divs: Sequence[RungDivergence]) -> list[str]:
-    """Lines for under the sweep table: one per diverging rung (none when every text matched),
-    and one saying how many requests could be compared when session turns were checked."""
+    """Lines for under the sweep table: one per diverging rung (none when every text matched)."""
     notes = []
-    turns = sum(d.session_turns for d in divs)
-    if turns:
-        notes.append(
-            f"greedy-determinism check: {turns} session turns hashed by the messages they sent (their "
-            f"own session's history, sent by no other request): {sum(d.compared for d in divs)} of "
-            f"{sum(d.checked for d in divs)} checked requests had a reference to compare with"
-        )
     for d in divs:
         if not d.differing:
             continue

@@ -6,7 +6,7 @@ dropped, so memory grows with the rungs (and the
 per-request floats and ITL histogram of each), not with the records and their chunk times. What
 needs the raw records reads the file again, one record at a time (`RunResult.iter_records`): the
 per-turn table of session runs, the server-metrics token cross-check, and the greedy-determinism
-check (which keeps the checked records of the run: only when the run hashed its texts).
+check (which keeps the records of its probes: only when the run has them).
 `load_run(keep_records=True)` keeps every record (`llmload compare`'s bootstrap needs them).
 
 Reads `<prefix>_records.jsonl` (required), `<prefix>_run.json` (the ladder's own account: which
@@ -29,11 +29,13 @@ from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.metrics import SLO_KEYS, RungMetrics
 from llmload.analysis.run.production_traffic import replay_warnings
 from llmload.analysis.run.records_pass import RecordsPass, tally_file
-from llmload.analysis.run.rung_tally import RungTally, sweep_rows
+from llmload.analysis.run.rung_tally import RungTally, SharedPrefix, sweep_rows
+from llmload.analysis.run.server_metrics import ServerMetrics, server_metrics_of
 from llmload.analysis.run.sweep_rows import MissingRung, Rung, SweepRow, group_rungs
 from llmload.core.files.chunk_index import index_path
 from llmload.core.files.records import RecordFileError, RequestRecord, iter_record_lines
 from llmload.core.files.run_files import RunFiles
+from llmload.core.names import DETERMINISM_PHASE, WARMUP_RUNG
 from llmload.core.stats import DEFAULT_PERCENTILES
 
 
@@ -51,6 +53,7 @@ class RunResult:
     missing: list[MissingRung] = field(default_factory=list)  # ladder rungs without any record
     divergence: list[RungDivergence] = field(default_factory=list)  # greedy-determinism check
     records_file: Path | None = None  # the records, when not at <prefix>_records.jsonl
+    server: ServerMetrics | None = None  # the server's own figures, when the run scraped /metrics
 
     @property
     def records_path(self) -> Path:
@@ -188,6 +191,7 @@ def load_run(
         raise RecordFileError(f"{records_path}: no measured records")
     rows = sweep_rows(rungs, partial_rungs=unfinished_rungs(info), requests_per_user=requests_per_user)
     flag_saturated(rows, rungs, read_health(files.health))
+    server = _server_view(prefix, info, found, rows, rungs)
     metrics = [t.metrics(percentiles) for t in rungs] if with_metrics else None
     warnings = cross_check(prefix, rungs) + replay_warnings(rungs)  # trace replay: fell behind?
     if skipped:
@@ -198,9 +202,32 @@ def load_run(
         prefix, found.records, rungs, rows, metrics, warnings, info, missing_rungs(info, rungs)
     )
     result.records_file = files.records_file
-    if any(t.checked for t in rungs):  # greedy-determinism hashes: compare the texts
-        result.divergence = divergence(result.record_rungs())
+    result.server = server
+    if found.tally.probe_requests:  # the greedy-determinism check's probes: compare their texts
+        result.divergence = divergence(group_rungs(result.iter_records(), DETERMINISM_PHASE))
     return result
+
+
+def _server_view(
+    prefix: str,
+    info: dict[str, Any] | None,
+    found: RecordsPass,
+    rows: Sequence[SweepRow],
+    rungs: Sequence[RungTally],
+) -> ServerMetrics | None:
+    """Each row's prefix-cache share (`RungTally.cache`, bounded by the run's shared prefix) and
+    the server's own figures of its rung (`row.server`); the server's figures of the run."""
+    shared = SharedPrefix.of(info)
+    for row, tally in zip(rows, rungs, strict=True):
+        row.cache = tally.cache(shared)
+    client = {t.index: t.tokens + t.partial_tokens for t in rungs} | {WARMUP_RUNG: found.tally.warmup_tokens}
+    server = server_metrics_of(prefix, info, client, [t.index for t in rungs if t.failures])
+    if server is not None:
+        by_rung = {m.rung: m for m in server.measured}
+        for row in rows:
+            if (m := by_rung.get(row.rung)) is not None:
+                row.server = m.as_dict()
+    return server
 
 
 def _integrity_warnings(found: RecordsPass, records_path: str, run_warning: str | None) -> list[str]:

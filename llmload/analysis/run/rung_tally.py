@@ -53,10 +53,11 @@ from llmload.analysis.run.metrics import (
 )
 from llmload.analysis.run.reconcile import Tally
 from llmload.analysis.run.steps import waited_requests
-from llmload.analysis.run.sweep_rows import WARMUP_PHASE, SweepRow
+from llmload.analysis.run.sweep_rows import SweepRow
 from llmload.analysis.run.uncertainty import Uncertainty
 from llmload.core.files.chunk_index import last_micros
 from llmload.core.files.records import OUTCOME_OK, RequestRecord
+from llmload.core.names import DETERMINISM_PHASE, MEASURE_PHASE, WARMUP_PHASE
 from llmload.core.stats import (
     DEFAULT_PERCENTILES,
     Summary,
@@ -255,7 +256,6 @@ class RungTally:
     trace_late_ms: array[float] = field(default_factory=_floats)  # trace replay: lateness per request
     new_connections: int | None = None  # None until a record says whether it reused a connection
     sessions: bool = False  # a record carries a session turn
-    checked: bool = False  # a record carries a greedy-determinism text hash
     # reasoning models (completed requests): reasoning tokens, requests that reasoned, of those
     # the client counted and those that never answered; odd stream events of every request
     reasoning_tokens: int = 0
@@ -266,6 +266,8 @@ class RungTally:
     # completed streams of two or more chunks: send, first and last chunk (epoch s), mean gap (s),
     # four floats each: whether requests waited for a place in the batch (steps.waited_requests)
     spans: array[float] = field(default_factory=_floats)
+    cached: array[float] = field(default_factory=_floats)  # completed, cache reported: cached tokens
+    cached_of: array[float] = field(default_factory=_floats)  # and their prompt tokens
 
     def __post_init__(self) -> None:
         for name in LATENCY_NAMES:
@@ -287,8 +289,6 @@ class RungTally:
         self.e2e.append(e2e)
         if rec.turn is not None:
             self.sessions = True
-        if rec.text_hash is not None:
-            self.checked = True
         if self.rate is None:
             self.rate = rec.rate
         if rec.conn_reused is not None:
@@ -323,6 +323,9 @@ class RungTally:
             self.prompt_known = False
         else:
             self.prompt_tokens += rec.prompt_tokens
+            if rec.cached_tokens is not None:
+                self.cached.append(rec.cached_tokens)
+                self.cached_of.append(rec.prompt_tokens)
         if e2e > 0:
             self.rates.append(rec.output_tokens / e2e)
         found = {}
@@ -454,6 +457,7 @@ class RungTally:
             reasoning=self.reasoning_summary(),
             waited=None if waited is None else waited[0],
             decoding_max=None if waited is None else waited[1],
+            chunks_lower_bound=self.itl_per_chunk,
         )
 
     def _connect_ttft_ms(self) -> float | None:
@@ -482,6 +486,8 @@ class RungTally:
             (self.ttft_warm_ms, other.ttft_warm_ms),
             (self.trace_late_ms, other.trace_late_ms),
             (self.spans, other.spans),
+            (self.cached, other.cached),
+            (self.cached_of, other.cached_of),
             *((self.values[name], other.values[name]) for name in LATENCY_NAMES),
         ):
             mine.extend(theirs)
@@ -497,12 +503,32 @@ class RungTally:
         if other.new_connections is not None:
             self.new_connections = (self.new_connections or 0) + other.new_connections
         self.sessions = self.sessions or other.sessions
-        self.checked = self.checked or other.checked
         self.reasoning_tokens += other.reasoning_tokens
         self.reasoning_requests += other.reasoning_requests
         self.reasoning_counted += other.reasoning_counted
         self.unanswered += other.unanswered
         self.odd.update(other.odd)
+
+    def cache(self, shared: SharedPrefix | None = None) -> dict[str, Any] | None:
+        """The prefix cache's share of the rung's prompts, from the requests whose usage said
+        (`cached_tokens`: `usage.prompt_tokens_details.cached_tokens` or llama.cpp's `cache_n`):
+        requests, cached and prompt tokens, share = cached / prompt tokens; with the run's
+        `shared` prefix bound, `over_shared`: requests served more than any prompt of the run
+        shares with another (`SharedPrefix`), None without a bound. None when no request said."""
+        if not self.cached:
+            return None
+        cached, prompt = math.fsum(self.cached), math.fsum(self.cached_of)
+        over = None
+        if shared is not None:
+            over = sum(c > shared.bound(p) for c, p in zip(self.cached, self.cached_of, strict=True))
+        return {
+            "requests": len(self.cached),
+            "cached_tokens": int(cached),
+            "prompt_tokens": int(prompt),
+            "share": cached / prompt if prompt else 0.0,
+            "over_shared": over,
+            "shared_tokens_max": None if shared is None else shared.describe(),
+        }
 
     def itl_counts(self) -> Counter[float]:
         """The pooled ITL values (ms) -> how many (`metrics.itl_ms`)."""
@@ -541,6 +567,38 @@ class RungTally:
             wall_s=self.wall_s,
             reasoning=self.reasoning_summary(),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPrefix:
+    """How many prompt tokens a request of the run may share with another (so a prefix cache may
+    serve them in a run that repeats no prompt): `tokens` of every prompt (synthetic prompts: the
+    calibrated overhead, BOS and chat template, plus the shared prefix's words), or all but the
+    `distinct_words` of a tagged `prompt` (each word is at least one token)."""
+
+    tokens: int | None = None
+    distinct_words: int | None = None
+
+    def bound(self, prompt_tokens: float) -> float:
+        if self.tokens is not None:
+            return self.tokens
+        return prompt_tokens - (self.distinct_words or 0)
+
+    def describe(self) -> str:
+        if self.tokens is not None:
+            return str(self.tokens)
+        return f"prompt_tokens - {self.distinct_words}"
+
+    @classmethod
+    def of(cls, info: Mapping[str, Any] | None) -> SharedPrefix | None:
+        """From a run file's `prompts` (None: the run repeats prompts on purpose, or is older)."""
+        prompts = (info or {}).get("prompts")
+        if not isinstance(prompts, dict):
+            return None
+        tokens, words = prompts.get("shared_tokens"), prompts.get("distinct_words")
+        if type(tokens) is int:
+            return cls(tokens=tokens)
+        return cls(distinct_words=words) if type(words) is int else None
 
 
 SAFE_MAGNITUDE = 1e300  # no sum of a million such values overflows a float
@@ -603,10 +661,10 @@ def tally_records(
 
 
 def tally_rungs(records: Iterable[RequestRecord], slo: Mapping[str, float] | None = None) -> list[RungTally]:
-    """The measured records as rung tallies, in ladder order (warm-up records dropped)."""
+    """The measured records as rung tallies, in ladder order (other phases dropped)."""
     rungs: dict[int, RungTally] = {}
     for rec in records:
-        if rec.phase == WARMUP_PHASE:
+        if rec.phase != MEASURE_PHASE:
             continue
         if rec.rung not in rungs:
             rungs[rec.rung] = RungTally(rec.rung, rec.users, dict(slo or {}))
@@ -632,11 +690,13 @@ def sweep_rows(
 
 class SweepTally:
     """The rungs of one run as tallies, fed with records as plain dicts (as the ladder receives
-    them and as the records file holds them); warm-up requests are only counted."""
+    them and as the records file holds them); the other phases' requests are only counted."""
 
     def __init__(self, slo: Mapping[str, float] | None = None, *, itl: bool = False) -> None:
         self.rungs: dict[int, RungTally] = {}
         self.warmup_requests = 0
+        self.probe_requests = 0  # the greedy-determinism check's probes
+        self.warmup_tokens = 0  # output tokens the warm-up's requests received (server cross-check)
         self.slo = dict(slo or {})
         self.itl = itl  # tally the ITL too (the latency metrics need it; the sweep rows do not)
 
@@ -644,9 +704,9 @@ class SweepTally:
         self, data: dict[str, Any], rec: RequestRecord | None = None, micros: bytes | None = None
     ) -> RungTally | None:
         """Tally one record (`rec`: the same record, when the caller has already built it;
-        `micros`: `RungTally.add`); returns its rung's tally, None for a warm-up request."""
-        if data["phase"] == WARMUP_PHASE:
-            self.warmup_requests += 1
+        `micros`: `RungTally.add`); returns its rung's tally, None for a request of another phase."""
+        if data["phase"] != MEASURE_PHASE:
+            self._other(data["phase"], data.get("output_tokens"))
             return None
         rec = RequestRecord.from_dict(data) if rec is None else rec
         tally = self.rungs.get(rec.rung)
@@ -657,8 +717,8 @@ class SweepTally:
 
     def add_record(self, rec: RequestRecord) -> RungTally | None:
         """`add` of a record without its dict (as the ladder receives them)."""
-        if rec.phase == WARMUP_PHASE:
-            self.warmup_requests += 1
+        if rec.phase != MEASURE_PHASE:
+            self._other(rec.phase, rec.output_tokens)
             return None
         tally = self.rungs.get(rec.rung)
         if tally is None:
@@ -666,9 +726,19 @@ class SweepTally:
         tally.add(rec)
         return tally
 
+    def _other(self, phase: str, output_tokens: Any) -> None:
+        """Count a request of a phase that makes no rung's figures."""
+        if phase == WARMUP_PHASE:
+            self.warmup_requests += 1
+            self.warmup_tokens += output_tokens if type(output_tokens) is int else 0
+        elif phase == DETERMINISM_PHASE:
+            self.probe_requests += 1
+
     def merge(self, other: SweepTally) -> None:
         """Add the tallies of the records that follow ours in the file (`RungTally.merge`)."""
         self.warmup_requests += other.warmup_requests
+        self.warmup_tokens += other.warmup_tokens
+        self.probe_requests += other.probe_requests
         for index, theirs in other.rungs.items():
             if index in self.rungs:
                 self.rungs[index].merge(theirs)

@@ -16,6 +16,10 @@ per-rung deltas, gauges per-rung means, using the rung windows of `<prefix>_run.
 - a gauge's mean is over the samples taken inside [started, finished].
 - accept_len = 1 + d(accepted) / d(drafts) from the speculative-decoding counters (vLLM,
   llama.cpp), else the mean of an accept-length gauge (SGLang).
+- cache_hits / cache_queries: the prefix cache's counter deltas, in prompt tokens (vLLM
+  `prefix_cache_hits` / `prefix_cache_queries`); cache_share = hits / queries, else the mean of
+  SGLang's `cache_hit_rate` gauge. llama.cpp has no such metric (its records' `cache_n` do).
+Only the warm-up's and the measured rungs' stages have a window (the determinism probes do not).
 Label sets of one metric are summed (counters, request counts) or averaged (ratios), so
 data-parallel ranks add up.
 """
@@ -33,7 +37,7 @@ from typing import IO, Any
 from llmload.core.files.jsonl import iter_jsonl
 from llmload.core.files.records import RequestRecord
 from llmload.core.files.run_files import RunFiles
-from llmload.core.names import WARMUP_RUNG, rung_name
+from llmload.core.names import MEASURE_PHASE, WARMUP_PHASE, WARMUP_RUNG, rung_name
 from llmload.core.prometheus_text import scrape_metrics
 from llmload.core.stats import mean
 
@@ -46,6 +50,9 @@ QUANTITIES: dict[str, tuple[str, str]] = {
     "waiting": ("gauge", "sum"),
     "kv_usage": ("gauge", "mean"),  # 0..1
     "accept_len_gauge": ("gauge", "mean"),
+    "cache_queries": ("counter", "sum"),
+    "cache_hits": ("counter", "sum"),
+    "cache_hit_rate": ("gauge", "mean"),  # 0..1
 }
 
 # family -> quantity -> metric names (the first one present is used; older names come later)
@@ -57,6 +64,8 @@ FAMILIES: dict[str, dict[str, tuple[str, ...]]] = {
         "running": ("vllm:num_requests_running",),
         "waiting": ("vllm:num_requests_waiting",),
         "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+        "cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
     },
     "sglang": {
         "generation_tokens": ("sglang:generation_tokens_total",),
@@ -64,6 +73,7 @@ FAMILIES: dict[str, dict[str, tuple[str, ...]]] = {
         "waiting": ("sglang:num_queue_reqs",),
         "kv_usage": ("sglang:token_usage",),
         "accept_len_gauge": ("sglang:spec_accept_length",),
+        "cache_hit_rate": ("sglang:cache_hit_rate",),
     },
     "llamacpp": {
         "generation_tokens": ("llamacpp:tokens_predicted_total",),
@@ -189,6 +199,9 @@ class ServerRungMetrics:
     kv_usage: float | None
     accept_len: float | None
     overlap: bool  # the counters' bracket overlaps another stage's window
+    cache_queries: float | None = None  # prompt tokens looked up in the prefix cache (counter delta)
+    cache_hits: float | None = None  # of which it served (counter delta)
+    cache_share: float | None = None  # hits / queries, or SGLang's hit-rate gauge (0..1)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -203,9 +216,12 @@ class Window:
 
 
 def stage_windows(run_info: Mapping[str, Any], last_t: float) -> list[Window]:
-    """The stages' [started, finished] windows from a run file; an unfinished stage ends at last_t."""
+    """The warm-up's and the measured rungs' [started, finished] windows from a run file; an
+    unfinished stage ends at last_t."""
     windows = []
     for s in run_info.get("stages", []):
+        if s.get("phase", MEASURE_PHASE) not in (MEASURE_PHASE, WARMUP_PHASE):
+            continue
         end = s.get("finished")
         windows.append(Window(s["rung"], s["users"], float(s["started"]), float(end or last_t)))
     return windows
@@ -245,6 +261,8 @@ def client_tokens(records: Iterable[RequestRecord]) -> tuple[dict[int, int], lis
     client: dict[int, int] = {}
     failed: set[int] = set()
     for rec in records:
+        if rec.phase not in (MEASURE_PHASE, WARMUP_PHASE):
+            continue
         client[rec.rung] = client.get(rec.rung, 0) + rec.output_tokens
         if not rec.ok:
             failed.add(rec.rung)
@@ -276,9 +294,20 @@ def rung_server_metrics(
                 kv_usage=_gauge_mean(inside, "kv_usage"),
                 accept_len=_accept_len(samples, times, w, inside),
                 overlap=overlap,
+                **_cache(samples, times, w, inside),
             )
         )
     return out
+
+
+def _cache(
+    samples: Sequence[Sample], times: Sequence[float], w: Window, inside: Sequence[Sample]
+) -> dict[str, float | None]:
+    """The prefix cache's figures of a window (module docstring)."""
+    queries, _ = _counter_delta(samples, times, "cache_queries", w)
+    hits, _ = _counter_delta(samples, times, "cache_hits", w)
+    share = hits / queries if queries and hits is not None else _gauge_mean(inside, "cache_hit_rate")
+    return {"cache_queries": queries, "cache_hits": hits, "cache_share": share}
 
 
 def run_accept_len(samples: Sequence[Sample]) -> float | None:
@@ -329,13 +358,22 @@ def load_server_metrics(
     prefix: str | Path, run_info: Mapping[str, Any] | None, records: Iterable[RequestRecord]
 ) -> ServerMetrics | None:
     """Per-rung server metrics of a run, or None without a scrape file, samples or run file."""
+    if not metrics_path(prefix).exists() or not run_info:
+        return None
+    return server_metrics_of(prefix, run_info, *client_tokens(records))
+
+
+def server_metrics_of(
+    prefix: str | Path, run_info: Mapping[str, Any] | None, client: Mapping[int, int], failed: Sequence[int]
+) -> ServerMetrics | None:
+    """`load_server_metrics` with the client's tokens per rung index (and the rungs with a failed
+    request) already counted (`client_tokens`, or the post-processor's tallies)."""
     path = metrics_path(prefix)
     if not path.exists() or not run_info:
         return None
     family, samples = read_samples(path)
     if family is None or not samples:
         return None
-    client, failed = client_tokens(records)
     metrics = rung_server_metrics(samples, stage_windows(run_info, samples[-1].t), client)
     gen = [s.values["generation_tokens"] for s in samples if "generation_tokens" in s.values]
     return ServerMetrics(

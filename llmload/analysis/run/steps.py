@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from llmload.analysis.run.server_metrics import Sample, Window, metrics_path, read_samples, stage_windows
-from llmload.analysis.run.sweep_rows import WARMUP_PHASE
 from llmload.core.files.records import RequestRecord
+from llmload.core.names import MEASURE_PHASE
 
 GROUP_SHARE = 0.2  # gaps under this share of the 90th-percentile gap are inside one step ...
 GROUPED_SHARE = 0.10  # ... when more than this share of the gaps are such
@@ -68,7 +68,7 @@ class RungSteps:
 
 
 def _usable(rec: RequestRecord) -> bool:
-    return rec.ok and rec.phase != WARMUP_PHASE and rec.stream and len(rec.chunk_times) > 1
+    return rec.ok and rec.phase == MEASURE_PHASE and rec.stream and len(rec.chunk_times) > 1
 
 
 def _step_times(times: np.ndarray, merge_below: float) -> np.ndarray:
@@ -201,7 +201,7 @@ def measure_run(
     by_rung: dict[int, list[RequestRecord]] = {}
     users: dict[int, int] = {}
     for rec in records:
-        if rec.phase != WARMUP_PHASE:
+        if rec.phase == MEASURE_PHASE:
             by_rung.setdefault(rec.rung, []).append(rec)
             users[rec.rung] = max(users.get(rec.rung, 0), rec.users)
     samples: list[Sample] = []

@@ -3,7 +3,8 @@ each rung gets (computed by `llmload.analysis.run.rung_tally.RungTally.row`, the
 these definitions: a rung's wall time and rates are tallied there and nowhere else).
 
 A rung is identified by its index in the ladder (`RequestRecord.rung`), never by its concurrency:
-a ladder may repeat a concurrency. Warm-up records (phase "warmup") are excluded from everything.
+a ladder may repeat a concurrency. Only measured records (phase "measure") count: the warm-up, the
+determinism probes and the calibration requests (llmload.core.names) are excluded from everything.
 
 Definitions (per rung):
 - wall_s: first t_start to last t_end over all the rung's measured requests, failed ones too.
@@ -33,6 +34,13 @@ Definitions (per rung):
   streams decoding at once (llmload.analysis.run.steps.waited_requests); None without streams.
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.run.health),
   filled in by post-processing when the run has a health file.
+- chunks_lower_bound: some completed request had more tokens than chunks and no usage per chunk:
+  a closing chunk of empty text may then hold a token the client cannot tell from a closing
+  message, so the rung's chunk counts (and its per-chunk ITL) are a lower bound.
+- cache: the prefix cache's share of the rung's prompt tokens, from the completed requests whose
+  usage said how many it served (`RungTally.cache`); None when none said.
+- server: the server's own figures of the rung (llmload.analysis.run.server_metrics: running,
+  waiting, KV usage, acceptance, its cache counters), filled in when the run scraped /metrics.
 """
 
 from __future__ import annotations
@@ -42,8 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.core.files.records import RequestRecord
-
-WARMUP_PHASE = "warmup"
+from llmload.core.names import MEASURE_PHASE
 
 
 @dataclass(slots=True)
@@ -64,11 +71,11 @@ class Rung:
         return [r for r in self.records if not r.ok]
 
 
-def group_rungs(records: Iterable[RequestRecord]) -> list[Rung]:
-    """Measured records grouped by rung index, in ladder order; warm-up records are dropped."""
+def group_rungs(records: Iterable[RequestRecord], phase: str = MEASURE_PHASE) -> list[Rung]:
+    """The records of one phase (measured, by default) grouped by rung index, in ladder order."""
     by_index: dict[int, list[RequestRecord]] = {}
     for rec in records:
-        if rec.phase != WARMUP_PHASE:
+        if rec.phase == phase:
             by_index.setdefault(rec.rung, []).append(rec)
     return [Rung(index=i, users=recs[0].users, records=recs) for i, recs in sorted(by_index.items())]
 
@@ -104,6 +111,9 @@ class SweepRow:
     reasoning: dict[str, Any] | None = None  # reasoning models: rung_tally.RungTally.reasoning_summary
     waited: int | None = None  # requests that waited for a place in the batch (None: no streams)
     decoding_max: int | None = None  # the most of its streams decoding at once
+    chunks_lower_bound: bool = False  # multi-token chunks without per-chunk usage
+    cache: dict[str, Any] | None = None  # prefix cache share of the prompts (RungTally.cache)
+    server: dict[str, Any] | None = None  # the server's figures (ServerRungMetrics.as_dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,8 +56,8 @@ from typing import Any
 
 import numpy as np
 
-from llmload.analysis.run.sweep_rows import WARMUP_PHASE
 from llmload.core.files.records import RequestRecord
+from llmload.core.names import MEASURE_PHASE
 
 MAX_DRAFT = 7  # the simulator's default draft tokens per step: the accept length's distribution
 SIM_DEFAULT_MAX_NUM_SEQS = 256
@@ -179,7 +179,7 @@ class _Rung:
 
 def usable(rec: RequestRecord) -> bool:
     """A measured, completed, streamed request with chunk times: what the fit reads."""
-    return rec.ok and rec.phase != WARMUP_PHASE and rec.stream and len(rec.chunk_times) > 0
+    return rec.ok and rec.phase == MEASURE_PHASE and rec.stream and len(rec.chunk_times) > 0
 
 
 def rung_steps(rung: int, records: Sequence[RequestRecord]) -> _Rung:

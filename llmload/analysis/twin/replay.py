@@ -44,10 +44,9 @@ from llmload.analysis.budget import CostModel, amdahl_gain
 from llmload.analysis.run.metrics import ttft_ms
 from llmload.analysis.run.postprocess import RunResult
 from llmload.analysis.run.steps import RungSteps
-from llmload.analysis.run.sweep_rows import WARMUP_PHASE
 from llmload.analysis.twin.fit import MIN_STEPS_PER_BATCH, TwinFit, TwinParams, usable
 from llmload.core.config import ConfigError
-from llmload.core.names import rung_name
+from llmload.core.names import MEASURE_PHASE, rung_name
 
 FIGURES = ("agg_tok_s", "per_req_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "goodput_req_s")
 TOLERANCES_PCT = {"agg_tok_s": 3.0, "ttft_p50_ms": 10.0}
@@ -82,7 +81,7 @@ def run_figures(result: RunResult) -> list[RungFigures]:
         if usable(rec):
             steps.setdefault(rec.rung, []).append(len(rec.chunk_times))
         first_ms = ttft_ms(rec)
-        if rec.ok and rec.phase != WARMUP_PHASE and first_ms is not None:  # what the row's median is of
+        if rec.ok and rec.phase == MEASURE_PHASE and first_ms is not None:  # what the row's median is of
             ttfts.setdefault(rec.rung, []).append(first_ms)
     out = []
     for row, m in zip(result.rows, result.metrics, strict=True):

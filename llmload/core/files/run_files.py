@@ -22,6 +22,8 @@ RUN = "_run.json"  # the ladder's own account: stages, start times, finished or 
 HEALTH = "_health.jsonl"  # the generator's health samples (llmload.loadgen.monitor.health_sampler)
 ENVIRONMENT = "_env.json"  # what produced the run (llmload.core.run_environment)
 SERVER_METRICS = "_server_metrics.jsonl"  # scrapes of the server's /metrics
+# the generation requests sent before the ladder (per-chunk usage probe, calibration), as records
+CALIBRATION = "_calibration.jsonl"
 STATS_CSV = "_stats.csv"  # Locust's own CSVs
 FAILURES_CSV = "_failures.csv"
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip")  # suffixes of files a run name never has
@@ -83,6 +85,7 @@ class RunFiles:
     health = _Suffix(HEALTH)
     environment = _Suffix(ENVIRONMENT)
     server_metrics = _Suffix(SERVER_METRICS)
+    calibration = _Suffix(CALIBRATION)
     stats_csv = _Suffix(STATS_CSV)
     failures_csv = _Suffix(FAILURES_CSV)
 

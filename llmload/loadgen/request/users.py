@@ -26,7 +26,7 @@ from locust.runners import WorkerRunner
 from llmload.analysis.identity.determinism import digest
 from llmload.core.config import SweepConfig
 from llmload.core.files.records import RequestRecord, encode_json
-from llmload.core.names import REQUEST_TYPE
+from llmload.core.names import DETERMINISM_PHASE, MEASURE_PHASE, REQUEST_TYPE, WARMUP_PHASE
 from llmload.core.workload.lengths import draw
 from llmload.loadgen.options import api_key
 from llmload.loadgen.request.client import RequestContext, send_request
@@ -47,9 +47,9 @@ STAGE_POLL_S = 1.0
 
 def next_prompt_index(state: ProcessState, stage: Stage, process: str) -> int:
     """The next prompt index of this process for the stage: the users take the indices in turn
-    from the first at every stage, so prompt i of a rung is the same prompt (and the same drawn
-    lengths) at every rung (the greedy-determinism check compares them); several processes take
-    disjoint shares of the one sequence (`slot_indices`)."""
+    from the first at every stage, so request i of a rung draws the same lengths at every rung
+    (its prompt is its own: `prompt_key`; the determinism probes' prompt i is the same at every
+    rung); several processes take disjoint shares of the one sequence (`slot_indices`)."""
     key = (stage.seq, stage.start_at)  # a new run restarts seq at 0; start_at tells it apart
     if key not in state.prompt_index:
         state.prompt_index.clear()
@@ -57,6 +57,15 @@ def next_prompt_index(state: ProcessState, stage: Stage, process: str) -> int:
         per_slot = None if stage.deadline is not None else stage.requests_per_user
         state.prompt_index[key] = slot_indices((slots[0], slots[1]), stage.users, per_slot)
     return next(state.prompt_index[key])
+
+
+def prompt_key(stage: Stage, config: SweepConfig) -> str:
+    """The place a request's distinct prompt is drawn for (llmload.loadgen.workload.prompts): the
+    greedy-determinism check's probes, and the warm-up that sends their prompts first, share one at
+    every rung; every other stage has its own (its phase and rung)."""
+    if stage.phase == DETERMINISM_PHASE or (stage.phase == WARMUP_PHASE and config.determinism):
+        return DETERMINISM_PHASE
+    return f"{stage.phase}{stage.rung}"
 
 
 def arrival_queue(state: ProcessState, stage: Stage, config: SweepConfig, process: str) -> ArrivalQueue:
@@ -164,7 +173,7 @@ class LLMUser(User):
                 if (delay := due - time.time()) > 0:  # an arrival already due is sent without yielding
                     gevent.sleep(delay)
                 sent += self.send_one(stage, index, t_scheduled=due)
-        elif (sessions := self._stage_config(stage).sessions) is not None and stage.phase == "measure":
+        elif (sessions := self._stage_config(stage).sessions) is not None and stage.phase == MEASURE_PHASE:
             assert stage.prompt_vocab is not None  # session runs are calibrated (run_start.prepare_workload)
             sent += play_sessions(
                 sessions,
@@ -200,7 +209,7 @@ class LLMUser(User):
         request_id = os.urandom(16).hex()  # 32 random hex digits, as uuid4().hex, without a UUID object
         index = next_prompt_index(self._process, stage, self._worker) if index is None else index
         trace_line = None
-        if config.mode == "trace" and stage.phase == "measure":
+        if config.mode == "trace" and stage.phase == MEASURE_PHASE:
             prompt, max_tokens, trace_line = stage_trace(stage, config).request(index)
             asked_in: int | None = None
         else:
@@ -210,7 +219,7 @@ class LLMUser(User):
                 else draw(config.prompt_tokens, config.seed, "input", index)
             )
             workload = workload_for(config, stage.prompt_words, stage.prompt_vocab)
-            prompt = workload.prompt(index, request_id, asked_in)
+            prompt = workload.prompt(index, request_id, asked_in, prompt_key(stage, config))
             max_tokens = draw(config.max_tokens, config.seed, "output", index)
         payload = build_payload(config, stage.model, prompt, max_tokens)
         if turn is not None:  # the Responses API takes the history as its input (resent, not stored)
@@ -226,7 +235,7 @@ class LLMUser(User):
             max_tokens,
             self._worker,
             asked_in,
-            sent_digest(prompt, turn) if config.determinism else None,
+            sent_digest(prompt, turn) if config.hash_texts else None,
             config.record_text,
             t_scheduled=t_scheduled,
             rate=stage.rate,

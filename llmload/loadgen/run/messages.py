@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from llmload.core.config import SweepConfig, parse_config
-from llmload.core.names import WARMUP_RUNG, rung_name
+from llmload.core.names import DETERMINISM_PHASE, MEASURE_PHASE, WARMUP_PHASE, WARMUP_RUNG, rung_name
 from llmload.core.workload.lengths import Lengths
 
 MSG_STAGE = "llmload_stage"
@@ -51,14 +51,18 @@ class Stage:
     prompt_vocab: list[str] | None = None  # synthetic prompts, traces, sessions: the one-token words
     prompt_overhead: int | None = None  # trace: tokens every prompt costs (BOS, chat template, anchor)
     run_id: str | None = None  # the run's id, which its records carry
+    probe: bool = False  # the greedy-determinism check's probe after rung `rung` (not measured)
 
     @property
     def phase(self) -> str:
-        return "warmup" if self.rung == WARMUP_RUNG else "measure"
+        """The phase its records carry (llmload.core.names)."""
+        if self.rung == WARMUP_RUNG:
+            return WARMUP_PHASE
+        return DETERMINISM_PHASE if self.probe else MEASURE_PHASE
 
     @property
     def name(self) -> str:
-        return rung_name(self.rung, self.users)
+        return rung_name(self.rung, self.users, self.phase)
 
 
 def stage_message(stage: Stage) -> dict[str, Any]:

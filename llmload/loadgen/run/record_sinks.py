@@ -19,7 +19,7 @@ from collections.abc import Callable
 from llmload.analysis.run.reconcile import Tally, check_inputs, check_rung
 from llmload.core.config import SweepConfig
 from llmload.core.files.records import RequestRecord
-from llmload.core.names import WARMUP_RUNG
+from llmload.core.names import MEASURE_PHASE
 from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.run.stage_protocol import StageProgress, StageProtocol
 
@@ -35,7 +35,7 @@ class RecordCounter:
         self.protocol = protocol
 
     def __call__(self, rec: RequestRecord) -> None:
-        self.protocol.recorded(rec.rung, time.time())
+        self.protocol.recorded(rec.rung, rec.phase, time.time())
 
 
 class RungReconciler:
@@ -48,13 +48,14 @@ class RungReconciler:
         self.tallies: dict[int, Tally] = {}
 
     def __call__(self, rec: RequestRecord) -> None:
-        if rec.rung != WARMUP_RUNG:
+        if rec.phase == MEASURE_PHASE:
             self.tallies.setdefault(rec.rung, Tally()).add_record(rec)
 
     def problems(self, progress: StageProgress) -> list[tuple[str, str]]:
-        """What does not add up in a finished stage, as (error kind, message); none for the warm-up."""
+        """What does not add up in a finished stage, as (error kind, message); none for the warm-up
+        and the determinism probes."""
         tally = self.tallies.get(progress.stage.rung)
-        if progress.stage.rung == WARMUP_RUNG or tally is None:
+        if progress.stage.phase != MEASURE_PHASE or tally is None:
             return []
         config, name = self.config, progress.stage.name
         found = []

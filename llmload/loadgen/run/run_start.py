@@ -2,14 +2,19 @@
 
 Owns what happens before the first stage is announced (`begin_run`): the run configuration read
 once, the users-per-process limit checked before anything is sent, the preflight
-(`llmload.loadgen.transport.preflight`: `GET /v1/models` and the lengths the model must fit), the prompt file
+(`llmload.loadgen.transport.preflight`: `GET /v1/models` and the lengths the model must fit; with
+`continuous_usage: null`, whether the server honours per-chunk usage, which the run then asks
+for), the prompt file
 checked and synthetic prompts, traces and sessions calibrated on the server (`prepare_workload`),
-the stages planned (`llmload.loadgen.run.stage_plan`), the run's files started anew (as Locust rewrites
-its CSVs at a second start from the web UI), and the list of sinks every record goes to.
+the stages planned (`llmload.loadgen.run.stage_plan`), the run's files started anew (as Locust
+rewrites its CSVs at a second start from the web UI; the generation requests sent before the
+ladder as records of phase "calibration" in `<prefix>_calibration.jsonl`), and the list of sinks
+every record goes to.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -21,8 +26,9 @@ from locust.runners import MasterRunner
 from llmload.analysis.capacity import CapacitySearch
 from llmload.analysis.run.health import health_path
 from llmload.core.config import SweepConfig
-from llmload.core.files.records import RecordWriter, new_run_id
+from llmload.core.files.records import OUTCOME_OK, RecordWriter, RequestRecord, new_record, new_run_id
 from llmload.core.files.run_files import RunFiles
+from llmload.core.names import CALIBRATION_PHASE, WARMUP_RUNG
 from llmload.core.workload.lengths import as_lengths
 from llmload.core.workload.prompt_files import load_prompt_file
 from llmload.loadgen.options import api_key, run_config
@@ -32,7 +38,7 @@ from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.run.run_state import RecordHook, RunState
 from llmload.loadgen.run.stage_plan import check_users_per_process, plan_stages, stall_limit
 from llmload.loadgen.run.stage_protocol import StageProtocol
-from llmload.loadgen.transport.preflight import auth_headers, preflight, tls_context
+from llmload.loadgen.transport.preflight import auth_headers, preflight, probe_continuous_usage, tls_context
 from llmload.loadgen.workload.prompts import calibrate, workload_for
 
 log = logging.getLogger("llmload")
@@ -69,17 +75,43 @@ def begin_run(runner: Any, record_hooks: list[RecordHook], errors: RunErrors, pa
         max_tokens=as_lengths(config.max_tokens).high,  # the longest request must fit
         prompt_tokens=None if config.prompt_tokens is None else as_lengths(config.prompt_tokens).high,
     )
-    prompt_words, prompt_vocab, prompt_overhead = prepare_workload(env, config, model, ctx)
+    sent: list[dict[str, Any]] = []  # the generation requests sent before the ladder (recorded below)
+    if config.stream and config.continuous_usage is None:  # usage on every chunk where honoured
+        headers = auth_headers(api_key(options))
+        honoured = probe_continuous_usage(
+            env.host or "",
+            model,
+            sent_endpoint(env, config) == "chat",
+            headers,
+            ctx,
+            config.timeouts.first_token,
+            sent,
+        )
+        config = dataclasses.replace(config, continuous_usage=honoured)
+        log.info(
+            "llmload: per-chunk usage (stream_options.continuous_usage_stats) %s",
+            "honoured: asked on every request"
+            if honoured
+            else "not honoured: chunk counts are a lower bound",
+        )
+    prompt_words, prompt_vocab, prompt_overhead = prepare_workload(env, config, model, ctx, sent)
     files = RunFiles.of_records(path)
-    prompts = len(workload_for(config, prompt_words, prompt_vocab).pool)
+    workload = workload_for(config, prompt_words, prompt_vocab)
+    prompts = len(workload.pool) if not workload.distinct else max(len(workload.pool), config.most_users)
     run_id = new_run_id()  # the stages carry it to the users, whose records carry it
     stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, prompt_overhead, run_id)
     protocol = StageProtocol(stages, duration=config.duration, stall_limit=stall_limit(config))
     reconciler = RungReconciler(config)
     writer = RecordWriter(path, fsync=False, truncate=True, chunk_index=True, exclusive=True)
+    calibration = RecordWriter(files.calibration, fsync=False, truncate=True)
+    for number, request in enumerate(sent):
+        calibration.write(calibration_record(request, number, run_id))
+    calibration.close()
     state = RunState(
         config, env.host, model, writer, files, stages, protocol, reconciler, errors, run_id=run_id
     )
+    repeats = config.mode == "trace" or config.sessions is not None  # their prompts share on purpose
+    state.prompts = None if repeats else workload.shared_prefix(prompt_overhead)
     errors.attach(state.write_run_file)
     state.workload = {
         "prompt_words": prompt_words,
@@ -105,20 +137,49 @@ def begin_run(runner: Any, record_hooks: list[RecordHook], errors: RunErrors, pa
     return state
 
 
+def sent_endpoint(env: Any, config: SweepConfig) -> str:
+    """The endpoint the users send to: a user class may pin one (ChatUser), whatever the file says;
+    mixed: the file's (checked later)."""
+    sent = {getattr(u, "endpoint", None) or config.endpoint for u in env.user_classes or ()}
+    return sent.pop() if len(sent) == 1 else config.endpoint
+
+
+def calibration_record(request: dict[str, Any], number: int, run_id: str) -> RequestRecord:
+    """A generation request sent before the ladder (the per-chunk usage probe, a calibration's
+    one-token request) as a record of phase "calibration": in no rung's figures, but the server's
+    counters count it, so the records do too."""
+    usage = request["usage"] if isinstance(request["usage"], dict) else {}
+    return new_record(
+        request_id=request.get("id") or f"calibration-{number}",
+        rung=WARMUP_RUNG,
+        users=1,
+        phase=CALIBRATION_PHASE,
+        endpoint=request["endpoint"],
+        stream=request["stream"],
+        max_tokens=request["max_tokens"],
+        t_start=request["t_start"],
+        t_end=request["t_end"],
+        prompt_tokens=usage.get("prompt_tokens"),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+        outcome=OUTCOME_OK if usage else "no_usage",
+        worker="master",
+        run_id=run_id,
+    )
+
+
 def prepare_workload(
-    env: Any, config: SweepConfig, model: str, ctx: Any
+    env: Any, config: SweepConfig, model: str, ctx: Any, sent: list[dict[str, Any]] | None = None
 ) -> tuple[int | None, list[str] | None, int | None]:
     """Check the prompt file; for synthetic prompts, traces and sessions, calibrate on the
     server (llmload.loadgen.workload.prompts): the words per synthetic prompt (None without
-    prompt_tokens), the words that cost one token each, and the tokens every prompt costs."""
+    prompt_tokens), the words that cost one token each, and the tokens every prompt costs. The
+    generation requests the calibration sends are appended to `sent`."""
     if config.prompt_file is not None:
         load_prompt_file(config.prompt_file, config.prompt_format)
     if config.prompt_tokens is None and config.mode != "trace" and config.sessions is None:
         return None, None, None
-    # the endpoint the users send to: a user class may pin one (ChatUser), whatever the file says
-    sent = {getattr(u, "endpoint", None) or config.endpoint for u in env.user_classes or ()}
-    endpoint = sent.pop() if len(sent) == 1 else config.endpoint  # mixed: the file's (checked later)
-    cal = calibrate(env.host or "", model, endpoint, auth_headers(api_key(env.parsed_options)), ctx)
+    endpoint = sent_endpoint(env, config)
+    cal = calibrate(env.host or "", model, endpoint, auth_headers(api_key(env.parsed_options)), ctx, sent)
     if config.prompt_tokens is None:
         log.info(
             "llmload: %d one-token words (by %s), %d tokens every prompt costs (by %s)",
@@ -129,8 +190,8 @@ def prepare_workload(
         )
         return None, list(cal.vocab), cal.overhead
     lengths = as_lengths(config.prompt_tokens)
-    cal.words_for(lengths.low, config.unique_prompts)  # the shortest drawn prompt is possible
-    words = cal.words_for(lengths.high, config.unique_prompts)  # the longest (the pool's)
+    cal.words_for(lengths.low, config.tagged_prompts)  # the shortest drawn prompt is possible
+    words = cal.words_for(lengths.high, config.tagged_prompts)  # the longest (the pool's)
     log.info(
         "llmload: prompt_tokens %s -> %d one-token words (the longest) + %d tokens every prompt "
         "costs (%d one-token words found by %s, overhead by %s)",

@@ -53,6 +53,7 @@ class RunState:
     workload: dict[str, Any] = field(default_factory=dict)  # Stage fields of every stage: calibration, run id
     run_id: str = field(default_factory=new_run_id)  # every record's and the run file's `run_id`
     finished: bool = False  # the ladder's last stage finished (kept by every later rewrite)
+    prompts: dict[str, int] | None = None  # what a prompt may share with another (Workload.shared_prefix)
 
     @property
     def progress(self) -> list[StageProgress]:
@@ -84,9 +85,11 @@ class RunState:
             "config": config_to_dict(self.config),
             "records": str(self.writer.path),
             "finished": self.finished,
+            "prompts": self.prompts,
             "stages": [
                 {
                     "rung": p.stage.rung,
+                    "phase": p.stage.phase,
                     "users": p.stage.users,
                     "name": p.stage.name,
                     "expected_requests": expected_requests(p.stage, self.config),

@@ -18,7 +18,7 @@ from typing import Any
 
 from llmload.analysis.capacity import NextProbe
 from llmload.core.config import MAX_USERS_PER_PROCESS, ConfigError, SweepConfig
-from llmload.core.names import WARMUP_RUNG
+from llmload.core.names import MEASURE_PHASE, WARMUP_RUNG
 from llmload.loadgen.run.messages import Stage
 from llmload.loadgen.workload.arrivals import arrival_count
 from llmload.loadgen.workload.trace import TraceWorkload, trace_workload
@@ -47,17 +47,12 @@ def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
 
 def warmup_per_user(config: SweepConfig, users: int, prompts: int) -> int:
     """Warm-up requests per user. With the greedy-determinism check, enough for the warm-up to
-    send every prompt a count-based rung will send (of a pool of `prompts`) once, so a prefix
-    cache holds each prompt alike at every measured rung (see docs/determinism.md)."""
-    if not config.determinism or config.duration is not None or config.mode == "trace":
+    send every prompt of the check's probes once (one per user of the largest rung, of a pool of
+    `prompts` distinct ones), so a prefix cache holds each alike at every rung's probe (see
+    docs/determinism.md); the measured requests' prompts are others, never sent before."""
+    if not config.determinism:
         return config.warmup_requests
-    if config.mode == "capacity":
-        most = config.capacity.requests
-    elif config.rate_mode:
-        most = config.requests_per_rung or 0
-    else:
-        most = int(max(config.rungs)) * config.requests_per_user
-    return max(config.warmup_requests, math.ceil(min(prompts, most) / users))
+    return max(config.warmup_requests, math.ceil(min(prompts, int(max(config.rungs))) / users))
 
 
 def plan_stages(
@@ -69,7 +64,8 @@ def plan_stages(
     prompt_overhead: int | None = None,
     run_id: str | None = None,
 ) -> list[Stage]:
-    """Warm-up (if any) then one stage per rung; deadlines are filled in when announced. In rate
+    """Warm-up (if any) then one stage per rung, each followed by the greedy-determinism check's
+    probe when the check runs (`config.determinism`); deadlines are filled in when announced. In rate
     mode every stage has `max_concurrency` users (the client slots); the warm-up is a concurrency
     stage of them. In capacity mode the probes come from the search (`probe_stage`, as
     `llmload.loadgen.run.capacity_probes` asks); trace mode has one stage: the trace window at its
@@ -96,6 +92,8 @@ def plan_stages(
     for i, value in enumerate(config.rungs if config.mode in ("concurrency", "rate") else ()):
         users, rate = (config.max_concurrency, float(value)) if config.rate_mode else (int(value), None)
         stages.append(Stage(len(stages), i, users, config.requests_per_user, model, config, rate=rate))
+        if config.determinism:  # the check's probe: one request a user, at the rung's concurrency
+            stages.append(Stage(len(stages), i, users, 1, model, config, probe=True))
     return [
         dataclasses.replace(
             s,
@@ -120,7 +118,7 @@ def probe_stage(
     the probe's rate over `max_concurrency` client slots (its count in a configuration derived from
     the run's), else `probe.load` users; `workload`: the Stage fields every stage of the run carries
     (the calibration's and the run's id), as `plan_stages` gave them to every other stage."""
-    rung = sum(1 for s in stages if s.rung != WARMUP_RUNG)
+    rung = sum(1 for s in stages if s.phase == MEASURE_PHASE)
     if rate:
         probed = dataclasses.replace(config, requests_per_rung=probe.requests)
         stage = Stage(len(stages), rung, config.max_concurrency, 1, model, probed, rate=probe.load)

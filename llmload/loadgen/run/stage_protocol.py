@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmload.core.names import WARMUP_RUNG
+from llmload.core.names import MEASURE_PHASE
 from llmload.loadgen.workload.arrivals import slot_ranges
 
 GO_MARGIN_S = 0.25  # start_at is this far ahead of the "go" announcement, so it reaches every worker
@@ -128,9 +128,9 @@ class StageProtocol:
                 if first_send is not None:
                     p.first_sends.append(first_send)
 
-    def recorded(self, rung: int, now: float) -> None:
+    def recorded(self, rung: int, phase: str, now: float) -> None:
         for p in self.progress:
-            if p.stage.rung == rung:
+            if p.stage.rung == rung and p.stage.phase == phase:
                 p.records += 1
                 p.last_progress = now
 
@@ -174,7 +174,7 @@ class StageProtocol:
         stage = progress.stage
         start_at = now + GO_MARGIN_S
         deadline = (
-            start_at + self.duration if self.duration is not None and stage.rung != WARMUP_RUNG else None
+            start_at + self.duration if self.duration is not None and stage.phase == MEASURE_PHASE else None
         )
         # rate mode: each process's share of the arrivals; concurrency: of the request indices
         slots = {k: list(v) for k, v in slot_ranges(progress.ready_by_process).items()}

@@ -1,4 +1,5 @@
-"""Check the target before the first rung: reachable, OpenAI-compatible, auth accepted, model served.
+"""Check the target before the first rung: reachable, OpenAI-compatible, auth accepted, model served;
+and whether it honours per-chunk usage (`probe_continuous_usage`).
 
 `preflight(host, ...)` returns the model to use (the configured one, or the first listed by
 `GET /v1/models`) or raises `PreflightError` with one line that says what is wrong, so a run
@@ -10,8 +11,10 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 
 class PreflightError(RuntimeError):
@@ -112,3 +115,57 @@ def check_context(url: str, model: str, card: object, max_tokens: int, prompt_to
             f"max_tokens {max_tokens} + {prompt} exceed the context of model {model!r}: "
             f"{url} says max_model_len {limit}; lower --max-tokens / 'max_tokens'"
         )
+
+
+def probe_continuous_usage(
+    host: str,
+    model: str,
+    chat: bool,
+    headers: dict[str, str],
+    context: ssl.SSLContext | None = None,
+    timeout: float = 30.0,
+    sent: list[dict[str, Any]] | None = None,
+) -> bool:
+    """Whether the server honours `stream_options.continuous_usage_stats` (usage on every token
+    chunk: vLLM does, llama.cpp ignores it, a strict OpenAI API refuses it): one streamed greedy
+    request of 2 tokens, honoured when a `choices` chunk carries usage. Any failure is "no". The
+    request is appended to `sent` (start, end, its usage) for the run's records."""
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": 2,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    body |= {"messages": [{"role": "user", "content": "Hello"}]} if chat else {"prompt": "Hello"}
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    request_id = f"calibration-{len(sent or ())}"  # its record's id (llmload.loadgen.run.run_start)
+    req = urllib.request.Request(
+        host.rstrip("/") + path,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "X-Request-Id": request_id, **headers},
+    )
+    honoured, usage, t_start = False, None, time.time()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:  # noqa: S310
+            for line in resp:
+                if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                    continue
+                data = json.loads(line[5:])
+                usage = data.get("usage") or usage
+                honoured = honoured or bool(data.get("choices") and data.get("usage"))
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError, AttributeError):
+        return False
+    finally:
+        if sent is not None:
+            sent.append(
+                {
+                    "endpoint": "chat" if chat else "completions",
+                    "t_start": t_start,
+                    "t_end": time.time(),
+                    "usage": usage,
+                    "max_tokens": 2,
+                    "stream": True,
+                }
+            )
+    return honoured

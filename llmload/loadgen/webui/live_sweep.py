@@ -25,7 +25,7 @@ from typing import Any
 
 from llmload.analysis.run.rung_tally import RungTally, SweepTally, percentile_or_none
 from llmload.core.files.records import RequestRecord
-from llmload.core.names import WARMUP_RUNG, rung_name
+from llmload.core.names import MEASURE_PHASE, rung_name
 from llmload.loadgen.run.run_state import RunState
 from llmload.output.table import fmt_num
 
@@ -35,6 +35,7 @@ SAMPLE_S = 2.0  # Locust's own pages poll every 2 s
 def tab_cells(tally: RungTally, *, state: str, now_tok_s: float | None) -> dict[str, str]:
     """The Tokens tab's row: display strings rounded as `llmload table` rounds them."""
     row = tally.row()
+    cache = tally.cache()
     return {
         "rung": rung_name(row.rung, row.conc),
         "users": str(row.conc),
@@ -49,6 +50,7 @@ def tab_cells(tally: RungTally, *, state: str, now_tok_s: float | None) -> dict[
         "tokens": str(row.tokens),
         "requests": str(row.requests),
         "failures": str(row.failures),
+        "cache_pct": fmt_num(None if cache is None else 100.0 * cache["share"]),
         "now_tok_s": "" if now_tok_s is None else fmt_num(now_tok_s),
     }
 
@@ -116,7 +118,8 @@ class LiveSweep:
         """Rungs the ladder finished (what `<prefix>_run.json` says at the end of the run)."""
         if self.run is None:
             return set()
-        return {p.stage.rung for p in self.run.progress if p.finished is not None}
+        done = (p.stage for p in self.run.progress if p.finished is not None)
+        return {stage.rung for stage in done if stage.phase == MEASURE_PHASE}
 
     def running_rung(self, active: bool) -> int | None:
         """Index of the rung being measured now; None between rungs or when the run is over.
@@ -124,7 +127,7 @@ class LiveSweep:
         current = self.run.current if self.run is not None and active else None
         if current is None or current.finished is not None or current.stage.start_at is None:
             return None
-        return None if current.stage.rung == WARMUP_RUNG else current.stage.rung
+        return current.stage.rung if current.stage.phase == MEASURE_PHASE else None
 
     def states(self, active: bool) -> dict[int, str]:
         """Each tallied rung's state, in ladder order: running, done or stopped (the run was

@@ -44,6 +44,7 @@ COLUMNS = (
     ("tokens", "Output tokens"),
     ("requests", "Requests"),
     ("failures", "Failures"),
+    ("cache_pct", "Prefix cache %"),
     ("now_tok_s", "Current rung tok/s"),
 )
 

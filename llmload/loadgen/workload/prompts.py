@@ -23,23 +23,33 @@ Sources (config keys):
   `prompt_format: auto` picks by content. Every request asks for `max_tokens` with `ignore_eos`,
   so rungs stay comparable; `max_tokens: {dist: empirical, replies: true}` draws it from the
   lengths of the file's replies (`llmload.core.workload.lengths`), independently of the prompt.
-- `unique_prompts: true`: a per-request tag makes every prompt unique (defeats prefix caching);
-  it goes right after the shared prefix, so the prefix stays shared. In a synthetic prompt the tag
-  is `TAG_WORDS` one-token words (picked by a hash of the request id) counted inside N; in other
-  prompts it is `[<12 hex digits>] `, on top of them.
+- `distinct_prompts: true` (the default): every request of a run gets a prompt no other request of
+  the run sends, so a prefix cache can serve it only its shared prefix: a tag right after the
+  shared prefix (synthetic prompts) or in front of `prompt`, picked by a hash of the seed and the
+  request's place (`key`: its phase and rung, and its index there). A rerun with the same seed
+  sends the same prompts (output identity compares them); another seed, other ones. The
+  greedy-determinism check's probes share one key at every rung ("determinism"): their prompt i
+  is the same at every rung, and the warm-up sends each once (llmload.loadgen.run.stage_plan).
+  Prompt files are sent as written (their prompts repeat once the file is used up).
+- `unique_prompts: true`: the tag comes from the request id instead (random): no prompt is sent
+  twice, not even by a rerun. In a synthetic prompt either tag is `TAG_WORDS` one-token words
+  counted inside N; in front of `prompt` it is `[<tag words>] ` (distinct) or `[<12 hex digits>] `
+  (unique), on top of it.
 
-Request i (of the rung's one index sequence, which processes share out) gets prompt
-`pool[i % len(pool)]`: the pool is the shuffled file prompts or `SYNTHETIC_POOL` synthetic
-prompts, built once per process (`workload_for`).
+Request i (of its stage's one index sequence, which processes share out) gets prompt
+`pool[i % len(pool)]` (tagged): the pool is the shuffled file prompts or `SYNTHETIC_POOL`
+synthetic prompts, built once per process (`workload_for`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import http.client
 import json
 import random
 import ssl
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -80,11 +90,11 @@ class Calibration:
     method: str  # how the words were counted: "tokenize" or "usage"
     overhead_method: str  # how the overhead was measured: "usage" or "tokenize"
 
-    def words_for(self, tokens: int, unique: bool) -> int:
-        """Words after the anchor (tag included) of a prompt of `tokens` tokens; ConfigError if
-        the asked length is below what every prompt costs anyway."""
+    def words_for(self, tokens: int, tagged: bool) -> int:
+        """Words after the anchor (the tag of a `tagged` prompt included) of a prompt of `tokens`
+        tokens; ConfigError if the asked length is below what every prompt costs anyway."""
         words = tokens - self.overhead
-        least = 1 + (TAG_WORDS if unique else 0)
+        least = 1 + (TAG_WORDS if tagged else 0)
         if words < least:
             raise ConfigError(
                 f"'prompt_tokens' {tokens} is too short: every prompt costs {self.overhead} tokens on this "
@@ -98,7 +108,8 @@ def synthetic_text(rng: random.Random, words: int, vocab: tuple[str, ...] = WORD
 
 
 def tag_words(request_id: str, vocab: tuple[str, ...]) -> str:
-    """The unique_prompts tag of a synthetic prompt: TAG_WORDS vocab words from the request id."""
+    """A prompt's tag: TAG_WORDS vocab words from a hash of the request id (unique_prompts) or of
+    its seed and place (distinct_prompts)."""
     n = int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "big")
     out = []
     for _ in range(TAG_WORDS):
@@ -129,15 +140,38 @@ def _count_tokenize(host: str, model: str, chat: bool, text: str, headers: dict[
         return len(_post_json(host + "/tokenize", {"content": text}, headers, ctx)["tokens"])
 
 
-def _count_usage(host: str, model: str, chat: bool, text: str, headers: dict[str, str], ctx: Any) -> int:
-    """Tokens of `text` as usage.prompt_tokens of a one-token request."""
+def _count_usage(
+    host: str,
+    model: str,
+    chat: bool,
+    text: str,
+    headers: dict[str, str],
+    ctx: Any,
+    sent: list[dict[str, Any]] | None = None,
+) -> int:
+    """Tokens of `text` as usage.prompt_tokens of a one-token request (appended to `sent`: the
+    run records it, phase "calibration")."""
     body: dict[str, Any] = {"model": model, "max_tokens": 1, "stream": False, "temperature": 0}
     body |= {"messages": [{"role": "user", "content": text}]} if chat else {"prompt": text}
-    return int(
-        _post_json(host + endpoint_path("chat" if chat else "completions"), body, headers, ctx)["usage"][
-            "prompt_tokens"
-        ]
-    )
+    t_start, usage = time.time(), None
+    request_id = f"calibration-{len(sent or ())}"  # its record's id (llmload.loadgen.run.run_start)
+    path = host + endpoint_path("chat" if chat else "completions")
+    try:
+        usage = _post_json(path, body, {**headers, "X-Request-Id": request_id}, ctx)["usage"]
+        return int(usage["prompt_tokens"])
+    finally:
+        if sent is not None:
+            sent.append(
+                {
+                    "id": request_id,
+                    "endpoint": "chat" if chat else "completions",
+                    "t_start": t_start,
+                    "t_end": time.time(),
+                    "usage": usage if isinstance(usage, dict) else None,
+                    "max_tokens": 1,
+                    "stream": False,
+                }
+            )
 
 
 # an HTTP-level failure (not HTTP, cut short) is one more way a counting method is not there
@@ -145,13 +179,19 @@ _COUNT_ERRORS = (urllib.error.URLError, OSError, http.client.HTTPException, Valu
 
 
 def calibrate(
-    host: str, model: str, endpoint: str, headers: dict[str, str], context: ssl.SSLContext | None = None
+    host: str,
+    model: str,
+    endpoint: str,
+    headers: dict[str, str],
+    context: ssl.SSLContext | None = None,
+    sent: list[dict[str, Any]] | None = None,
 ) -> Calibration:
     """Find the words that cost one token on the server, and the overhead of every prompt (see
-    the module docstring)."""
+    the module docstring); the generation requests it sends are appended to `sent`."""
     host = host.rstrip("/")
     chat = endpoint == "chat"
-    for method, count in (("tokenize", _count_tokenize), ("usage", _count_usage)):
+    usage_count = functools.partial(_count_usage, sent=sent)
+    for method, count in (("tokenize", _count_tokenize), ("usage", usage_count)):
         try:
             base = count(host, model, chat, ANCHOR, headers, context)
             vocab = tuple(
@@ -168,7 +208,7 @@ def calibrate(
             )
         words = vocab[:OVERHEAD_PROBE_WORDS]
         probe = " ".join([ANCHOR, *words])  # costs overhead (the anchor's cost included) + len(words)
-        for overhead_method, measure in (("usage", _count_usage), ("tokenize", count)):
+        for overhead_method, measure in (("usage", usage_count), ("tokenize", count)):
             try:
                 overhead = measure(host, model, chat, probe, headers, context) - len(words)
             except _COUNT_ERRORS:
@@ -188,9 +228,14 @@ class Workload:
     ) -> None:
         rng = random.Random(f"llmload-workload:{config.seed}")
         self.unique = config.unique_prompts
+        self.seed = config.seed
+        # a tag from the seed and the request's place; prompt files are sent as written
+        self.distinct = config.distinct_prompts and not self.unique and config.prompt_file is None
         self.prefix = ""
         self.vocab: tuple[str, ...] | None = None  # synthetic prompts: the words (and tag words)
         self.longest: tuple[int, int] | None = None  # drawn lengths: the longest's tokens, body words
+        self.shared_words = 0  # synthetic prompts: words of the shared prefix after the anchor
+        self.fixed_words = len(config.prompt.split())  # words of `prompt`
         if config.prompt_file is not None:
             pool = load_prompt_file(config.prompt_file, config.prompt_format)
             rng.shuffle(pool)
@@ -200,7 +245,8 @@ class Workload:
             words = prompt_words or lengths.high  # of the longest prompt, after the anchor, tag included
             # the prefix all prompts share is a share of the shortest one
             shared = round((words - (lengths.high - lengths.low)) * config.shared_prefix_ratio)
-            body = max(1, words - shared - (TAG_WORDS if self.unique else 0))
+            self.shared_words = shared
+            body = max(1, words - shared - (TAG_WORDS if config.tagged_prompts else 0))
             self.prefix = " ".join([ANCHOR, *(rng.choice(self.vocab) for _ in range(shared))]) + " "
             self.longest = None if lengths.fixed is not None else (lengths.high, body)
             size = (
@@ -213,18 +259,35 @@ class Workload:
             pool = [config.prompt]
         self.pool = pool
 
-    def prompt(self, index: int, request_id: str, tokens: int | None = None) -> str:
-        """Prompt `index`; with drawn lengths, cut to `tokens` tokens (each body word is one)."""
+    def shared_prefix(self, overhead: int | None) -> dict[str, int] | None:
+        """What a prompt of this workload may share with another of the run, for the run file
+        (llmload.analysis.run.rung_tally.SharedPrefix): a synthetic prompt's `shared_tokens`
+        (`overhead`: BOS, chat template and anchor, plus the shared words, plus the tag's words,
+        which two requests' tags may share by chance: a token-level cache like llama.cpp's then
+        reuses them), or the `distinct_words` of a tagged `prompt` (its own words, after the tag);
+        None when prompts repeat (a prompt file, or `distinct_prompts: false`)."""
+        if not (self.unique or self.distinct):
+            return None
+        if self.vocab is not None:
+            return None if overhead is None else {"shared_tokens": overhead + self.shared_words + TAG_WORDS}
+        return {"distinct_words": self.fixed_words}
+
+    def prompt(self, index: int, request_id: str, tokens: int | None = None, key: str = "") -> str:
+        """Prompt `index` of the place `key` (module docstring); with drawn lengths, cut to
+        `tokens` tokens (each body word is one)."""
         body = self.pool[index % len(self.pool)]
         if self.longest is not None and tokens is not None:
             high, words = self.longest
             keep = max(1, words - (high - tokens))
             body = " ".join(body.split(" ", keep)[:keep])
-        if not self.unique:
+        if self.unique:
+            if self.vocab is not None:
+                return f"{self.prefix}{tag_words(request_id, self.vocab)} {body}"
+            return f"{self.prefix}[{request_id[:12]}] {body}"
+        if not self.distinct:
             return self.prefix + body
-        if self.vocab is not None:
-            return f"{self.prefix}{tag_words(request_id, self.vocab)} {body}"
-        return f"{self.prefix}[{request_id[:12]}] {body}"
+        tag = tag_words(f"{self.seed}:{key}:{index}", self.vocab or WORDS)
+        return f"{self.prefix}{tag} {body}" if self.vocab is not None else f"[{tag}] {body}"
 
 
 _CACHE: dict[tuple[str, int | None], Workload] = {}
@@ -251,6 +314,7 @@ def workload_for(
                 config.seed,
                 config.shared_prefix_ratio,
                 config.unique_prompts,
+                config.distinct_prompts,
                 config.prompt_format,
                 list(vocab or ()),
             ]
