@@ -41,6 +41,10 @@ streamed request needs (one prebuilt write, a `recv` per readiness until the mes
 request event; benchmarks/bare_locustfile.py), one locust process per stream count: the floor
 of Locust, gevent and the kernel under llmload's cost (CPU only, tokens from the truth log).
 
+With `--no-chunk-usage`, llmload also runs in each repeat without usage on every chunk
+(`continuous_usage: false`), as client `nousage`, the two in turn first: what the per-chunk usage
+that a run asks for by default where the server honours it (the simulator does) costs the client.
+
 Figures are the median over `--repeats` runs. Not a test: nothing is asserted.
 """
 
@@ -236,10 +240,13 @@ def run_locust(
     locustfile: Path,
     name: str,
     code: Path | None = None,
+    ladder: Path | None = None,
 ):
-    """`code`: the checkout whose llmload (package and locustfile) runs; None: this one."""
+    """`code`: the checkout whose llmload (package and locustfile) runs; None: this one. `ladder`:
+    a ladder file of settings the flags do not set."""
     prefix = work / name
     extra = ["--rungs", ",".join(map(str, streams)), "--rung-duration", str(args.duration)]
+    extra += ["--ladder", str(ladder)] if ladder is not None else []
     extra += ["--warmup-requests", "0", "--max-tokens", str(args.max_tokens), "--loglevel", "WARNING"]
     timeout = 60 + len(streams) * (args.duration + 30)
     # the floor's records fail llmload's token reconciliation (exit 3): its tokens come from the truth log
@@ -321,12 +328,16 @@ def one_repeat(
     with SimulatorProcess(truth_log=truth_log, log_path=sim_log, **engine) as server:
         sim = CpuTrack(server.pid)
         runs: list[tuple[str, int, list[Timed], CpuTrack, float]] = []
-        llmloads: list[tuple[str, Path | None]] = [("locust", None)]
+        llmloads: list[tuple[str, Path | None, Path | None]] = [("locust", None, None)]
         if args.baseline is not None:  # the two in turn first, so neither always has the fresh simulator
-            llmloads.insert(repeat % 2, ("baseline", args.baseline))
-        for name, code in llmloads:
+            llmloads.insert(repeat % 2, ("baseline", args.baseline, None))
+        if args.no_chunk_usage:
+            ladder = work / "no_chunk_usage.yaml"
+            ladder.write_text("continuous_usage: false\n")
+            llmloads.insert(repeat % 2, ("nousage", None, ladder))
+        for name, code, ladder_file in llmloads:
             by_streams, track, lags = run_locust(
-                server.url, args.streams, args, work, LOCUSTFILES["completions"], name, code
+                server.url, args.streams, args, work, LOCUSTFILES["completions"], name, code, ladder_file
             )
             runs += [(name, n, by_streams[n], track, lags.get(n, math.nan)) for n in args.streams]
         if args.floor:
@@ -374,7 +385,7 @@ def report(
     out: Callable[[str], None],
 ) -> None:
     med = {key: _median_figures(r[key] for r in per_repeat) for key in per_repeat[0]}
-    clients = ("locust", "baseline", "floor", "bare", "aiohttp")
+    clients = ("locust", "nousage", "baseline", "floor", "bare", "aiohttp")
     out(
         "client    tok/chunk  streams     tok/s  cpu_%  cpu_s/1k_tok  ratio  sim_cpu_%  "
         "chunk_err_p50/p99/max_ms  first_err_p50/p99/max_ms  itl_err_p50/p99_ms  marked_%  "
@@ -448,6 +459,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument(
         "--no-aiohttp", action="store_false", dest="aiohttp", help="skip the asyncio + aiohttp yardstick"
+    )
+    p.add_argument(
+        "--no-chunk-usage",
+        action="store_true",
+        help="also run llmload without usage on every chunk (continuous_usage: false), as client nousage",
     )
     p.add_argument("--keep", type=Path, default=None, help="keep the runs' files in this directory")
     args = p.parse_args(argv)

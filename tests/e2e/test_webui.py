@@ -19,6 +19,7 @@ from fixtures.runs import run_records
 from fixtures.webui import (
     LocustWebUI,
     post_processed,
+    server_view_cells,
     sweep_table,
     tab_as_post_processed,
     tab_rows,
@@ -29,6 +30,7 @@ from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.progress import Progress
 from llmload.core.files.records import RequestRecord, read_records
+from llmload.core.files.run_files import RunFiles
 from llmload.core.names import REQUEST_TYPE, rung_name
 from llmload.loadgen.webui import live_sweep
 from llmload.loadgen.webui.live_sweep import LiveSweep
@@ -54,7 +56,10 @@ def check_tab_against_truth_and_post_processor(ui: LocustWebUI, rows: list[dict[
     assert all(r["failures"] == "0" and r["state"] == "done" and r["now_tok_s"] == "" for r in rows)
     # figure for figure what the post-processor prints for the same run
     shown = [{k: v for k, v in r.items() if k not in ("state", "now_tok_s")} for r in rows]
-    assert shown == [tab_as_post_processed(r) for r in post_processed(ui.prefix)]
+    server = server_view_cells(ui.prefix)
+    assert shown == [
+        tab_as_post_processed(r) | v for r, v in zip(post_processed(ui.prefix), server, strict=True)
+    ]
     # the CSV download is the post-processor's CSV
     csv_lines = ui.get("/llmload/sweep.csv").decode().splitlines()
     assert csv_lines == sweep_table(ui.prefix, "--format", "csv").splitlines()
@@ -150,11 +155,14 @@ def test_form_run_fills_the_tokens_tab(tmp_path, sim_start):
         # while a rung ran, its row said so and carried a live rate
         assert {r["rung"] for r in live} == {"rung01 c1", "rung02 c2"}
         assert all(float(r["now_tok_s"]) > 0 for r in live)
+        assert any(r["srv_running"] != "-" for r in live)  # the server's view while the rung ran
         # the sweep curve grew rung by rung, the running rung's point marked as such
         curves = [[(p["rung"], p["state"]) for p in c["sweep"]] for c in ui.chart_polls]
         assert [("rung01 c1", "running")] in curves
         assert [("rung01 c1", "done"), ("rung02 c2", "running")] in curves
         check_tab_against_truth_and_post_processor(ui, rows, sim)
+        # the simulator's /metrics was scraped inside each 2 s rung: the server's view is there
+        assert all(r["srv_running"] != "-" for r in rows), rows
     records, _ = read_records(Path(f"{ui.prefix}_records.jsonl"))
     assert {r.max_tokens for r in records} == {12} and all(r.stream for r in records)
     assert all(r.conn_reused is False and r.connect_ms is not None for r in records)  # connection: close
@@ -197,12 +205,12 @@ def test_page_polls_never_see_the_passing_stop_states(tmp_path, sim_start):
         assert set(states) <= {"ready", "spawning", "running", "stopped"}, f"run {run}: {set(states)}"
 
 
-def test_tallies_equal_the_post_processor_on_failures_and_estimates():
+def test_tallies_equal_the_post_processor_on_failures_and_estimates(tmp_path):
     """Running tallies give the post-processor's rows exactly, also for failed requests, client-
     counted tokens and a repeated concurrency (hand-built records; the warm-up is left out)."""
     records = run_records()
     live = LiveSweep()
-    run = SimpleNamespace(progress=[], current=None)
+    run = SimpleNamespace(progress=[], current=None, files=RunFiles(tmp_path / "run"))  # no scrapes
     for rec in records:
         live.add(run, rec)
     rungs = tally_rungs(records)

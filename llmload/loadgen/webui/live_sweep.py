@@ -12,6 +12,11 @@ The running rung also gets a live rate, `now_tok_s`: output tokens of its comple
 divided by the seconds since the rung's common start (see `llmload.loadgen.run.ladder`); unlike agg_tok/s it
 keeps moving between request completions.
 
+With the server's `/metrics` scraped (llmload.loadgen.monitor.run_monitor), each row also shows
+the server's view of its rung so far (`server_view`): the means of running, waiting and KV usage
+over the scrapes inside the rung's window and the acceptance length of its counters, as `llmload
+table --metrics` computes them at the end (llmload.analysis.run.server_metrics); '-' without them.
+
 The charts' time series (`history`) samples each rung's agg and per-request tok/s as they stand
 after its latest record: one point per rung whose tally changed, at that rung's latest request
 end (`t`, epoch s), at most every `SAMPLE_S` seconds while records arrive, and whenever the series
@@ -24,6 +29,13 @@ import time
 from typing import Any
 
 from llmload.analysis.run.rung_tally import RungTally, SweepTally, percentile_or_none
+from llmload.analysis.run.server_metrics import (
+    Sample,
+    ServerRungMetrics,
+    Window,
+    read_samples,
+    rung_server_metrics,
+)
 from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE, rung_name
 from llmload.loadgen.run.run_state import RunState
@@ -32,10 +44,14 @@ from llmload.output.table import fmt_num
 SAMPLE_S = 2.0  # Locust's own pages poll every 2 s
 
 
-def tab_cells(tally: RungTally, *, state: str, now_tok_s: float | None) -> dict[str, str]:
-    """The Tokens tab's row: display strings rounded as `llmload table` rounds them."""
+def tab_cells(
+    tally: RungTally, *, state: str, now_tok_s: float | None, server: ServerRungMetrics | None = None
+) -> dict[str, str]:
+    """The Tokens tab's row: display strings rounded as `llmload table` rounds them (the server's
+    figures as its `--metrics` server view does)."""
     row = tally.row()
     cache = tally.cache()
+    kv = None if server is None or server.kv_usage is None else 100.0 * server.kv_usage
     return {
         "rung": rung_name(row.rung, row.conc),
         "users": str(row.conc),
@@ -51,6 +67,10 @@ def tab_cells(tally: RungTally, *, state: str, now_tok_s: float | None) -> dict[
         "requests": str(row.requests),
         "failures": str(row.failures),
         "cache_pct": fmt_num(None if cache is None else 100.0 * cache["share"]),
+        "srv_running": fmt_num(None if server is None else server.running, 2),
+        "srv_waiting": fmt_num(None if server is None else server.waiting, 2),
+        "kv_usage_pct": fmt_num(kv, 2),
+        "accept_len": fmt_num(None if server is None else server.accept_len, 2),
         "now_tok_s": "" if now_tok_s is None else fmt_num(now_tok_s),
     }
 
@@ -87,6 +107,7 @@ class LiveSweep:
         self.history: list[dict[str, Any]] = []
         self._sampled_requests: dict[int, int] = {}
         self._sampled_at = 0.0
+        self._scrapes: tuple[int, list[Sample]] = (-1, [])  # the scrape file's size when read, its samples
 
     @property
     def rungs(self) -> dict[int, RungTally]:
@@ -139,16 +160,40 @@ class LiveSweep:
             for index in sorted(self.rungs)
         }
 
+    def server_view(self) -> dict[int, ServerRungMetrics]:
+        """The server's figures of each measured rung so far, by rung index (module docstring): from
+        the run's scrape file, read again only when it grew; a running rung's window ends now."""
+        run = self.run
+        path = None if run is None else run.files.server_metrics
+        try:
+            size = -1 if path is None else path.stat().st_size
+        except OSError:
+            size = -1
+        if size != self._scrapes[0]:
+            self._scrapes = (size, read_samples(path)[1] if path is not None and size > 0 else [])
+        samples = self._scrapes[1]
+        if run is None or not samples:
+            return {}
+        now = time.time()
+        windows = [
+            Window(p.stage.rung, p.stage.users, p.started, p.finished or now)
+            for p in run.progress
+            if p.stage.phase == MEASURE_PHASE and p.stage.start_at is not None
+        ]
+        return {m.rung: m for m in rung_server_metrics(samples, windows, {})}
+
     def table(self, active: bool) -> list[dict[str, str]]:
         """One row of display strings per rung (the Tokens tab), in ladder order."""
         rows = []
+        server = self.server_view()
         for index, state in self.states(active).items():
             now_tok_s = None
             if state == "running":
                 assert self.run is not None and self.run.current is not None
                 since = time.time() - (self.run.current.stage.start_at or 0.0)
                 now_tok_s = self.rungs[index].completed_tokens_per_s(since)
-            rows.append(tab_cells(self.rungs[index], state=state, now_tok_s=now_tok_s))
+            cells = tab_cells(self.rungs[index], state=state, now_tok_s=now_tok_s, server=server.get(index))
+            rows.append(cells)
         return rows
 
     def charts(self, active: bool, since: int = 0) -> dict[str, Any]:

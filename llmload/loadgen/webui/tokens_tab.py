@@ -45,6 +45,10 @@ COLUMNS = (
     ("requests", "Requests"),
     ("failures", "Failures"),
     ("cache_pct", "Prefix cache %"),
+    ("srv_running", "Server running"),
+    ("srv_waiting", "Server waiting"),
+    ("kv_usage_pct", "KV cache %"),
+    ("accept_len", "Accept length"),
     ("now_tok_s", "Current rung tok/s"),
 )
 
