@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload.analysis.identity.determinism import RungDivergence, divergence
+from llmload.analysis.run.gpu_metrics import GpuMetrics, load_gpu_metrics
 from llmload.analysis.run.health import flag_saturated, read_health
 from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.metrics import SLO_KEYS, RungMetrics
@@ -51,6 +52,7 @@ class RunResult:
     missing: list[MissingRung] = field(default_factory=list)  # ladder rungs without any record
     divergence: list[RungDivergence] = field(default_factory=list)  # greedy-determinism check
     records_file: Path | None = None  # the records, when not at <prefix>_records.jsonl
+    gpu: GpuMetrics | None = None  # a DCGM exporter's figures per rung, when the run asked (gpu_metrics)
 
     @property
     def records_path(self) -> Path:
@@ -198,6 +200,7 @@ def load_run(
         prefix, found.records, rungs, rows, metrics, warnings, info, missing_rungs(info, rungs)
     )
     result.records_file = files.records_file
+    result.gpu = load_gpu_metrics(prefix, info, {r.rung: r.tokens for r in rows})
     if any(t.checked for t in rungs):  # greedy-determinism hashes: compare the texts
         result.divergence = divergence(result.record_rungs())
     return result

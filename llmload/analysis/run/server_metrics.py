@@ -112,12 +112,16 @@ def quantity(samples: Mapping[str, float], family: str, name: str) -> float | No
 
 
 class MetricsScraper:
-    """Scrapes one `/metrics` URL into a JSONL file, one flushed line per `sample()` call."""
+    """Scrapes one `/metrics` URL into a JSONL file, one flushed line per `sample()` call, keeping
+    the metrics named in `names` (default: the server families'; the GPU scrape keeps DCGM's)."""
 
-    def __init__(self, url: str, path: Path, *, timeout: float = 2.0) -> None:
+    def __init__(
+        self, url: str, path: Path, *, timeout: float = 2.0, names: frozenset[str] = KNOWN_NAMES
+    ) -> None:
         self.url = url
         self.path = Path(path)
         self.timeout = timeout
+        self.names = names
         self._fh: IO[str] | None = None
 
     def sample(self, now: float) -> bool:
@@ -127,7 +131,7 @@ class MetricsScraper:
         except (OSError, urllib.error.URLError, ValueError) as exc:
             self._write({"t": now, "error": str(exc)})
             return False
-        self._write({"t": now, "samples": {k: v for k, v in scraped.items() if base_name(k) in KNOWN_NAMES}})
+        self._write({"t": now, "samples": {k: v for k, v in scraped.items() if base_name(k) in self.names}})
         return True
 
     def _write(self, line: dict[str, Any]) -> None:

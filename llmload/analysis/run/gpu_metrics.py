@@ -1,0 +1,220 @@
+"""GPU telemetry of a run from a DCGM exporter (`--gpu-metrics`): its scrapes, and per-rung energy,
+power, utilisation, memory and tokens per joule (definitions: docs/gpu.md).
+
+The run monitor scrapes the exporter's Prometheus page beside the server's `/metrics`, at the
+same instants (every `--scrape-interval` and at every stage boundary), into
+`<prefix>_gpu_metrics.jsonl`: one line per scrape, `{"t", "samples": {"name{labels}": value}}` of
+the four DCGM series below, or `{"t", "error"}` (llmload.analysis.run.server_metrics.MetricsScraper
+writes both files). A GPU is told by its `gpu` label, else its `UUID`. Per rung, with the rung
+windows and the bracketing rule of the server's counters (llmload.analysis.run.server_metrics):
+
+- energy_j: the sum over GPUs of the energy counter's rise between the scrapes that bracket the
+  rung's window (mJ -> J), less the power each bracketing scrape read times its distance from the
+  window's edge (the server is idle there); without the counter, power_w x the window
+  (`energy_from`: "counter" or "power");
+- power_w: energy_j over the window (all GPUs together); without the counter, the sum over GPUs of
+  each one's mean power gauge inside the window;
+- util_pct: the mean over GPUs of each one's mean utilisation gauge inside the window;
+- mem_peak_mib: the most memory any one GPU held in a scrape inside the window;
+- tok_per_j: the rung's output tokens (the sweep table's `tokens`) / energy_j.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmload.analysis.run.server_metrics import (
+    Sample,
+    Window,
+    _counter_delta,
+    _gauge_mean,
+    stage_windows,
+)
+from llmload.core.files.jsonl import iter_jsonl
+from llmload.core.names import WARMUP_RUNG
+from llmload.core.stats import mean
+
+# the DCGM exporter's series (dcgm-exporter etc/default-counters.csv) -> our quantity
+DCGM_SERIES = {
+    "DCGM_FI_DEV_POWER_USAGE": "power_w",  # gauge, W
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "energy_mj",  # counter since boot, mJ
+    "DCGM_FI_DEV_GPU_UTIL": "util_pct",  # gauge, %
+    "DCGM_FI_DEV_FB_USED": "mem_mib",  # gauge, MiB
+}
+GPU_NAMES = frozenset(DCGM_SERIES) | frozenset(f"{n}_total" for n in DCGM_SERIES)
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def gpu_metrics_path(prefix: str | Path) -> Path:
+    return Path(f"{prefix}_gpu_metrics.jsonl")
+
+
+def gpu_url(configured: str, host: str) -> str:
+    """The exporter's URL: `configured` as given, or, for a path, that path on the run's host."""
+    return host.rstrip("/") + configured if configured.startswith("/") else configured
+
+
+def gpu_values(scraped: Mapping[str, float]) -> dict[str, float]:
+    """One scrape's DCGM samples as {"<quantity>|<gpu>": value}; series without a `gpu` or `UUID`
+    label and values that are not finite are left out."""
+    out: dict[str, float] = {}
+    for key, value in scraped.items():
+        name, _, labels = key.partition("{")
+        quantity = DCGM_SERIES.get(name.removesuffix("_total"))
+        if quantity is None or not math.isfinite(value):
+            continue
+        found = dict(_LABEL.findall(labels))
+        gpu = found.get("gpu") or found.get("UUID")
+        if gpu:
+            out[f"{quantity}|{gpu}"] = value
+    return out
+
+
+@dataclass(slots=True)
+class GpuScrapes:
+    """What a run's scrape file holds."""
+
+    samples: list[Sample]  # successful scrapes with DCGM values, in time order
+    answered: int = 0  # scrapes that got a page (with or without DCGM series)
+    errors: list[str] = field(default_factory=list)  # the failed scrapes' errors
+
+
+def read_gpu_scrapes(path: Path) -> GpuScrapes:
+    """The scrape file's samples (unreadable lines skipped); empty when there is no file."""
+    found = GpuScrapes([])
+    if not path.exists():
+        return found
+    for _, data in iter_jsonl(path):
+        try:
+            if data is None:
+                continue
+            if "error" in data:
+                found.errors.append(str(data["error"]))
+            elif "samples" in data:
+                found.answered += 1
+                values = gpu_values({str(k): float(v) for k, v in dict(data["samples"]).items()})
+                if values:
+                    found.samples.append(Sample(float(data["t"]), values))
+        except (ValueError, TypeError, KeyError):
+            continue
+    found.samples.sort(key=lambda s: s.t)
+    return found
+
+
+@dataclass(slots=True)
+class GpuRung:
+    """The GPUs during one rung (definitions in the module docstring)."""
+
+    rung: int
+    conc: int
+    gpus: int
+    energy_j: float | None
+    energy_from: str | None  # "counter", "power" (mean power x window), or None
+    power_w: float | None
+    util_pct: float | None
+    mem_peak_mib: float | None
+    tok_per_j: float | None
+    samples: int  # scrapes inside the window
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _per_gpu(keys: Sequence[str], quantity: str) -> list[str]:
+    return sorted(k for k in keys if k.startswith(quantity + "|"))
+
+
+def _window_energy(samples: Sequence[Sample], times: Sequence[float], key: str, w: Window) -> float | None:
+    """One GPU's energy over the window, J: its counter's rise between the bracketing scrapes, less
+    the power each of them read times its distance from the window's edge (the server is idle
+    there: a rung's scrapes are taken at its boundaries); None without the counter."""
+    delta, bracket = _counter_delta(samples, times, key, w)
+    if delta is None or bracket is None:
+        return None
+    power_key = "power_w|" + key.partition("|")[2]
+    first, last = samples[times.index(bracket[0])], samples[times.index(bracket[1])]
+    outside = first.values.get(power_key, 0.0) * max(0.0, w.start - first.t)
+    outside += last.values.get(power_key, 0.0) * max(0.0, last.t - w.end)
+    return max(0.0, delta / 1000.0 - outside)
+
+
+def gpu_rung(samples: Sequence[Sample], w: Window, tokens: int) -> GpuRung:
+    """One rung's GPU figures from the scrapes (in time order) and its output tokens."""
+    times = [s.t for s in samples]
+    inside = samples[bisect_left(times, w.start) : bisect_right(times, w.end)]
+    keys = sorted({k for s in samples for k in s.values})
+    gpus = {k.partition("|")[2] for k in keys}
+    energy: float | None = None
+    energy_from: str | None = None
+    power: float | None = None
+    per_gpu = [_window_energy(samples, times, k, w) for k in _per_gpu(keys, "energy_mj")]
+    if per_gpu and all(e is not None for e in per_gpu):
+        energy, energy_from = sum(e or 0.0 for e in per_gpu), "counter"
+        power = energy / (w.end - w.start) if w.end > w.start else None
+    else:
+        means = [_gauge_mean(inside, k) for k in _per_gpu(keys, "power_w")]
+        if means and all(m is not None for m in means):
+            power = sum(m or 0.0 for m in means)
+            energy, energy_from = power * (w.end - w.start), "power"
+    utils = [u for k in _per_gpu(keys, "util_pct") if (u := _gauge_mean(inside, k)) is not None]
+    mems = [s.values[k] for s in inside for k in _per_gpu(keys, "mem_mib") if k in s.values]
+    return GpuRung(
+        rung=w.rung,
+        conc=w.conc,
+        gpus=len(gpus),
+        energy_j=energy,
+        energy_from=energy_from,
+        power_w=power,
+        util_pct=mean(utils) if utils else None,
+        mem_peak_mib=max(mems) if mems else None,
+        tok_per_j=tokens / energy if energy else None,
+        samples=len(inside),
+    )
+
+
+@dataclass(slots=True)
+class GpuMetrics:
+    """A run's GPU figures per measured rung, and the one note when it has none."""
+
+    url: str
+    rungs: dict[int, GpuRung]  # by rung index (measured rungs only)
+    note: str | None = None
+
+
+def load_gpu_metrics(
+    prefix: str | Path, run_info: Mapping[str, Any] | None, tokens: Mapping[int, int]
+) -> GpuMetrics | None:
+    """The run's GPU figures; None when the run did not ask for them (no `gpu_metrics`). `tokens`:
+    output tokens per measured rung index (the sweep rows' `tokens`)."""
+    info = run_info or {}
+    configured = (info.get("config") or {}).get("gpu_metrics")
+    if not configured:
+        return None
+    url = gpu_url(str(configured), str(info.get("host") or ""))
+    found = read_gpu_scrapes(gpu_metrics_path(prefix))
+    if not found.samples:
+        return GpuMetrics(url, {}, _absent_note(url, found))
+    windows = stage_windows(info, found.samples[-1].t)
+    rungs = {
+        w.rung: gpu_rung(found.samples, w, tokens.get(w.rung, 0))
+        for w in windows
+        if w.rung != WARMUP_RUNG and w.rung in tokens
+    }
+    return GpuMetrics(url, rungs)
+
+
+def _absent_note(url: str, found: GpuScrapes) -> str:
+    what = "start the DCGM exporter there (or give --gpu-metrics the exporter's URL, e.g. http://HOST:9400/metrics)"
+    if found.answered:
+        return (
+            f"GPU metrics: {url} answered without DCGM series (DCGM_FI_DEV_POWER_USAGE ...), so the run has "
+            f"no GPU figures: is it a DCGM exporter's page? {what}"
+        )
+    reason = f" ({found.errors[0][:200]})" if found.errors else ""
+    return f"GPU metrics: {url} did not answer{reason}, so the run has no GPU figures: {what}"
