@@ -210,11 +210,16 @@ def load_gpu_metrics(
 
 
 def _absent_note(url: str, found: GpuScrapes) -> str:
-    what = "start the DCGM exporter there (or give --gpu-metrics the exporter's URL, e.g. http://HOST:9400/metrics)"
+    """What to do about a run that asked for GPU figures and got none."""
     if found.answered:
         return (
-            f"GPU metrics: {url} answered without DCGM series (DCGM_FI_DEV_POWER_USAGE ...), so the run has "
-            f"no GPU figures: is it a DCGM exporter's page? {what}"
+            f"GPU metrics: {url} answered without DCGM series (DCGM_FI_DEV_POWER_USAGE ...), so the "
+            "run has no GPU figures: give --gpu-metrics a DCGM exporter's page (e.g. http://HOST:9400/metrics)"
         )
-    reason = f" ({found.errors[0][:200]})" if found.errors else ""
-    return f"GPU metrics: {url} did not answer{reason}, so the run has no GPU figures: {what}"
+    error = found.errors[0] if found.errors else ""
+    error = error.removeprefix("<urlopen error ").removesuffix(">") if error.startswith("<urlopen") else error
+    reason = f" ({error[:200]})" if error else ""
+    return (
+        f"GPU metrics: {url} did not answer{reason}, so the run has no GPU figures: start the DCGM "
+        "exporter there, or give --gpu-metrics its URL (e.g. http://HOST:9400/metrics)"
+    )

@@ -1,0 +1,92 @@
+"""GPU telemetry (issue 43 item 5) end to end: `llmload sweep --gpu-metrics` against the simulator's
+DCGM-shaped page, whose power model the simulator integrates exactly and writes in its truth log.
+
+- Tokens per joule per rung within 2 % of the truth: the truth's output tokens of the rung over the
+  energy the truth log gives for the rung's window (idle draw throughout, plus each step's draw
+  above idle for the part of the step inside the window), two simulated GPUs.
+- An exporter that is down: the run completes, prints its table and exactly one note, exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from fixtures.paths import REPO
+
+from llmload.analysis.run.postprocess import load_run
+from llmload.servers.process import free_port
+from llmload.sim.truth import load_truth
+
+TOLERANCE = 0.02  # the issue's bar
+
+
+def _sweep(run_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "llmload", "sweep", "--run-dir", str(run_dir), *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _truth_energy(lines: list[dict], steps: list[dict], start: float, end: float) -> float:
+    """Joules the simulated GPUs used in [start, end], from the truth log alone."""
+    power = next(line for line in lines if line["type"] == "power")
+    idle = power["gpus"] * power["idle_w"]
+    energy = idle * (end - start)
+    for s in steps:
+        inside = min(end, s["t_end"]) - max(start, s["t_start"])
+        if inside > 0:
+            energy += inside * (s["gpu_w"] - idle)
+    return energy
+
+
+def test_tokens_per_joule_match_the_simulators_power_model(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = _sweep(
+        run_dir,
+        "--gpu-metrics", "/gpu/metrics",
+        "--sim", "gpus=2",
+        "--rungs", "1,4",
+        "--max-tokens", "64",
+        "--requests-per-user", "4",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "GPU metrics" not in proc.stdout, proc.stdout  # quiet when right
+    result = load_run(run_dir / "run", with_metrics=True)
+    assert result.gpu is not None and result.gpu.note is None
+    truth_path = run_dir / "sim_truth.jsonl"
+    requests, steps = load_truth(truth_path)
+    lines = [json.loads(line) for line in truth_path.read_text().splitlines() if line.strip()]
+    stages = {s["rung"]: s for s in (result.run_info or {})["stages"]}
+    ids = {r.rung: [] for r in result.rows}
+    for rec in result.iter_records():
+        if rec.rung in ids:
+            ids[rec.rung].append(rec.request_id)
+    for row in result.rows:
+        g = result.gpu.rungs[row.rung]
+        stage = stages[row.rung]
+        true_tokens = sum(requests[i]["completion_tokens"] for i in ids[row.rung])
+        true_energy = _truth_energy(lines, steps, stage["started"], stage["finished"])
+        assert g.gpus == 2 and g.energy_from == "counter"
+        assert row.tokens == true_tokens
+        assert g.energy_j is not None and g.tok_per_j is not None
+        assert abs(g.energy_j / true_energy - 1) < TOLERANCE, (row.rung, g.energy_j, true_energy)
+        assert abs(g.tok_per_j / (true_tokens / true_energy) - 1) < TOLERANCE, (row.rung, g)
+        assert g.power_w is not None and g.power_w > 2 * 60.0  # above two idle GPUs: steps ran
+    table = subprocess.run(
+        [sys.executable, "-m", "llmload", "table", str(run_dir / "run"), "--metrics"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert table.returncode == 0 and "tok/J" in table.stdout, table.stdout + table.stderr
+
+
+def test_an_exporter_that_is_down_is_one_note_and_the_run_completes(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/metrics"  # nothing listens there
+    proc = _sweep(tmp_path / "run", "--gpu-metrics", url, "--rungs", "1", "--max-tokens", "16")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[0] == "conc" and lines[1].split()[0] == "1", proc.stdout
+    notes = [line for line in lines if line.startswith("GPU metrics:")]
+    assert len(notes) == 1, proc.stdout
+    assert url in notes[0] and "did not answer" in notes[0] and "start the DCGM exporter" in notes[0]
+    assert "Traceback" not in proc.stderr
