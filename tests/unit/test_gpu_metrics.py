@@ -107,34 +107,28 @@ def test_no_scrape_around_a_rung_gives_no_figures():
     assert g.energy_j is None and g.tok_per_j is None and g.power_w is None and g.util_pct is None
 
 
-RUN_INFO = {
-    "host": "http://127.0.0.1:8000",
-    "config": {"gpu_metrics": "/gpu/metrics"},
-    "stages": [
-        {"rung": -1, "users": 1, "started": 1.0, "finished": 2.0},
-        {"rung": 0, "users": 1, "started": 3.0, "finished": 5.0},
-    ],
-}
+RUN_INFO = {"host": "http://127.0.0.1:8000", "config": {"gpu_metrics": "/gpu/metrics"}}
+WALLS = [(Window(0, 1, 3.0, 5.0), 10)]
 
 
 def test_an_exporter_that_gave_nothing_is_one_note_saying_what_to_do(tmp_path: Path):
     prefix = tmp_path / "run"
-    assert load_gpu_metrics(prefix, {"config": {}}, {0: 10}) is None  # not asked: nothing
-    down = load_gpu_metrics(prefix, RUN_INFO, {0: 10})  # asked, no file
+    assert load_gpu_metrics(prefix, {"config": {}}, WALLS) is None  # not asked: nothing
+    down = load_gpu_metrics(prefix, RUN_INFO, WALLS)  # asked, no file
     assert isinstance(down, GpuMetrics) and down.rungs == {}
     assert "http://127.0.0.1:8000/gpu/metrics did not answer" in (down.note or "")
     gpu_metrics_path(prefix).write_text(
         '{"t": 1, "error": "<urlopen error [Errno 111] Connection refused>"}\n'
     )
-    note = load_gpu_metrics(prefix, RUN_INFO, {0: 10}).note  # type: ignore[union-attr]
+    note = load_gpu_metrics(prefix, RUN_INFO, WALLS).note  # type: ignore[union-attr]
     assert note is not None and "([Errno 111] Connection refused)" in note and "DCGM exporter" in note
     gpu_metrics_path(prefix).write_text('{"t": 1, "samples": {}}\n{"t": 2, "samples": {"x": 1}}\n')
-    note = load_gpu_metrics(prefix, RUN_INFO, {0: 10}).note  # type: ignore[union-attr]
+    note = load_gpu_metrics(prefix, RUN_INFO, WALLS).note  # type: ignore[union-attr]
     assert note is not None and "without DCGM series" in note
-    assert gpu_notes(load_gpu_metrics(prefix, RUN_INFO, {0: 10})) == [note]
+    assert gpu_notes(load_gpu_metrics(prefix, RUN_INFO, WALLS)) == [note]
 
 
-def test_a_scrape_file_gives_the_measured_rungs_only(tmp_path: Path):
+def test_a_scrape_file_gives_each_rungs_figures_unreadable_lines_skipped(tmp_path: Path):
     prefix = tmp_path / "run"
     lines = []
     for t in (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 5.5):
@@ -143,7 +137,7 @@ def test_a_scrape_file_gives_the_measured_rungs_only(tmp_path: Path):
         lines.append(json.dumps({"t": t, "samples": parse_prometheus(page)}))
     lines.insert(2, "not json")
     gpu_metrics_path(prefix).write_text("\n".join(lines) + "\n")
-    gpu = load_gpu_metrics(prefix, RUN_INFO, {0: 300})
+    gpu = load_gpu_metrics(prefix, RUN_INFO, [(Window(0, 1, 3.0, 5.0), 300)])
     assert gpu is not None and gpu.note is None and list(gpu.rungs) == [0]
     assert gpu.rungs[0].energy_j == pytest.approx(200.0) and gpu.rungs[0].tok_per_j == pytest.approx(1.5)
 
@@ -204,7 +198,7 @@ def test_the_figures_in_json_csv_and_the_metrics_table(tmp_path: Path):
             for t in (2.0, 5.0)
         )
     )
-    gpu = load_gpu_metrics(prefix, RUN_INFO, {0: 300})
+    gpu = load_gpu_metrics(prefix, RUN_INFO, [(Window(0, 1, 3.0, 5.0), 300)])
     assert gpu is not None
     extra = [gpu_extra(gpu, [row])]
     data = json.loads(render([row], "json", extras=extra))

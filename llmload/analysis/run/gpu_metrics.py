@@ -5,15 +5,17 @@ The run monitor scrapes the exporter's Prometheus page beside the server's `/met
 same instants (every `--scrape-interval` and at every stage boundary), into
 `<prefix>_gpu_metrics.jsonl`: one line per scrape, `{"t", "samples": {"name{labels}": value}}` of
 the four DCGM series below, or `{"t", "error"}` (llmload.analysis.run.server_metrics.MetricsScraper
-writes both files). A GPU is told by its `gpu` label, else its `UUID`. Per rung, with the rung
-windows and the bracketing rule of the server's counters (llmload.analysis.run.server_metrics):
+writes both files). A GPU is told by its `gpu` label, else its `UUID`. A rung's window is its
+wall time (its first request's start to its last one's end, the sweep table's `wall_s`); the
+scrapes that bracket it are the last at or before its start and the first at or after its end,
+taken while the server was idle (the scraper samples at every stage boundary). Per rung:
 
 - energy_j: the sum over GPUs of the energy counter's rise between the scrapes that bracket the
   rung's window (mJ -> J), less the power each bracketing scrape read times its distance from the
   window's edge (the server is idle there); without the counter, power_w x the window
   (`energy_from`: "counter" or "power");
-- power_w: energy_j over the window (all GPUs together); without the counter, the sum over GPUs of
-  each one's mean power gauge inside the window;
+- power_w: energy_j over the window (all GPUs together), so tok_per_j = agg_tok_s / power_w;
+  without the counter, the sum over GPUs of each one's mean power gauge inside the window;
 - util_pct: the mean over GPUs of each one's mean utilisation gauge inside the window;
 - mem_peak_mib: the most memory any one GPU held in a scrape inside the window;
 - tok_per_j: the rung's output tokens (the sweep table's `tokens`) / energy_j.
@@ -29,15 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmload.analysis.run.server_metrics import (
-    Sample,
-    Window,
-    _counter_delta,
-    _gauge_mean,
-    stage_windows,
-)
+from llmload.analysis.run.server_metrics import Sample, Window, _counter_delta, _gauge_mean
 from llmload.core.files.jsonl import iter_jsonl
-from llmload.core.names import WARMUP_RUNG
 from llmload.core.stats import mean
 
 # the DCGM exporter's series (dcgm-exporter etc/default-counters.csv) -> our quantity
@@ -188,10 +183,11 @@ class GpuMetrics:
 
 
 def load_gpu_metrics(
-    prefix: str | Path, run_info: Mapping[str, Any] | None, tokens: Mapping[int, int]
+    prefix: str | Path, run_info: Mapping[str, Any] | None, rungs: Sequence[tuple[Window, int]]
 ) -> GpuMetrics | None:
-    """The run's GPU figures; None when the run did not ask for them (no `gpu_metrics`). `tokens`:
-    output tokens per measured rung index (the sweep rows' `tokens`)."""
+    """The run's GPU figures; None when the run did not ask for them (no `gpu_metrics`). `rungs`:
+    each measured rung's window (its first request's start to its last one's end: the sweep
+    table's wall_s) and output tokens (the table's `tokens`)."""
     info = run_info or {}
     configured = (info.get("config") or {}).get("gpu_metrics")
     if not configured:
@@ -200,13 +196,7 @@ def load_gpu_metrics(
     found = read_gpu_scrapes(gpu_metrics_path(prefix))
     if not found.samples:
         return GpuMetrics(url, {}, _absent_note(url, found))
-    windows = stage_windows(info, found.samples[-1].t)
-    rungs = {
-        w.rung: gpu_rung(found.samples, w, tokens.get(w.rung, 0))
-        for w in windows
-        if w.rung != WARMUP_RUNG and w.rung in tokens
-    }
-    return GpuMetrics(url, rungs)
+    return GpuMetrics(url, {w.rung: gpu_rung(found.samples, w, tokens) for w, tokens in rungs})
 
 
 def _absent_note(url: str, found: GpuScrapes) -> str:

@@ -31,6 +31,7 @@ from llmload.analysis.run.metrics import SLO_KEYS, RungMetrics
 from llmload.analysis.run.production_traffic import replay_warnings
 from llmload.analysis.run.records_pass import RecordsPass, tally_file
 from llmload.analysis.run.rung_tally import RungTally, sweep_rows
+from llmload.analysis.run.server_metrics import Window
 from llmload.analysis.run.sweep_rows import MissingRung, Rung, SweepRow, group_rungs
 from llmload.core.files.chunk_index import index_path
 from llmload.core.files.records import RecordFileError, RequestRecord, iter_record_lines
@@ -200,7 +201,8 @@ def load_run(
         prefix, found.records, rungs, rows, metrics, warnings, info, missing_rungs(info, rungs)
     )
     result.records_file = files.records_file
-    result.gpu = load_gpu_metrics(prefix, info, {r.rung: r.tokens for r in rows})
+    walls = [(Window(t.index, t.users, t.first_start, t.last_end), t.tokens) for t in rungs]
+    result.gpu = load_gpu_metrics(prefix, info, walls)
     if any(t.checked for t in rungs):  # greedy-determinism hashes: compare the texts
         result.divergence = divergence(result.record_rungs())
     return result
