@@ -201,7 +201,7 @@ def test_locust_options():
                 "stream": option_text,
                 "host": hosts,
                 "api_key": st.text(max_size=10),
-                "gpu_metrics": option_text | hosts | st.sampled_from(["/gpu/metrics", "//x", "/a b"]),
+                "gpu_metrics": option_text | hosts | st.sampled_from(["/gpu/metrics", "//x", "nvml", "NVML"]),
             }
         )
     )

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload.analysis.run.server_metrics import Sample, Window, _counter_delta, _gauge_mean
+from llmload.core.config import NVML
 from llmload.core.files.jsonl import iter_jsonl
 from llmload.core.stats import mean
 
@@ -51,7 +52,7 @@ def gpu_metrics_path(prefix: str | Path) -> Path:
 
 
 def gpu_url(configured: str, host: str) -> str:
-    """The exporter's URL: `configured` as given, or, for a path, that path on the run's host."""
+    """The exporter's URL: `configured` as given (or `nvml`), or, for a path, that path on the run's host."""
     return host.rstrip("/") + configured if configured.startswith("/") else configured
 
 
@@ -201,6 +202,13 @@ def load_gpu_metrics(
 
 def _absent_note(url: str, found: GpuScrapes) -> str:
     """What to do about a run that asked for GPU figures and got none."""
+    if url == NVML:
+        reason = f" ({found.errors[0][:200]})" if found.errors else ""
+        return (
+            f"GPU metrics: NVML read no GPU{reason}, so the run has no GPU figures: run llmload on the "
+            "machine with the GPUs and their driver, with pip install 'llmload[nvml]', or give "
+            "--gpu-metrics a DCGM exporter's URL (e.g. http://HOST:9400/metrics)"
+        )
     if found.answered:
         return (
             f"GPU metrics: {url} answered without DCGM series (DCGM_FI_DEV_POWER_USAGE ...), so the "

@@ -127,12 +127,16 @@ class MetricsScraper:
     def sample(self, now: float) -> bool:
         """Scrape once and append the line stamped `now`; False (and an error line) on failure."""
         try:
-            scraped = scrape_metrics(self.url, timeout=self.timeout)
+            scraped = self.read()
         except (OSError, urllib.error.URLError, ValueError) as exc:
             self._write({"t": now, "error": str(exc)})
             return False
         self._write({"t": now, "samples": {k: v for k, v in scraped.items() if base_name(k) in self.names}})
         return True
+
+    def read(self) -> dict[str, float]:
+        """One page's samples (the NVML sampler reads its GPUs instead: llmload.loadgen.monitor.nvml)."""
+        return scrape_metrics(self.url, timeout=self.timeout)
 
     def _write(self, line: dict[str, Any]) -> None:
         if self._fh is None:

@@ -23,7 +23,9 @@ import gevent
 
 from llmload.analysis.run.gpu_metrics import GPU_NAMES, gpu_metrics_path, gpu_url
 from llmload.analysis.run.server_metrics import MetricsScraper, metrics_path
+from llmload.core.config import NVML
 from llmload.core.run_environment import collect_environment, env_path, write_environment
+from llmload.loadgen.monitor.nvml import NvmlSampler
 from llmload.loadgen.run.ladder import LadderHook
 from llmload.loadgen.run.run_state import RunState
 
@@ -120,8 +122,11 @@ class RunMonitor(LadderHook):
         configured = run.config.gpu_metrics
         if not configured:
             return None
-        url = gpu_url(configured, run.host or "")
-        scraper = MetricsScraper(url, gpu_metrics_path(prefix), timeout=GPU_TIMEOUT_S, names=GPU_NAMES)
+        if configured == NVML:
+            scraper: MetricsScraper = NvmlSampler(gpu_metrics_path(prefix))
+        else:
+            url = gpu_url(configured, run.host or "")
+            scraper = MetricsScraper(url, gpu_metrics_path(prefix), timeout=GPU_TIMEOUT_S, names=GPU_NAMES)
         if scraper.sample(time.time()):
             return scraper
         scraper.close()
