@@ -210,3 +210,17 @@ def test_the_figures_in_json_csv_and_the_metrics_table(tmp_path: Path):
     assert dict(zip(header.split(","), values.split(","), strict=True))["tok_per_j"] == "1.000"
     table = render([row], "table", metrics=None, extras=extra)
     assert "tok/J" not in table  # the plain table stays the sweep's
+
+
+@pytest.mark.parametrize("value", ["ftp://x", "not a url", "h" * 100_000, "http://h:0x/m"])
+def test_the_sweep_refuses_a_bad_gpu_metrics_before_anything_starts(value, monkeypatch, capsys, tmp_path):
+    from llmload.cli import sweep
+
+    def started(*_, **__):
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(sweep, "run_sweep", started)
+    monkeypatch.chdir(tmp_path)
+    assert sweep.main(["--gpu-metrics", value, "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--gpu-metrics" in err[0] and len(err[0]) < 400, err
