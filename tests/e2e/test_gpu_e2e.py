@@ -80,6 +80,13 @@ def test_tokens_per_joule_match_the_simulators_power_model(tmp_path: Path) -> No
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert table.returncode == 0 and "tok/J" in table.stdout, table.stdout + table.stderr
+    report = subprocess.run(
+        [sys.executable, "-m", "llmload", "report", str(run_dir / "run"), "--out", str(tmp_path / "report")],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr[-2000:]
+    page = next((tmp_path / "report").glob("*.html")).read_text()
+    assert "GPU power and energy" in page and "tok/J" in page
 
 
 def test_an_exporter_that_is_down_is_one_note_and_the_run_completes(tmp_path: Path) -> None:
