@@ -224,3 +224,12 @@ def test_the_sweep_refuses_a_bad_gpu_metrics_before_anything_starts(value, monke
     assert sweep.main(["--gpu-metrics", value, "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--gpu-metrics" in err[0] and len(err[0]) < 400, err
+
+
+def test_an_overwritten_run_loses_its_gpu_scrapes(tmp_path: Path):
+    """The scraper appends: an earlier run's file left in place would be read as this run's."""
+    from llmload.core.files.output_paths import earlier_run
+    from llmload.core.files.run_files import RunFiles
+
+    gpu_metrics_path(tmp_path / "run").write_text('{"t": 1, "error": "x"}\n')
+    assert earlier_run(tmp_path, RunFiles(tmp_path / "run")) == [gpu_metrics_path(tmp_path / "run")]

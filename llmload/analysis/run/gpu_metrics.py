@@ -34,6 +34,7 @@ from typing import Any
 from llmload.analysis.run.server_metrics import Sample, Window, _counter_delta, _gauge_mean
 from llmload.core.config import NVML
 from llmload.core.files.jsonl import iter_jsonl
+from llmload.core.files.run_files import RunFiles
 from llmload.core.stats import mean
 
 # the DCGM exporter's series (dcgm-exporter etc/default-counters.csv) -> our quantity
@@ -48,7 +49,7 @@ _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
 def gpu_metrics_path(prefix: str | Path) -> Path:
-    return Path(f"{prefix}_gpu_metrics.jsonl")
+    return RunFiles(Path(prefix)).gpu_metrics
 
 
 def gpu_url(configured: str, host: str) -> str:

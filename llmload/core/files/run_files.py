@@ -22,12 +22,13 @@ RUN = "_run.json"  # the ladder's own account: stages, start times, finished or 
 HEALTH = "_health.jsonl"  # the generator's health samples (llmload.loadgen.monitor.health_sampler)
 ENVIRONMENT = "_env.json"  # what produced the run (llmload.core.run_environment)
 SERVER_METRICS = "_server_metrics.jsonl"  # scrapes of the server's /metrics
+GPU_METRICS = "_gpu_metrics.jsonl"  # scrapes of a DCGM exporter, or NVML's readings (--gpu-metrics)
 STATS_CSV = "_stats.csv"  # Locust's own CSVs
 FAILURES_CSV = "_failures.csv"
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip")  # suffixes of files a run name never has
 # every file a run writes at its prefix (Locust's CSVs included): what a new run into it replaces
-RUN_SUFFIXES = (RECORDS, RECORDS + ".chunks", RUN, HEALTH, ENVIRONMENT, SERVER_METRICS, STATS_CSV,
-                FAILURES_CSV, "_exceptions.csv", "_stats_history.csv")  # fmt: skip
+RUN_SUFFIXES = (RECORDS, RECORDS + ".chunks", RUN, HEALTH, ENVIRONMENT, SERVER_METRICS, GPU_METRICS,
+                STATS_CSV, FAILURES_CSV, "_exceptions.csv", "_stats_history.csv")  # fmt: skip
 
 
 class _Suffix:
@@ -83,6 +84,7 @@ class RunFiles:
     health = _Suffix(HEALTH)
     environment = _Suffix(ENVIRONMENT)
     server_metrics = _Suffix(SERVER_METRICS)
+    gpu_metrics = _Suffix(GPU_METRICS)
     stats_csv = _Suffix(STATS_CSV)
     failures_csv = _Suffix(FAILURES_CSV)
 
