@@ -7,7 +7,9 @@ integrated exactly over the engine's steps since the simulator started: `EnergyM
 The truth log gets one `{"type": "power", "t0", "gpus", "idle_w", "busy_w", "seq_w"}` line
 when the engine starts and each step line its draw `gpu_w` (all GPUs), so the energy of any span
 is derivable from the log alone. Utilisation is the share of the last second a step ran; memory
-used is `mem_mib` plus `kv_mib_per_token` per token the running sequences hold.
+used is `mem_mib` plus `kv_mib_per_token` per token the running sequences hold. With
+`collect_ms` the page keeps its values for that long, like dcgm-exporter's collect interval
+(`GpuPage`), so a client's handling of a stale exporter can be tested.
 """
 
 from __future__ import annotations
@@ -60,6 +62,14 @@ class PowerModel:
         0.0625,
         help="memory one GPU adds per token the running sequences hold, MiB",
         parse=flag_type(number(0, 1_000), "kv_mib_per_token"),
+        group=GPU,
+    )
+
+    collect_ms: float = setting(
+        0.0,
+        help="/gpu/metrics keeps its values this long, ms, as dcgm-exporter's collect interval (-c, "
+        "its default 30000): the first read of each period refreshes them; 0: live",
+        parse=flag_type(number(0, 3_600_000), "collect_ms"),
         group=GPU,
     )
 
@@ -136,3 +146,21 @@ def render(meter: EnergyMeter, now: float, held_tokens: int) -> str:
             labels = f'gpu="{i}",UUID="{uuid}",device="nvidia{i}",modelName="llmload-sim"'
             lines.append(f"{name}{{{labels}}} {value}")
     return "\n".join(lines) + "\n"
+
+
+class GpuPage:
+    """`GET /gpu/metrics`'s text: live, or kept for `collect_ms` (refreshed by the first read of
+    each period of the simulator's clock since t0)."""
+
+    def __init__(self, meter: EnergyMeter) -> None:
+        self.meter = meter
+        self._kept: tuple[int, str] | None = None  # (period, text)
+
+    def text(self, now: float, held_tokens: int) -> str:
+        collect_s = self.meter.model.collect_ms / 1000.0
+        if collect_s <= 0:
+            return render(self.meter, now, held_tokens)
+        period = int((now - self.meter.t0) // collect_s)
+        if self._kept is None or self._kept[0] != period:
+            self._kept = (period, render(self.meter, now, held_tokens))
+        return self._kept[1]

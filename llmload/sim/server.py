@@ -120,6 +120,7 @@ class SimServer:
         self.created = int(time.time())
         self.connections = ConnectionTracker(config, truth)
         self.reasoning = config.reasoning_spec
+        self.gpu_page = None if engine.energy is None else power.GpuPage(engine.energy)
 
     @web.middleware
     async def check_api_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -176,9 +177,9 @@ class SimServer:
 
     async def gpu_metrics(self, request: web.Request) -> web.Response:
         """The simulated GPUs as a DCGM exporter shows them (llmload.sim.power)."""
-        if self.engine.energy is None:
+        if self.gpu_page is None:
             raise web.HTTPNotFound()
-        text = power.render(self.engine.energy, time.time(), self.engine.held_tokens())
+        text = self.gpu_page.text(time.time(), self.engine.held_tokens())
         return web.Response(text=text, headers={"Content-Type": metrics.CONTENT_TYPE})
 
     async def tokenize(self, request: web.Request) -> web.Response:

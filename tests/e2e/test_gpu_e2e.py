@@ -99,3 +99,19 @@ def test_an_exporter_that_is_down_is_one_note_and_the_run_completes(tmp_path: Pa
     assert len(notes) == 1, proc.stdout
     assert url in notes[0] and "did not answer" in notes[0] and "start the DCGM exporter" in notes[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_an_exporter_that_keeps_its_values_is_one_note(tmp_path: Path) -> None:
+    """The simulator's page kept 2 s (dcgm-exporter's collect interval, scaled to its short rungs):
+    its per-rung energy is off, and the run says so once, with what to do."""
+    proc = _sweep(
+        tmp_path / "run",
+        "--gpu-metrics", "/gpu/metrics",
+        "--sim", "collect_ms=2000",
+        "--rungs", "1,4",
+        "--max-tokens", "64",
+        "--requests-per-user", "4",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("GPU metrics:")]
+    assert len(notes) == 1 and "kept its values" in notes[0] and "-c 1000" in notes[0], proc.stdout

@@ -233,3 +233,24 @@ def test_an_overwritten_run_loses_its_gpu_scrapes(tmp_path: Path):
 
     gpu_metrics_path(tmp_path / "run").write_text('{"t": 1, "error": "x"}\n')
     assert earlier_run(tmp_path, RunFiles(tmp_path / "run")) == [gpu_metrics_path(tmp_path / "run")]
+
+
+def test_a_page_that_was_not_refreshed_is_noted_with_what_to_do(tmp_path: Path):
+    """A DCGM exporter collects every 30 s by default: its counter then stands still across
+    scrapes, and a rung's energy is off by up to that time's share of the rung."""
+    prefix = tmp_path / "run"
+    live = [(t, t * 100_000) for t in (2.0, 3.0, 4.0, 5.0, 6.0)]
+    stale = [
+        (t, (t // 3.0) * 300_000) for t in (2.0, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0)
+    ]  # one value from 3 s to 5 s
+    for points, noted in ((live, False), (stale, True)):
+        gpu_metrics_path(prefix).write_text(
+            "".join(
+                json.dumps({"t": t, "samples": {'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0"}': e}}) + "\n"
+                for t, e in points
+            )
+        )
+        gpu = load_gpu_metrics(prefix, RUN_INFO, [(Window(0, 1, 3.0, 5.0), 10)])
+        assert gpu is not None and (gpu.note is not None) == noted, gpu.note
+    assert gpu.note is not None and "at least 2.0 s, 100% of the shortest rung (rung01 c1: 2.0 s)" in gpu.note
+    assert "-c 1000" in gpu.note

@@ -19,6 +19,9 @@ taken while the server was idle (the scraper samples at every stage boundary). P
 - util_pct: the mean over GPUs of each one's mean utilisation gauge inside the window;
 - mem_peak_mib: the most memory any one GPU held in a scrape inside the window;
 - tok_per_j: the rung's output tokens (the sweep table's `tokens`) / energy_j.
+
+A DCGM exporter refreshes its page every collect interval (30 s unless told otherwise): a page
+that kept its energy counter for more than STALE_SHARE of the shortest rung gets the run's note.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from llmload.analysis.run.server_metrics import Sample, Window, _counter_delta, 
 from llmload.core.config import NVML
 from llmload.core.files.jsonl import iter_jsonl
 from llmload.core.files.run_files import RunFiles
+from llmload.core.names import rung_name
 from llmload.core.stats import mean
 
 # the DCGM exporter's series (dcgm-exporter etc/default-counters.csv) -> our quantity
@@ -45,6 +49,7 @@ DCGM_SERIES = {
     "DCGM_FI_DEV_FB_USED": "mem_mib",  # gauge, MiB
 }
 GPU_NAMES = frozenset(DCGM_SERIES) | frozenset(f"{n}_total" for n in DCGM_SERIES)
+STALE_SHARE = 0.02  # a page kept longer than this share of a rung gets a note (the e2e bar is 2 %)
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -198,7 +203,40 @@ def load_gpu_metrics(
     found = read_gpu_scrapes(gpu_metrics_path(prefix))
     if not found.samples:
         return GpuMetrics(url, {}, _absent_note(url, found))
-    return GpuMetrics(url, {w.rung: gpu_rung(found.samples, w, tokens) for w, tokens in rungs})
+    figures = {w.rung: gpu_rung(found.samples, w, tokens) for w, tokens in rungs}
+    timed = [w for w, _ in rungs if figures[w.rung].energy_from == "counter" and w.end > w.start]
+    shortest = min(timed, key=lambda w: w.end - w.start, default=None)
+    held = held_s(found.samples)
+    if shortest is None or held <= STALE_SHARE * (shortest.end - shortest.start):
+        return GpuMetrics(url, figures)
+    wall = shortest.end - shortest.start
+    return GpuMetrics(
+        url,
+        figures,
+        f"GPU metrics: {url} kept its values for at least {held:.1f} s, {held / wall:.0%} of the "
+        f"shortest rung ({rung_name(shortest.rung, shortest.conc)}: {wall:.1f} s), so each rung's energy "
+        f"may be off by up to that share: restart the DCGM exporter with -c 1000 "
+        f"(DCGM_EXPORTER_INTERVAL=1000; its default is 30 s) and make each rung last at least "
+        f"{1 / STALE_SHARE:.0f} times that interval",
+    )
+
+
+def held_s(samples: Sequence[Sample]) -> float:
+    """The longest a GPU's energy counter kept one value across scrapes, s: at least the exporter's
+    collect interval when it is longer than the scrapes' (a live counter moves at every scrape:
+    0). A GPU always draws power, so an unmoved counter is a page that was not refreshed."""
+    longest = 0.0
+    for key in {k for s in samples for k in s.values if k.startswith("energy_mj|")}:
+        since: tuple[float, float] | None = None  # (first scrape with the value, the value)
+        for s in samples:
+            value = s.values.get(key)
+            if value is None:
+                continue
+            if since is not None and value == since[1]:
+                longest = max(longest, s.t - since[0])
+            else:
+                since = (s.t, value)
+    return longest
 
 
 def _absent_note(url: str, found: GpuScrapes) -> str:
