@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -118,6 +119,30 @@ def _status_codes(source: str, key: str, value: Any) -> tuple[int, ...]:
 
 
 SLO_MS = number(0, 86_400_000, above=True)  # a latency bound, ms: at most a day
+
+
+MAX_URL_CHARS = 2048
+NVML = "nvml"  # gpu_metrics: the local GPUs through NVML instead of an exporter
+
+
+def _gpu_metrics_url(source: str, key: str, value: Any) -> str:
+    """An http(s) URL with a host (a DCGM exporter), an absolute path on the run's host, or `nvml`."""
+    what = "an http(s) URL such as http://HOST:9400/metrics, a path on the host such as /gpu/metrics, or nvml"
+    text = str(expect(source, key, value, (str,), what)).strip()
+    if text == NVML:
+        return text
+    if not text or len(text) > MAX_URL_CHARS or any(ord(c) < 0x21 or c == "\x7f" for c in text):
+        raise ConfigError(f"{source}: '{key}' must be {what}, got {shown(value)}")
+    if text.startswith("/") and not text.startswith("//"):
+        return text
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 (ValueError when not a number or out of range)
+    except ValueError:
+        raise ConfigError(f"{source}: '{key}' must be {what}, got {shown(value)}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{source}: '{key}' must be {what}, got {shown(value)}")
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,6 +530,14 @@ class SweepConfig:
     )
     prompt_format: str = setting(
         "auto", help="`auto`, `lines`, `jsonl` or `sharegpt`", check=one_of(PROMPT_FORMATS)
+    )
+    gpu_metrics: str | None = setting(
+        None,
+        help="a DCGM exporter's Prometheus URL (e.g. http://gpu-host:9400/metrics), a path on the "
+        "host, or `nvml` (this machine's GPUs, llmload[nvml]), read during the run for GPU power, "
+        "energy and tokens per joule (docs/gpu.md)",
+        check=optional(_gpu_metrics_url),
+        flag="--gpu-metrics",
     )
     continuous_usage: bool | None = setting(
         None,

@@ -23,6 +23,7 @@ from llmload.analysis.run.postprocess import RunResult, load_run
 from llmload.analysis.run.server_metrics import ServerMetrics, load_server_metrics
 from llmload.core.files.run_files import RunFiles
 from llmload.core.run_environment import read_environment
+from llmload.output.gpu_report import gpu_extra
 from llmload.output.server_report import render_server_metrics
 from llmload.output.table import render, render_metrics
 
@@ -106,6 +107,9 @@ def render_html(
     ]
     if server is not None:
         parts += ["<h2>Server metrics</h2>", _pre(render_server_metrics(server, "table"))]
+    if result.gpu is not None:  # asked for (gpu_metrics): its table, or the note saying why none
+        gpu = gpu_extra(result.gpu, result.rows).table("table") or result.gpu.note or ""
+        parts += ["<h2>GPU power and energy</h2>", _pre(gpu)]
     warnings = [*result.warnings, *(server.warnings if server else [])]
     if warnings:
         items = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)

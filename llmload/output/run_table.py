@@ -10,6 +10,7 @@ from llmload.analysis.identity.determinism import divergence_notes
 from llmload.analysis.run.postprocess import RunResult
 from llmload.analysis.run.production_traffic import turn_metrics
 from llmload.core.stats import DEFAULT_PERCENTILES
+from llmload.output.gpu_report import gpu_extra, gpu_notes
 from llmload.output.table import render, table_notes
 from llmload.output.turn_table import render_turns
 
@@ -29,8 +30,9 @@ def render_run(
         percentiles=percentiles,
         wide=wide,
         missing=result.missing,
-        notes=divergence_notes(result.divergence),
+        notes=[*divergence_notes(result.divergence), *gpu_notes(result.gpu)],
         determinism=result.divergence or None,
+        extras=[] if result.gpu is None else [gpu_extra(result.gpu, result.rows)],
     )
     sessions = fmt in ("table", "markdown") and any(t.sessions for t in result.rungs)
     turns = render_turns(turn_metrics(result.iter_records()), fmt) if sessions else ""
@@ -41,4 +43,6 @@ def run_notes(result: RunResult) -> list[str]:
     """The notes of the run's table (`llmload.output.table.table_notes`): printed under the table in
     `table` output; in the formats made for pasting or parsing (markdown, csv, json) the commands
     print them on stderr, so they never mix with the data."""
-    return table_notes(result.rows, result.missing, divergence_notes(result.divergence))
+    return table_notes(
+        result.rows, result.missing, [*divergence_notes(result.divergence), *gpu_notes(result.gpu)]
+    )

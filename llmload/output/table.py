@@ -14,8 +14,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from tabulate import tabulate
@@ -490,6 +490,18 @@ def render_metrics(
     return "\n\n".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class Extra:
+    """Per-rung figures another report adds to the sweep's (the GPUs': llmload.output.gpu_report):
+    its object under `key` in each json row (null for a rung without one), its cells in each csv
+    row (every rung the same columns), its table under the metrics tables (table, markdown)."""
+
+    key: str
+    json: Mapping[int, dict[str, Any]]
+    csv: Callable[[int], dict[str, str]]
+    table: Callable[[str], str]
+
+
 def _csv_row(
     row: SweepRow, m: RungMetrics | None, percentiles: Sequence[float], wide: bool, reasoned: bool = False
 ) -> dict[str, str]:
@@ -520,8 +532,10 @@ def render(
     missing: Sequence[MissingRung] = (),
     notes: Sequence[str] = (),
     determinism: Sequence[RungDivergence] | None = None,
+    extras: Sequence[Extra] = (),
 ) -> str:
-    """The sweep table in `fmt` (one of FORMATS). With `metrics` (one per row, same order):
+    """The sweep table in `fmt` (one of FORMATS), with the `extras` (`Extra`). With `metrics` (one
+    per row, same order):
     table/markdown append the latency and rates tables, csv adds columns, json nests them.
     `missing` rungs (no record) are listed in ladder order, marked, with no figures; `notes` (e.g.
     the greedy-determinism check's) go under the table's own notes; json gives each row the
@@ -534,7 +548,10 @@ def render(
     if fmt == "json":
         checked = {d.rung: d.as_dict() for d in determinism or ()}
         data = [
-            asdict(r) | ({} if m is None else {"metrics": m.as_dict()}) | {"determinism": checked.get(r.rung)}
+            asdict(r)
+            | ({} if m is None else {"metrics": m.as_dict()})
+            | {"determinism": checked.get(r.rung)}
+            | {e.key: e.json.get(r.rung) for e in extras}
             for r, m in paired
         ]
         data += [asdict(m) | {"not_run": not m.started, "partial": m.started} for m in missing]
@@ -542,7 +559,16 @@ def render(
     if fmt == "csv":
         reasoned = _reasoned(rows)
         flat = _with_missing(
-            [(r.rung, _csv_row(r, m, percentiles, wide, reasoned)) for r, m in paired], missing, wide
+            [
+                (
+                    r.rung,
+                    _csv_row(r, m, percentiles, wide, reasoned)
+                    | {k: v for e in extras for k, v in e.csv(r.rung).items()},
+                )
+                for r, m in paired
+            ],
+            missing,
+            wide,
         )
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=list(flat[0]) if flat else list(CORE_COLUMNS))
@@ -561,6 +587,7 @@ def render(
         parts.append(render_metrics(metrics, fmt, percentiles))
         if any(r.server for r in rows):
             parts.append(_grid(SERVER_VIEW_COLUMNS, [_server_cells(r) for r in rows if r.server], fmt))
+        parts += [text for e in extras if (text := e.table(fmt))]
     return "\n\n".join(parts)
 
 

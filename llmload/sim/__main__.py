@@ -14,6 +14,7 @@ from llmload.core.stop_signals import accept_stop_signals
 from llmload.sim.config import FAULTS, SERVER, SimConfig, SimFlagError
 from llmload.sim.engine import ENGINE
 from llmload.sim.faults import FAULT_KINDS, FaultPicker, parse_fault
+from llmload.sim.power import GPU
 from llmload.sim.run import run, server_tls
 
 __all__ = ["SimFlagError", "build_parser", "config_from_args", "main"]
@@ -38,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
             "engine (step_ms = (base + per_seq*batch + prefill*new_prompt_tokens) * degrade)"
         ),
         FAULTS: p.add_argument_group("faults"),
+        GPU: p.add_argument_group(
+            "gpu (GET /gpu/metrics, as a DCGM exporter: watts = idle + busy + seq*batch while a step runs)"
+        ),
     }
     add_plain_flags(p, SimConfig, groups)
     groups[FAULTS].add_argument(

@@ -11,6 +11,7 @@ from llmload.core.checks import file_path, flag_type, number
 from llmload.core.schema import setting
 from llmload.sim.engine import ENGINE, StepModel
 from llmload.sim.formats.reasoning import REASONING_FORMATS, ReasoningSpec, parse_reasoning
+from llmload.sim.power import PowerModel
 
 USAGE_STYLES = ("vllm", "llamacpp")
 SERVER, FAULTS = "server", "faults"  # --help sections (the step model's flags are "engine")
@@ -118,6 +119,7 @@ class SimConfig:
         group=SERVER,
     )
     step: StepModel = setting(default_factory=StepModel, help="the step model")
+    power: PowerModel = setting(default_factory=PowerModel, help="the simulated GPUs (GET /gpu/metrics)")
     max_num_seqs: int = setting(
         256,
         help="running batch limit; the rest wait (FIFO)",

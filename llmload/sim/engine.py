@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from llmload.core.checks import flag_type, number
 from llmload.core.schema import setting
+from llmload.sim.power import EnergyMeter
 from llmload.sim.prefix_cache import PrefixCache
 from llmload.sim.tokens import flips
 from llmload.sim.truth import TruthLog
@@ -169,6 +170,7 @@ class Engine:
         truth: TruthLog | None = None,
         batch_variance: float = 0.0,
         prefix_cache: PrefixCache | None = None,
+        energy: EnergyMeter | None = None,
     ) -> None:
         if max_num_seqs < 1:
             raise ValueError("max_num_seqs must be >= 1")
@@ -180,6 +182,7 @@ class Engine:
         self.max_model_len = max_model_len
         self.truth = truth
         self.prefix_cache = prefix_cache
+        self.energy = energy  # the simulated GPUs' power, integrated over the steps (/gpu/metrics)
         self.counters = Counters()
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -193,10 +196,13 @@ class Engine:
         self.waiting.append(seq)
         self._wake.set()
 
+    def held_tokens(self) -> int:
+        """Tokens the running sequences hold (prompt and generated)."""
+        return sum(s.prompt_tokens + s.generated for s in self.running)
+
     def kv_cache_usage(self) -> float:
         """Tokens held by running sequences over a worst-case capacity (max_num_seqs * max_model_len)."""
-        held = sum(s.prompt_tokens + s.generated for s in self.running)
-        return held / (self.max_num_seqs * self.max_model_len)
+        return self.held_tokens() / (self.max_num_seqs * self.max_model_len)
 
     async def run(self) -> None:
         """The engine loop; on cancellation every unfinished sequence gets `STOPPED`."""
@@ -223,8 +229,12 @@ class Engine:
                 continue
             batch = len(self.running)
             end = start + self.model.duration_s(batch, prefill, (start - self._t0) / 60.0)
+            if self.energy is not None:
+                self.energy.step_started(start + self._epoch_offset, batch)
             await asyncio.sleep(end - self._loop.time())
             tokens = self._advance()
+            if self.energy is not None:
+                self.energy.step_ended(end + self._epoch_offset)
             if self.truth is not None:
                 self.truth.step(
                     t_start=start + self._epoch_offset,
@@ -232,6 +242,7 @@ class Engine:
                     batch=batch,
                     tokens=tokens,
                     prefill_tokens=prefill,
+                    gpu_w=None if self.energy is None else self.energy.model.step_w(batch),
                 )
             next_start = end
 

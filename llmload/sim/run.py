@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
 import ssl
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from llmload.core.status_pipe import tell
 from llmload.sim.config import SimConfig, SimFlagError
 from llmload.sim.connections import listening_socket
 from llmload.sim.engine import Engine
+from llmload.sim.power import EnergyMeter
 from llmload.sim.prefix_cache import PrefixCache
 from llmload.sim.server import SimServer
 from llmload.sim.truth import TruthLog
@@ -74,6 +77,9 @@ async def serve(config: SimConfig, listener: socket.socket | None = None) -> int
     stop = asyncio.Event()
     truth = TruthLog(config.truth_log, on_failure=lambda _: stop.set()) if config.truth_log else None
     cache = PrefixCache(config.block_size, config.prefix_cache_blocks) if config.prefix_cache_blocks else None
+    energy = EnergyMeter(config.power, time.time())
+    if truth is not None:
+        truth.power({"t0": energy.t0, **dataclasses.asdict(config.power)})
     engine = Engine(
         config.step,
         max_num_seqs=config.max_num_seqs,
@@ -81,6 +87,7 @@ async def serve(config: SimConfig, listener: socket.socket | None = None) -> int
         truth=truth,
         batch_variance=config.batch_variance,
         prefix_cache=cache,
+        energy=energy,
     )
     sim = SimServer(config, engine, truth)
     keep_alive: dict[str, Any] = (

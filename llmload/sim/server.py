@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from aiohttp import web
 
-from llmload.sim import metrics, shapes
+from llmload.sim import metrics, power, shapes
 from llmload.sim.api import ApiError, GenerationRequest, check_model, parse_generation, prompt_of
 from llmload.sim.config import SimConfig
 from llmload.sim.connections import ConnectionTracker
@@ -120,6 +120,7 @@ class SimServer:
         self.created = int(time.time())
         self.connections = ConnectionTracker(config, truth)
         self.reasoning = config.reasoning_spec
+        self.gpu_page = None if engine.energy is None else power.GpuPage(engine.energy)
 
     @web.middleware
     async def check_api_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -145,6 +146,7 @@ class SimServer:
                 web.get("/v1/models", self.models),
                 web.get("/health", self.health),
                 web.get("/metrics", self.metrics),
+                web.get("/gpu/metrics", self.gpu_metrics),
                 web.post("/tokenize", self.tokenize),
             ]
         )
@@ -171,6 +173,13 @@ class SimServer:
 
     async def metrics(self, request: web.Request) -> web.Response:
         text = metrics.render(self.engine, self.config.model)
+        return web.Response(text=text, headers={"Content-Type": metrics.CONTENT_TYPE})
+
+    async def gpu_metrics(self, request: web.Request) -> web.Response:
+        """The simulated GPUs as a DCGM exporter shows them (llmload.sim.power)."""
+        if self.gpu_page is None:
+            raise web.HTTPNotFound()
+        text = self.gpu_page.text(time.time(), self.engine.held_tokens())
         return web.Response(text=text, headers={"Content-Type": metrics.CONTENT_TYPE})
 
     async def tokenize(self, request: web.Request) -> web.Response:

@@ -4,7 +4,10 @@ Two kinds of line, each flushed as soon as it is written:
 
 - `{"type": "step", "t_start", "t_end", "batch", "tokens", "prefill_tokens"}` per engine step
   (the step's scheduled boundaries on the engine clock, as epoch seconds; prefill_tokens: prompt
-  tokens admitted in the step minus those the prefix cache served).
+  tokens admitted in the step minus those the prefix cache served; gpu_w: what the simulated GPUs
+  drew during it, all together, W: llmload.sim.power).
+- `{"type": "power", "t0", "gpus", "idle_w", "busy_w", "seq_w", "mem_mib", "kv_mib_per_token"}`
+  once, when the server starts: the power model, and the instant its energy counter was 0.
 - `{"type": "request", "id", "endpoint", "stream", "arrival", "admitted", "first_token",
   "last_token", "prompt_tokens", "completion_tokens", "tokens_sent", "finish_reason", "fault",
   "chunk_times", "chunk_tokens", "status", "flipped", "cached_tokens", "closed", "accept_seed"}` (plus
@@ -127,17 +130,29 @@ class TruthLog:
     def request(self, rec: RequestTruth) -> None:
         self._write(rec.to_dict())
 
-    def step(self, *, t_start: float, t_end: float, batch: int, tokens: int, prefill_tokens: int) -> None:
-        self._write(
-            {
-                "type": "step",
-                "t_start": t_start,
-                "t_end": t_end,
-                "batch": batch,
-                "tokens": tokens,
-                "prefill_tokens": prefill_tokens,
-            }
-        )
+    def step(
+        self,
+        *,
+        t_start: float,
+        t_end: float,
+        batch: int,
+        tokens: int,
+        prefill_tokens: int,
+        gpu_w: float | None = None,
+    ) -> None:
+        line = {
+            "type": "step",
+            "t_start": t_start,
+            "t_end": t_end,
+            "batch": batch,
+            "tokens": tokens,
+            "prefill_tokens": prefill_tokens,
+        }
+        self._write(line if gpu_w is None else line | {"gpu_w": gpu_w})
+
+    def power(self, data: dict[str, Any]) -> None:
+        """The power model and the instant its energy counter started (llmload.sim.power)."""
+        self._write({"type": "power", **data})
 
     def close(self) -> None:
         fh, self._fh = self._fh, None

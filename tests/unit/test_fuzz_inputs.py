@@ -201,6 +201,7 @@ def test_locust_options():
                 "stream": option_text,
                 "host": hosts,
                 "api_key": st.text(max_size=10),
+                "gpu_metrics": option_text | hosts | st.sampled_from(["/gpu/metrics", "//x", "nvml", "NVML"]),
             }
         )
     )
@@ -813,7 +814,8 @@ def cli_dir(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 SLO_FLAGS = ["--slo-ttft-ms", "--slo-tpot-ms", "--slo-e2el-ms"]
 SWEEP_FLAGS = ["--host", "--ladder", "--run-dir", "--sim", "--sim-file", "--endpoint", "--format",
                "--fail-on-divergence", "--rungs", "--max-tokens", "--requests-per-user", "--records",
-               "--csv", "--html", "--api-key", "--slo-ttft-ms", "--users", "--overwrite", "--"]  # fmt: skip
+               "--csv", "--html", "--api-key", "--slo-ttft-ms", "--users", "--overwrite", "--gpu-metrics",
+               "--"]  # fmt: skip
 SIM_FLAGS = [f"--{o}" for o in SIM_OPTIONS if o != "help"]
 # name -> (positional arguments, flags, the exit codes of an accepted command line)
 COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {

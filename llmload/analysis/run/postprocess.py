@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from llmload.analysis.identity.determinism import RungDivergence, divergence
+from llmload.analysis.run.gpu_metrics import GpuMetrics, load_gpu_metrics
 from llmload.analysis.run.health import flag_saturated, read_health
 from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.metrics import SLO_KEYS, RungMetrics
 from llmload.analysis.run.production_traffic import replay_warnings
 from llmload.analysis.run.records_pass import RecordsPass, tally_file
 from llmload.analysis.run.rung_tally import RungTally, SharedPrefix, sweep_rows
-from llmload.analysis.run.server_metrics import ServerMetrics, server_metrics_of
+from llmload.analysis.run.server_metrics import ServerMetrics, Window, server_metrics_of
 from llmload.analysis.run.sweep_rows import MissingRung, Rung, SweepRow, group_rungs
 from llmload.core.files.chunk_index import index_path
 from llmload.core.files.records import RecordFileError, RequestRecord, iter_record_lines
@@ -54,6 +55,7 @@ class RunResult:
     divergence: list[RungDivergence] = field(default_factory=list)  # greedy-determinism check
     records_file: Path | None = None  # the records, when not at <prefix>_records.jsonl
     server: ServerMetrics | None = None  # the server's own figures, when the run scraped /metrics
+    gpu: GpuMetrics | None = None  # a DCGM exporter's figures per rung, when the run asked (gpu_metrics)
 
     @property
     def records_path(self) -> Path:
@@ -203,6 +205,8 @@ def load_run(
     )
     result.records_file = files.records_file
     result.server = server
+    walls = [(Window(t.index, t.users, t.first_start, t.last_end), t.tokens) for t in rungs]
+    result.gpu = load_gpu_metrics(prefix, info, walls)
     if found.tally.probe_requests:  # the greedy-determinism check's probes: compare their texts
         result.divergence = divergence(group_rungs(result.iter_records(), DETERMINISM_PHASE))
     return result

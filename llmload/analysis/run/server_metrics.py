@@ -122,23 +122,31 @@ def quantity(samples: Mapping[str, float], family: str, name: str) -> float | No
 
 
 class MetricsScraper:
-    """Scrapes one `/metrics` URL into a JSONL file, one flushed line per `sample()` call."""
+    """Scrapes one `/metrics` URL into a JSONL file, one flushed line per `sample()` call, keeping
+    the metrics named in `names` (default: the server families'; the GPU scrape keeps DCGM's)."""
 
-    def __init__(self, url: str, path: Path, *, timeout: float = 2.0) -> None:
+    def __init__(
+        self, url: str, path: Path, *, timeout: float = 2.0, names: frozenset[str] = KNOWN_NAMES
+    ) -> None:
         self.url = url
         self.path = Path(path)
         self.timeout = timeout
+        self.names = names
         self._fh: IO[str] | None = None
 
     def sample(self, now: float) -> bool:
         """Scrape once and append the line stamped `now`; False (and an error line) on failure."""
         try:
-            scraped = scrape_metrics(self.url, timeout=self.timeout)
+            scraped = self.read()
         except (OSError, urllib.error.URLError, ValueError) as exc:
             self._write({"t": now, "error": str(exc)})
             return False
-        self._write({"t": now, "samples": {k: v for k, v in scraped.items() if base_name(k) in KNOWN_NAMES}})
+        self._write({"t": now, "samples": {k: v for k, v in scraped.items() if base_name(k) in self.names}})
         return True
+
+    def read(self) -> dict[str, float]:
+        """One page's samples (the NVML sampler reads its GPUs instead: llmload.loadgen.monitor.nvml)."""
+        return scrape_metrics(self.url, timeout=self.timeout)
 
     def _write(self, line: dict[str, Any]) -> None:
         if self._fh is None:

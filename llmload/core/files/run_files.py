@@ -24,12 +24,13 @@ ENVIRONMENT = "_env.json"  # what produced the run (llmload.core.run_environment
 SERVER_METRICS = "_server_metrics.jsonl"  # scrapes of the server's /metrics
 # the generation requests sent before the ladder (per-chunk usage probe, calibration), as records
 CALIBRATION = "_calibration.jsonl"
+GPU_METRICS = "_gpu_metrics.jsonl"  # scrapes of a DCGM exporter, or NVML's readings (--gpu-metrics)
 STATS_CSV = "_stats.csv"  # Locust's own CSVs
 FAILURES_CSV = "_failures.csv"
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip")  # suffixes of files a run name never has
 # every file a run writes at its prefix (Locust's CSVs included): what a new run into it replaces
-RUN_SUFFIXES = (RECORDS, RECORDS + ".chunks", RUN, HEALTH, ENVIRONMENT, SERVER_METRICS, STATS_CSV,
-                FAILURES_CSV, "_exceptions.csv", "_stats_history.csv")  # fmt: skip
+RUN_SUFFIXES = (RECORDS, RECORDS + ".chunks", RUN, HEALTH, ENVIRONMENT, SERVER_METRICS, GPU_METRICS,
+                STATS_CSV, FAILURES_CSV, "_exceptions.csv", "_stats_history.csv")  # fmt: skip
 
 
 class _Suffix:
@@ -86,6 +87,7 @@ class RunFiles:
     environment = _Suffix(ENVIRONMENT)
     server_metrics = _Suffix(SERVER_METRICS)
     calibration = _Suffix(CALIBRATION)
+    gpu_metrics = _Suffix(GPU_METRICS)
     stats_csv = _Suffix(STATS_CSV)
     failures_csv = _Suffix(FAILURES_CSV)
 

@@ -1,0 +1,262 @@
+"""GPU telemetry of a run from a DCGM exporter (`--gpu-metrics`): its scrapes, and per-rung energy,
+power, utilisation, memory and tokens per joule (definitions: docs/gpu.md).
+
+The run monitor scrapes the exporter's Prometheus page beside the server's `/metrics`, at the
+same instants (every `--scrape-interval` and at every stage boundary), into
+`<prefix>_gpu_metrics.jsonl`: one line per scrape, `{"t", "samples": {"name{labels}": value}}` of
+the four DCGM series below, or `{"t", "error"}` (llmload.analysis.run.server_metrics.MetricsScraper
+writes both files). A GPU is told by its `gpu` label, else its `UUID`. A rung's window is its
+wall time (its first request's start to its last one's end, the sweep table's `wall_s`); the
+scrapes that bracket it are the last at or before its start and the first at or after its end,
+taken while the server was idle (the scraper samples at every stage boundary). Per rung:
+
+- energy_j: the sum over GPUs of the energy counter's rise between the scrapes that bracket the
+  rung's window (mJ -> J), less the power each bracketing scrape read times its distance from the
+  window's edge (the server is idle there); without the counter, power_w x the window
+  (`energy_from`: "counter" or "power");
+- power_w: energy_j over the window (all GPUs together), so tok_per_j = agg_tok_s / power_w;
+  without the counter, the sum over GPUs of each one's mean power gauge inside the window;
+- util_pct: the mean over GPUs of each one's mean utilisation gauge inside the window;
+- mem_peak_mib: the most memory any one GPU held in a scrape inside the window;
+- tok_per_j: the rung's output tokens (the sweep table's `tokens`) / energy_j.
+
+A DCGM exporter refreshes its page every collect interval (30 s unless told otherwise): a page
+that kept its energy counter for more than STALE_SHARE of the shortest rung gets the run's note.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmload.analysis.run.server_metrics import Sample, Window, _counter_delta, _gauge_mean
+from llmload.core.config import NVML
+from llmload.core.files.jsonl import iter_jsonl
+from llmload.core.files.run_files import RunFiles
+from llmload.core.names import rung_name
+from llmload.core.stats import mean
+
+# the DCGM exporter's series (dcgm-exporter etc/default-counters.csv) -> our quantity
+DCGM_SERIES = {
+    "DCGM_FI_DEV_POWER_USAGE": "power_w",  # gauge, W
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "energy_mj",  # counter since boot, mJ
+    "DCGM_FI_DEV_GPU_UTIL": "util_pct",  # gauge, %
+    "DCGM_FI_DEV_FB_USED": "mem_mib",  # gauge, MiB
+}
+GPU_NAMES = frozenset(DCGM_SERIES) | frozenset(f"{n}_total" for n in DCGM_SERIES)
+STALE_SHARE = 0.02  # a page kept longer than this share of a rung gets a note (the e2e bar is 2 %)
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def gpu_metrics_path(prefix: str | Path) -> Path:
+    return RunFiles(Path(prefix)).gpu_metrics
+
+
+def gpu_url(configured: str, host: str) -> str:
+    """The exporter's URL: `configured` as given (or `nvml`), or, for a path, that path on the run's host."""
+    return host.rstrip("/") + configured if configured.startswith("/") else configured
+
+
+def gpu_values(scraped: Mapping[str, float]) -> dict[str, float]:
+    """One scrape's DCGM samples as {"<quantity>|<gpu>": value}; series without a `gpu` or `UUID`
+    label and values that are not finite are left out."""
+    out: dict[str, float] = {}
+    for key, value in scraped.items():
+        name, _, labels = key.partition("{")
+        quantity = DCGM_SERIES.get(name.removesuffix("_total"))
+        if quantity is None or not math.isfinite(value):
+            continue
+        found = dict(_LABEL.findall(labels))
+        gpu = found.get("gpu") or found.get("UUID")
+        if gpu:
+            out[f"{quantity}|{gpu}"] = value
+    return out
+
+
+@dataclass(slots=True)
+class GpuScrapes:
+    """What a run's scrape file holds."""
+
+    samples: list[Sample]  # successful scrapes with DCGM values, in time order
+    answered: int = 0  # scrapes that got a page (with or without DCGM series)
+    errors: list[str] = field(default_factory=list)  # the failed scrapes' errors
+
+
+def read_gpu_scrapes(path: Path) -> GpuScrapes:
+    """The scrape file's samples (unreadable lines skipped); empty when there is no file."""
+    found = GpuScrapes([])
+    if not path.exists():
+        return found
+    for _, data in iter_jsonl(path):
+        try:
+            if data is None:
+                continue
+            if "error" in data:
+                found.errors.append(str(data["error"]))
+            elif "samples" in data:
+                found.answered += 1
+                values = gpu_values({str(k): float(v) for k, v in dict(data["samples"]).items()})
+                if values:
+                    found.samples.append(Sample(float(data["t"]), values))
+        except (ValueError, TypeError, KeyError):
+            continue
+    found.samples.sort(key=lambda s: s.t)
+    return found
+
+
+@dataclass(slots=True)
+class GpuRung:
+    """The GPUs during one rung (definitions in the module docstring)."""
+
+    rung: int
+    conc: int
+    gpus: int
+    energy_j: float | None
+    energy_from: str | None  # "counter", "power" (mean power x window), or None
+    power_w: float | None
+    util_pct: float | None
+    mem_peak_mib: float | None
+    tok_per_j: float | None
+    samples: int  # scrapes inside the window
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _per_gpu(keys: Sequence[str], quantity: str) -> list[str]:
+    return sorted(k for k in keys if k.startswith(quantity + "|"))
+
+
+def _window_energy(samples: Sequence[Sample], times: Sequence[float], key: str, w: Window) -> float | None:
+    """One GPU's energy over the window, J: its counter's rise between the bracketing scrapes, less
+    the power each of them read times its distance from the window's edge (the server is idle
+    there: a rung's scrapes are taken at its boundaries); None without the counter."""
+    delta, bracket = _counter_delta(samples, times, key, w)
+    if delta is None or bracket is None:
+        return None
+    power_key = "power_w|" + key.partition("|")[2]
+    first, last = samples[times.index(bracket[0])], samples[times.index(bracket[1])]
+    outside = first.values.get(power_key, 0.0) * max(0.0, w.start - first.t)
+    outside += last.values.get(power_key, 0.0) * max(0.0, last.t - w.end)
+    return max(0.0, delta / 1000.0 - outside)
+
+
+def gpu_rung(samples: Sequence[Sample], w: Window, tokens: int) -> GpuRung:
+    """One rung's GPU figures from the scrapes (in time order) and its output tokens."""
+    times = [s.t for s in samples]
+    inside = samples[bisect_left(times, w.start) : bisect_right(times, w.end)]
+    keys = sorted({k for s in samples for k in s.values})
+    gpus = {k.partition("|")[2] for k in keys}
+    energy: float | None = None
+    energy_from: str | None = None
+    power: float | None = None
+    per_gpu = [_window_energy(samples, times, k, w) for k in _per_gpu(keys, "energy_mj")]
+    if per_gpu and all(e is not None for e in per_gpu):
+        energy, energy_from = sum(e or 0.0 for e in per_gpu), "counter"
+        power = energy / (w.end - w.start) if w.end > w.start else None
+    else:
+        means = [_gauge_mean(inside, k) for k in _per_gpu(keys, "power_w")]
+        if means and all(m is not None for m in means):
+            power = sum(m or 0.0 for m in means)
+            energy, energy_from = power * (w.end - w.start), "power"
+    utils = [u for k in _per_gpu(keys, "util_pct") if (u := _gauge_mean(inside, k)) is not None]
+    mems = [s.values[k] for s in inside for k in _per_gpu(keys, "mem_mib") if k in s.values]
+    return GpuRung(
+        rung=w.rung,
+        conc=w.conc,
+        gpus=len(gpus),
+        energy_j=energy,
+        energy_from=energy_from,
+        power_w=power,
+        util_pct=mean(utils) if utils else None,
+        mem_peak_mib=max(mems) if mems else None,
+        tok_per_j=tokens / energy if energy else None,
+        samples=len(inside),
+    )
+
+
+@dataclass(slots=True)
+class GpuMetrics:
+    """A run's GPU figures per measured rung, and the one note when it has none."""
+
+    url: str
+    rungs: dict[int, GpuRung]  # by rung index (measured rungs only)
+    note: str | None = None
+
+
+def load_gpu_metrics(
+    prefix: str | Path, run_info: Mapping[str, Any] | None, rungs: Sequence[tuple[Window, int]]
+) -> GpuMetrics | None:
+    """The run's GPU figures; None when the run did not ask for them (no `gpu_metrics`). `rungs`:
+    each measured rung's window (its first request's start to its last one's end: the sweep
+    table's wall_s) and output tokens (the table's `tokens`)."""
+    info = run_info or {}
+    configured = (info.get("config") or {}).get("gpu_metrics")
+    if not configured:
+        return None
+    url = gpu_url(str(configured), str(info.get("host") or ""))
+    found = read_gpu_scrapes(gpu_metrics_path(prefix))
+    if not found.samples:
+        return GpuMetrics(url, {}, _absent_note(url, found))
+    figures = {w.rung: gpu_rung(found.samples, w, tokens) for w, tokens in rungs}
+    timed = [w for w, _ in rungs if figures[w.rung].energy_from == "counter" and w.end > w.start]
+    shortest = min(timed, key=lambda w: w.end - w.start, default=None)
+    held = held_s(found.samples)
+    if shortest is None or held <= STALE_SHARE * (shortest.end - shortest.start):
+        return GpuMetrics(url, figures)
+    wall = shortest.end - shortest.start
+    return GpuMetrics(
+        url,
+        figures,
+        f"GPU metrics: {url} kept its values for at least {held:.1f} s, {held / wall:.0%} of the "
+        f"shortest rung ({rung_name(shortest.rung, shortest.conc)}: {wall:.1f} s), so each rung's energy "
+        f"may be off by up to that share: restart the DCGM exporter with -c 1000 "
+        f"(DCGM_EXPORTER_INTERVAL=1000; its default is 30 s) and make each rung last at least "
+        f"{1 / STALE_SHARE:.0f} times that interval",
+    )
+
+
+def held_s(samples: Sequence[Sample]) -> float:
+    """The longest a GPU's energy counter kept one value across scrapes, s: at least the exporter's
+    collect interval when it is longer than the scrapes' (a live counter moves at every scrape:
+    0). A GPU always draws power, so an unmoved counter is a page that was not refreshed."""
+    longest = 0.0
+    for key in {k for s in samples for k in s.values if k.startswith("energy_mj|")}:
+        since: tuple[float, float] | None = None  # (first scrape with the value, the value)
+        for s in samples:
+            value = s.values.get(key)
+            if value is None:
+                continue
+            if since is not None and value == since[1]:
+                longest = max(longest, s.t - since[0])
+            else:
+                since = (s.t, value)
+    return longest
+
+
+def _absent_note(url: str, found: GpuScrapes) -> str:
+    """What to do about a run that asked for GPU figures and got none."""
+    if url == NVML:
+        reason = f" ({found.errors[0][:200]})" if found.errors else ""
+        return (
+            f"GPU metrics: NVML read no GPU{reason}, so the run has no GPU figures: run llmload on the "
+            "machine with the GPUs and their driver, with pip install 'llmload[nvml]', or give "
+            "--gpu-metrics a DCGM exporter's URL (e.g. http://HOST:9400/metrics)"
+        )
+    if found.answered:
+        return (
+            f"GPU metrics: {url} answered without DCGM series (DCGM_FI_DEV_POWER_USAGE ...), so the "
+            "run has no GPU figures: give --gpu-metrics a DCGM exporter's page (e.g. http://HOST:9400/metrics)"
+        )
+    error = found.errors[0] if found.errors else ""
+    error = error.removeprefix("<urlopen error ").removesuffix(">") if error.startswith("<urlopen") else error
+    reason = f" ({error[:200]})" if error else ""
+    return (
+        f"GPU metrics: {url} did not answer{reason}, so the run has no GPU figures: start the DCGM "
+        "exporter there, or give --gpu-metrics its URL (e.g. http://HOST:9400/metrics)"
+    )

@@ -1,0 +1,117 @@
+"""GPU telemetry (issue 43 item 5) end to end: `llmload sweep --gpu-metrics` against the simulator's
+DCGM-shaped page, whose power model the simulator integrates exactly and writes in its truth log.
+
+- Tokens per joule per rung within 2 % of the truth: the truth's output tokens of the rung's
+  requests over the energy the truth log gives for the rung's wall time (idle draw throughout,
+  plus each step's draw above idle for the part of the step inside it), two simulated GPUs.
+- An exporter that is down: the run completes, prints its table and exactly one note, exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures.paths import REPO
+
+from llmload.analysis.run.postprocess import load_run
+from llmload.servers.process import free_port
+from llmload.sim.truth import load_truth
+
+TOLERANCE = 0.02  # the issue's bar
+
+
+def _sweep(run_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "llmload", "sweep", "--run-dir", str(run_dir), *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _truth_energy(lines: list[dict], steps: list[dict], start: float, end: float) -> float:
+    """Joules the simulated GPUs used in [start, end], from the truth log alone."""
+    power = next(line for line in lines if line["type"] == "power")
+    idle = power["gpus"] * power["idle_w"]
+    energy = idle * (end - start)
+    for s in steps:
+        inside = min(end, s["t_end"]) - max(start, s["t_start"])
+        if inside > 0:
+            energy += inside * (s["gpu_w"] - idle)
+    return energy
+
+
+def test_tokens_per_joule_match_the_simulators_power_model(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = _sweep(
+        run_dir,
+        "--gpu-metrics", "/gpu/metrics",
+        "--sim", "gpus=2",
+        "--rungs", "1,4",
+        "--max-tokens", "64",
+        "--requests-per-user", "4",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "GPU metrics" not in proc.stdout, proc.stdout  # quiet when right
+    result = load_run(run_dir / "run", with_metrics=True)
+    assert result.gpu is not None and result.gpu.note is None
+    truth_path = run_dir / "sim_truth.jsonl"
+    requests, steps = load_truth(truth_path)
+    lines = [json.loads(line) for line in truth_path.read_text().splitlines() if line.strip()]
+    measured = {r.rung: [] for r in result.rows}
+    for rec in result.iter_records():
+        if rec.rung in measured:
+            measured[rec.rung].append(rec)
+    for row in result.rows:
+        g = result.gpu.rungs[row.rung]
+        recs = measured[row.rung]  # the window: the rung's wall time, first start to last end
+        start, end = min(r.t_start for r in recs), max(r.t_end for r in recs)
+        true_tokens = sum(requests[r.request_id]["completion_tokens"] for r in recs)
+        true_energy = _truth_energy(lines, steps, start, end)
+        assert g.gpus == 2 and g.energy_from == "counter"
+        assert row.tokens == true_tokens
+        assert g.energy_j is not None and g.tok_per_j is not None
+        assert abs(g.energy_j / true_energy - 1) < TOLERANCE, (row.rung, g.energy_j, true_energy)
+        assert abs(g.tok_per_j / (true_tokens / true_energy) - 1) < TOLERANCE, (row.rung, g)
+        assert g.power_w is not None and g.power_w > 2 * 60.0  # above two idle GPUs: steps ran
+        assert g.tok_per_j == pytest.approx(row.agg_tok_s / g.power_w)  # one window for both
+    table = subprocess.run(
+        [sys.executable, "-m", "llmload", "table", str(run_dir / "run"), "--metrics"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert table.returncode == 0 and "tok/J" in table.stdout, table.stdout + table.stderr
+    report = subprocess.run(
+        [sys.executable, "-m", "llmload", "report", str(run_dir / "run"), "--out", str(tmp_path / "report")],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr[-2000:]
+    page = next((tmp_path / "report").glob("*.html")).read_text()
+    assert "GPU power and energy" in page and "tok/J" in page
+
+
+def test_an_exporter_that_is_down_is_one_note_and_the_run_completes(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/metrics"  # nothing listens there
+    proc = _sweep(tmp_path / "run", "--gpu-metrics", url, "--rungs", "1", "--max-tokens", "16")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[0] == "conc" and lines[1].split()[0] == "1", proc.stdout
+    notes = [line for line in lines if line.startswith("GPU metrics:")]
+    assert len(notes) == 1, proc.stdout
+    assert url in notes[0] and "did not answer" in notes[0] and "start the DCGM exporter" in notes[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_exporter_that_keeps_its_values_is_one_note(tmp_path: Path) -> None:
+    """The simulator's page kept 2 s (dcgm-exporter's collect interval, scaled to its short rungs):
+    its per-rung energy is off, and the run says so once, with what to do."""
+    proc = _sweep(
+        tmp_path / "run",
+        "--gpu-metrics", "/gpu/metrics",
+        "--sim", "collect_ms=2000",
+        "--rungs", "1,4",
+        "--max-tokens", "64",
+        "--requests-per-user", "4",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("GPU metrics:")]
+    assert len(notes) == 1 and "kept its values" in notes[0] and "-c 1000" in notes[0], proc.stdout
