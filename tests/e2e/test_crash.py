@@ -74,7 +74,9 @@ def test_killed_mid_rung_keeps_the_finished_rungs(tmp_path, sig):
     assert not skipped
     truth, _ = load_truth(tmp_path / "truth.jsonl")
     assert {r.request_id for r in recs} <= set(truth)
-    unrecorded = [t for tid, t in truth.items() if tid not in {r.request_id for r in recs}]
+    calibration, _ = read_records(Path(f"{prefix}_calibration.jsonl"))  # the per-chunk usage probe
+    recorded = {r.request_id for r in recs + calibration}
+    unrecorded = [t for tid, t in truth.items() if tid not in recorded]
     # only requests in flight when the signal came lack a record (even one whose last bytes the
     # server had sent, but the client had not read yet)
     assert all(t["last_token"] is None or t["last_token"] > t_signal - 1.0 for t in unrecorded)
