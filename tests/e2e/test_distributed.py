@@ -90,12 +90,13 @@ def check_same_table(run: SweepRun, single: SweepRun, planted: Path) -> None:
 
 
 def check_merged_records(run: SweepRun, workers: int) -> None:
-    """Every request the server saw has its record in the master's one file, from every worker;
-    the workers' health samples reached the master too."""
+    """Every request the server saw has its record in the master's files (the ladder's from every
+    worker, and the calibration file); the workers' health samples reached the master too."""
     truth, _ = load_truth(run.truth_log)
     records, skipped = read_records(run.records)
     assert not skipped
-    assert sorted(r.request_id for r in records) == sorted(truth)
+    calibration, _ = read_records(RunFiles(run.prefix).calibration)  # the master's per-chunk usage probe
+    assert sorted(r.request_id for r in records + calibration) == sorted(truth)
     measured = [r for r in records if r.phase == "measure"]
     assert len({r.worker for r in measured}) == workers
     assert "local" not in {r.worker for r in measured}
