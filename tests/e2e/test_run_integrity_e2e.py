@@ -8,7 +8,8 @@ or is refused (exit 2) naming it; none gives other figures silently.
 - a chunk-index entry whose interior times were changed (offset, length and last time intact):
   the record is read from its JSON line, the index named;
 - a run file of another run, or not a run file at all: named and not used;
-- the greedy-determinism figures are in `--format json` when nothing diverged.
+- the greedy-determinism figures (of the check's probes) are in `--format json` when nothing
+  diverged.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from llmload.core.files import chunk_index
 from llmload.core.files.run_files import RunFiles
 
 SIM = {"accept_len": 1, "max_draft": 0, "base_ms": 2, "per_seq_ms": 0.5, "batch_variance": 0}
-LADDER = "rungs: [1, 2]\nrequests_per_user: 3\nmax_tokens: 24\nprompt_tokens: 16\n"
+# with the greedy-determinism check: a probe of one request a user after each rung
+LADDER = "rungs: [1, 2]\nrequests_per_user: 3\nmax_tokens: 24\nprompt_tokens: 16\ncheck_determinism: true\n"
 
 
 def sweep(run_dir: Path) -> RunFiles:
@@ -160,8 +162,8 @@ def test_the_determinism_figures_are_in_the_json_when_nothing_diverged(runs, cap
     code, rows, _ = table_json(a, capsys)
     assert code == OK
     checks = [r["determinism"] for r in rows]
-    assert [c["checked"] for c in checks] == [3, 6]
-    assert [c["compared"] for c in checks] == [0, 3]  # rung 1's requests are the references
+    assert [c["checked"] for c in checks] == [1, 2]  # the probes: one request a user
+    assert [c["compared"] for c in checks] == [0, 1]  # probe prompt 0's reference is rung 1's
     assert [c["differing"] for c in checks] == [0, 0]
     assert [c["share"] for c in checks] == [0.0, 0.0]
     assert [c["first_differing_median"] for c in checks] == [None, None]
