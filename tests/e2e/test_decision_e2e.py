@@ -6,7 +6,8 @@ code under test:
   `llmload budget`'s step within 10 % of the truth log's median step at every rung;
 - the decision on a 10 ms step change (`--saves-ms 10`): "worth it", and the changed simulator's
   measured gain inside the stated interval at every production rung; the Amdahl column never
-  below the twin's own prediction (a pure step change);
+  below the twin's own prediction (a pure step change); a threshold inside a rung's interval:
+  "cannot tell" (exit 9);
 - the twin fits its own simulator over drawn models (base, per-sequence cost, acceptance 1-5,
   prefill, batch limit), outputs of 32-512 tokens, one prompt or many (a seeded property test,
   few examples).
@@ -30,6 +31,7 @@ from llmload.analysis.budget import CostModel, budget_rows, load_points
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.twin.replay import MIN_SPREAD
 from llmload.cli.sweep_run import SweepRun
+from llmload.core.exit_codes import UNDECIDED
 from llmload.sim.truth import load_truth
 
 LADDER: dict[str, Any] = {
@@ -86,6 +88,17 @@ def test_a_10ms_step_change_is_worth_it_and_the_real_run_falls_inside(limited, t
     for row in doc["prediction"]["rows"]:  # a pure step change: the bound is not below the prediction
         gain = row["gain_pct"]["agg_tok_s"]  # ... but by the run-to-run spread of the measured run
         assert row["amdahl_pct"] >= gain - 100 * MIN_SPREAD * (1 + gain / 100), row
+    # a threshold inside the interval of conc 4 (8 requests: the bootstrap's interval is wide)
+    # and below its bound: "cannot tell", exit 9, whatever the twin's own rerun reads
+    c4 = next(r for r in decision["rungs"] if r["conc"] == 4)
+    assert c4["low"] < c4["bound"], c4
+    worth = 100 * (c4["low"] + min(c4["high"], c4["bound"])) / 2
+    code, doc, err = twin(
+        limited, tmp_path / "straddle", "--saves-ms", "10", "--at", "4", "--worth", f"{worth:.2f}"
+    )
+    straddle = doc["decision"]
+    assert code == UNDECIDED and straddle["verdict"] == "cannot tell", (straddle, c4, err)
+    assert "holds the threshold: its interval is wider than the margin" in straddle["line"]
 
 
 # Steps of at least 10.5 ms: on a loaded 2-core machine a chunk is read some ms late now and then,
