@@ -16,6 +16,9 @@ Short runs: steps of 10-40 ms, no warm-up."""
 
 from __future__ import annotations
 
+import html
+import subprocess
+import sys
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -78,6 +81,14 @@ def test_a_10ms_step_change_is_worth_it_and_the_real_run_falls_inside(limited, t
     assert code == 0 and decision["verdict"] == "worth it", (decision, err)
     assert decision["line"].startswith("worth it at conc 4, 8, 12: +")
     assert (tmp_path / "twin" / "decision.html").read_text().count("<tr>") == 4  # a real table
+    report = subprocess.run(
+        [sys.executable, "-m", "llmload", "report", str(limited.prefix), "--out", str(tmp_path / "report")]
+        + ["--decision", str(tmp_path / "twin")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    page = (tmp_path / "report" / "run_report.html").read_text()
+    assert report.returncode == 0 and "<h2>Decision</h2>" in page, report.stderr
+    assert page.count("<td>worth it</td>") == 3 and html.escape(decision["line"]) in page
     changed = load_run(sweep(tmp_path / "changed", {**LIMITED, "base_ms": 10.0}).prefix)
     measured = load_run(limited.prefix)
     actual = {
