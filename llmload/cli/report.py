@@ -2,6 +2,7 @@
 
     llmload report reports/sweep-20250101-120000        # a run folder (one run in it)
     llmload report reports/x [--out reports/x-report]   # or the run's --csv prefix
+    llmload report reports/x --decision reports/twin-x  # with llmload twin's decision (its --run-dir)
 
 Exit status: 0 on success, 2 when the run's records are missing or hold no measured record.
 """
@@ -16,7 +17,7 @@ from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.files.output_paths import check_output_folder
 from llmload.core.files.records import RecordFileError
-from llmload.output.html_report import write_report
+from llmload.output.html_report import read_decision, write_report
 
 
 @command("llmload report")
@@ -26,11 +27,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--out", type=folder_path, default=None, help="output folder (default: beside the run's files)"
     )
+    p.add_argument(
+        "--decision",
+        type=folder_path,
+        default=None,
+        help="show llmload twin's decision: its decision.json, or the twin's --run-dir holding it "
+        "(default: a decision.json beside the run's files, if any)",
+    )
     args = p.parse_args(argv)
     try:
         if args.out is not None:
             check_output_folder("--out", args.out)
-        page, plots = write_report(args.run, args.out)
+        decision = None if args.decision is None else read_decision(args.decision, "--decision")
+        page, plots = write_report(args.run, args.out, decision)
     except (RecordFileError, ConfigError) as exc:
         print(f"llmload report: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT

@@ -61,6 +61,7 @@ from llmload.analysis.twin.replay import (
     Verdict,
     amdahl_bound,
     apply_change,
+    bootstrap_spreads,
     judge,
     prediction_intervals,
     prediction_rows,
@@ -535,7 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     steps: dict[int, RungSteps] = {}
     for s in measure_run(result.iter_records(), info, result.prefix):
         steps.setdefault(s.conc, s)
-    intervals = prediction_intervals(rows, prediction or [], predicted_params)
+    boot = bootstrap_spreads(results["predict"].record_rungs()) if "predict" in results else None
+    intervals = prediction_intervals(rows, prediction or [], predicted_params, boot)
     decision = None
     if not change.empty:
         try:

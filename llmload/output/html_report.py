@@ -1,17 +1,20 @@
 """A run's report: PNG plots and one self-contained HTML page (plots inlined as base64).
 
 The page holds, from the run's own files: the run summary (target, model, stage times), the
-sweep table, the plots, the latency and rates tables, the server metrics per rung (when they
-were scraped), every cross-check warning, the run configuration and the environment recorded at
-run time (`<prefix>_env.json`: server version, package versions, generator CPU, Python). Tables
-are the same text `llmload table` prints. Files go beside the run's prefix (or to
-`out_dir`): `<stem>_report.html`, `<stem>_throughput.png`, `<stem>_latency.png`, `<stem>_pareto.png`.
+decision of `llmload twin` when there is one (a table: `--decision`, or a decision.json beside
+the run's files), the sweep table, the plots, the latency and rates tables, the server metrics
+per rung (when they were scraped), every cross-check warning, the run configuration and the
+environment recorded at run time (`<prefix>_env.json`: server version, package versions,
+generator CPU, Python). Tables are the same text `llmload table` prints. Files go beside the
+run's prefix (or to `out_dir`): `<stem>_report.html`, `<stem>_throughput.png`,
+`<stem>_latency.png`, `<stem>_pareto.png`.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,11 +24,14 @@ import yaml
 
 from llmload.analysis.run.postprocess import RunResult, load_run
 from llmload.analysis.run.server_metrics import ServerMetrics, load_server_metrics
+from llmload.analysis.twin.decision import Decision
+from llmload.core.config import ConfigError
 from llmload.core.files.run_files import RunFiles
 from llmload.core.run_environment import read_environment
 from llmload.output.gpu_report import gpu_extra
 from llmload.output.server_report import render_server_metrics
 from llmload.output.table import render, render_metrics
+from llmload.output.twin_report import DECISION_STYLE, decision_table_html
 
 
 def _when(t: float | None) -> str:
@@ -81,7 +87,7 @@ STYLE = (
     "pre{background:#f6f6f6;padding:.8em;overflow-x:auto;font-size:12px}"
     "img{max-width:100%;display:block;margin:1em 0}"
     "table.kv th{text-align:left;padding-right:2em;font-weight:normal;color:#555}"
-    ".warn{color:#a40}"
+    ".warn{color:#a40}" + DECISION_STYLE
 )
 
 
@@ -90,6 +96,7 @@ def render_html(
     plots: Mapping[str, Path],
     server: ServerMetrics | None,
     env: Mapping[str, Any] | None,
+    decision: Decision | None = None,
 ) -> str:
     """The report page; plots are inlined, so the file stands alone."""
     name = Path(result.prefix).name
@@ -98,6 +105,10 @@ def render_html(
         f"<title>llmload report: {html.escape(name)}</title><style>{STYLE}</style></head><body>",
         f"<h1>llmload report: {html.escape(name)}</h1>",
         _kv_table(summary_items(result, env)),
+    ]
+    if decision is not None:
+        parts += ["<h2>Decision</h2>", decision_table_html(decision)]
+    parts += [
         "<h2>Sweep</h2>",
         _pre(render(result.rows, "table")),
         "<h2>Plots</h2>",
@@ -123,11 +134,37 @@ def render_html(
     return "\n".join(parts)
 
 
-def write_report(path: str | Path, out_dir: Path | None = None) -> tuple[Path, Sequence[Path]]:
-    """Post-process a run and write its plots and HTML page; returns (html, plots)."""
+DECISION_FILE = "decision.json"
+
+
+def read_decision(path: Path, what: str) -> Decision:
+    """`llmload twin`'s decision.json at `path` (or in the folder `path`); ConfigError (one line,
+    naming `what` and the file) when it cannot be read or is not a decision."""
+    file = path / DECISION_FILE if path.is_dir() else path
+    try:
+        doc = json.loads(file.read_bytes())
+        return Decision.from_dict(doc)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{what} {path}: no such file (the decision.json of llmload twin --run-dir)"
+        ) from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ConfigError(f"{what} {file}: cannot read the decision: {e}") from None
+
+
+def write_report(
+    path: str | Path, out_dir: Path | None = None, decision: Decision | None = None
+) -> tuple[Path, Sequence[Path]]:
+    """Post-process a run and write its plots and HTML page; returns (html, plots). The page
+    shows `decision` (`read_decision`), else that of a decision.json beside the run's files when
+    there is one."""
     from llmload.output.plots import write_plots  # matplotlib is imported only when a report is made
 
     prefix = str(RunFiles.find(path).prefix)
+    beside = Path(prefix).parent / DECISION_FILE
+    stated = decision
+    if stated is None and beside.is_file():
+        stated = read_decision(beside, "the run's")
     result = load_run(prefix, with_metrics=True)
     server = load_server_metrics(prefix, result.run_info, result.iter_records())
     env = read_environment(prefix)
@@ -135,5 +172,5 @@ def write_report(path: str | Path, out_dir: Path | None = None) -> tuple[Path, S
     stem = Path(prefix).name
     plots = write_plots(result.rows, result.metrics or [], out, stem)
     page = out / f"{stem}_report.html"
-    page.write_text(render_html(result, plots, server, env), encoding="utf-8")
+    page.write_text(render_html(result, plots, server, env, stated), encoding="utf-8")
     return page, list(plots.values())

@@ -138,19 +138,12 @@ def decision_table(decision: Decision, fmt: str) -> str:
     return report_grid(header, body, fmt, stralign="right") + "\n" + f"decision: {decision.line}"
 
 
-def decision_html(decision: Decision, title: str) -> str:
-    """The decision as a self-contained HTML page: a real table, then the decision's line."""
+def decision_table_html(decision: Decision) -> str:
+    """The decision as an HTML table (a row a production rung) and its line."""
     import html
 
-    header = [
-        "conc",
-        "step_ms",
-        "bound %",
-        "agg tok/s gain % [95 %]",
-        "TTFT p50 ms [95 %]",
-        "TPOT p50 ms [95 %]",
-    ]
-    header.append("verdict")
+    header = ["conc", "step_ms", "bound %", "agg tok/s gain % [95 %]", "TTFT p50 ms [95 %]"]
+    header += ["TPOT p50 ms [95 %]", "verdict"]
     rows = []
     for r in decision.rungs:
         gain = "-" if r.gain is None else f"{pct(r.gain)} [{pct(r.low)}, {pct(r.high)}]"
@@ -160,11 +153,26 @@ def decision_html(decision: Decision, title: str) -> str:
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     head = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
     return (
+        f"<table class='decision'>{head}{''.join(rows)}</table>"
+        f"<p><b>decision:</b> {html.escape(decision.line)}</p>"
+    )
+
+
+DECISION_STYLE = (
+    "table.decision{border-collapse:collapse}"
+    "table.decision td,table.decision th{padding:.2em .8em;text-align:right}"
+    "table.decision tr:nth-child(even){background:#f4f4f4}"
+)
+
+
+def decision_html(decision: Decision, title: str) -> str:
+    """The decision as a self-contained HTML page: a real table, then the decision's line."""
+    import html
+
+    return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:.2em .8em;text-align:right}"
-        "table{border-collapse:collapse}tr:nth-child(even){background:#f4f4f4}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1><table>{head}{''.join(rows)}</table>"
-        f"<p><b>decision:</b> {html.escape(decision.line)}</p></body></html>\n"
+        f"<style>body{{font-family:sans-serif;margin:2em}}{DECISION_STYLE}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1>{decision_table_html(decision)}</body></html>\n"
     )
 
 

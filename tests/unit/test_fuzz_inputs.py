@@ -826,7 +826,7 @@ COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {
                                    "--fail-on-regression", "--fail-on-output-change", "--wide"], (0, 1, 6)),
     "capacity": ([], ["--ladder", "--prefix", "--host", "--run-dir", "--sim", "--endpoint", "--format",
                       "--plot", "--rungs", "--records", "--overwrite"], (0,)),
-    "report": (["done"], ["--out"], (0,)),
+    "report": (["done"], ["--out", "--decision"], (0,)),
     "budget": (["done"], ["--config", "--component", "--component-ms", "--accept-len", "--speedup",
                           "--saves-ms", "--wide", "--format"], (0,)),
     "twin": (["done"], ["--run-dir", "--format", "--fit-only", "--config", "--component", "--component-ms",

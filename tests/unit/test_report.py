@@ -4,8 +4,11 @@ file and environment): files exist, PNGs decode at the expected size, the page h
 from __future__ import annotations
 
 import base64
+import html
 import io
+import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +18,12 @@ from fixtures.paths import REPO
 from PIL import Image
 
 from llmload.analysis.run.sweep_rows import SweepRow
+from llmload.analysis.twin.decision import RungDecision, decide
 from llmload.core.files.records import RecordFileError
 from llmload.core.files.run_files import RunFiles
 from llmload.output.html_report import write_report
 from llmload.output.plots import pareto_front
+from llmload.output.twin_report import render_json
 
 FIXTURE = REPO / "tests" / "fixtures" / "report_run"
 SCRIPT = REPO / "scripts" / "report.py"
@@ -91,6 +96,72 @@ def test_script(tmp_path):
         [sys.executable, str(SCRIPT), str(tmp_path / "nothing")], capture_output=True, text=True
     )
     assert missing.returncode == 2 and "no such records file" in missing.stderr
+
+
+DECISION = decide(
+    [
+        RungDecision(4, 25.7, 10.0, 0.64, 0.58, 0.41, 0.70, {"ttft_p50_ms": (30.0, 22.0, 41.0)}),
+        RungDecision(8, 28.5, 10.0, 0.54, 0.52, 0.50, 0.55, {"tpot_p50_ms": (8.1, 7.9, 8.3)}),
+    ],
+    0.10,
+)
+
+
+def _decision_rows(text: str) -> list[list[str]]:
+    table = re.search(r"<table class='decision'>(.*?)</table>", text, re.S)
+    assert table, "no decision table"
+    return [re.findall(r"<t[dh]>(.*?)</t[dh]>", row) for row in re.findall(r"<tr>(.*?)</tr>", table.group(1))]
+
+
+def test_the_decision_beside_the_run_is_a_table_in_the_page(tmp_path):
+    """A decision.json beside the run's files (llmload twin's, read back): its rungs are the rows
+    of a real table (not preformatted text), its line under it; no decision, no section."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURE, run)
+    (run / "decision.json").write_text(render_json(DECISION.as_dict()))
+    text = write_report(run, tmp_path / "out")[0].read_text()
+    rows = _decision_rows(text)
+    assert rows[0][0] == "conc" and rows[0][-1] == "verdict"
+    assert rows[1] == ["4", "25.7", "+64.0", "+58.0 [+41.0, +70.0]", "30 [22, 41]", "-", "worth it"]
+    assert rows[2] == ["8", "28.5", "+54.0", "+52.0 [+50.0, +55.0]", "-", "8.1 [7.9, 8.3]", "worth it"]
+    assert f"<b>decision:</b> {html.escape(DECISION.line)}" in text
+    assert text.index("<h2>Decision</h2>") < text.index("<h2>Sweep</h2>")
+    assert "<h2>Decision</h2>" not in write_report(FIXTURE, tmp_path / "plain")[0].read_text()
+
+
+def _report(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llmload", "report", *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_decision_flag_names_a_twin_folder_or_its_file(tmp_path):
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    (twin / "decision.json").write_text(render_json(DECISION.as_dict()))
+    for given in (twin, twin / "decision.json"):
+        done = _report(str(FIXTURE), "--out", str(tmp_path / given.name), "--decision", str(given))
+        assert done.returncode == 0, done.stderr
+        assert len(_decision_rows((tmp_path / given.name / "run_report.html").read_text())) == 3
+
+
+@pytest.mark.parametrize(
+    "content",
+    [None, "", "not json", "[]", '{"rungs": []}', json.dumps({**DECISION.as_dict(), "verdict": "maybe"}),
+     json.dumps({**DECISION.as_dict(), "rungs": [{"conc": "x"}]}), "[" * 100_000],
+)  # fmt: skip
+def test_a_bad_decision_is_one_line_exit_2(tmp_path, content):
+    given = tmp_path / "decision.json"
+    if content is None:
+        given = tmp_path / "empty_folder"
+        given.mkdir()
+    else:
+        given.write_text(content)
+    done = _report(str(FIXTURE), "--out", str(tmp_path / "out"), "--decision", str(given))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("llmload report: error: --decision ") and str(tmp_path) in line, line
+    assert not (tmp_path / "out" / "run_report.html").exists()
 
 
 def _row(conc: int, agg: float, per_req: float) -> SweepRow:

@@ -110,6 +110,21 @@ def test_the_prefill_of_requests_joining_a_running_batch_is_recovered():
     assert fit.params.max_num_seqs == 2 and fit.queued_requests > 0
 
 
+def test_a_long_wait_with_a_few_chunks_read_late_is_still_a_wait():
+    """512 tokens one a step past a limit of 3: the fourth user waits 512 steps; 2 % of the
+    running streams' chunks read 3 ms late (past the cluster window of a 10.5 ms step: a late
+    read splits a step into two clusters, as on the loaded machine) do not hide the limit."""
+    records = engine_records([1, 2, 4], linear(10, 0.5), tokens=512, limit=3)
+    rng = random.Random(7)
+    late = []
+    for rec in records:
+        times = [t + (0.003 if rec.users == 4 and rng.random() < 0.02 else 0.0) for t in rec.chunk_times]
+        late.append(RequestRecord(**{**rec.to_dict(), "chunk_times": times}))
+    for records_read in (records, late):
+        fit = fit_twin(records_read)
+        assert fit.params.max_num_seqs == 3 and fit.queued_requests == 1, fit.as_dict()
+
+
 def test_with_no_request_joining_a_running_batch_the_idle_starts_give_the_prefill():
     """Every user sends at once and all outputs are one token a step of equal length: no step
     admits into a running batch; the first step of each rung starts an idle server, and its time

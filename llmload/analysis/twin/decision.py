@@ -58,6 +58,54 @@ class Decision:
             "rungs": [asdict(r) for r in self.rungs],
         }
 
+    @classmethod
+    def from_dict(cls, doc: Any) -> Decision:
+        """The decision of `as_dict` (decision.json) read back; ValueError (one line) naming what
+        is missing or malformed."""
+        try:
+            rungs = [
+                RungDecision(
+                    **{
+                        **{k: r[k] for k in _RUNG_FIELDS if k != "figures"},
+                        "figures": {k: _figure(v) for k, v in (r.get("figures") or {}).items()},
+                    }
+                )
+                for r in doc["rungs"]
+            ]
+            for r in rungs:
+                _check_rung(r)
+            if doc["verdict"] not in (WORTH, NOT_WORTH, UNDECIDED) or not isinstance(doc["line"], str):
+                raise ValueError("its verdict or line is not the twin's")
+            worth = float(doc["worth_pct"]) / 100.0
+            why = doc.get("why_not_predicted")
+            return cls(worth, rungs, doc["verdict"], doc["line"], why if isinstance(why, str) else None)
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"not a decision of llmload twin ({type(e).__name__}: {e})") from None
+
+
+_RUNG_FIELDS = RungDecision.__dataclass_fields__.keys()
+_NUMBERS = ("step_ms", "component_ms", "bound", "gain", "low", "high")
+
+
+def _figure(value: Any) -> tuple[float, float, float]:
+    v, lo, hi = (float(x) for x in value)
+    if not all(math.isfinite(x) for x in (v, lo, hi)):
+        raise ValueError("a figure's interval is not finite")
+    return v, lo, hi
+
+
+def _check_rung(r: RungDecision) -> None:
+    if not isinstance(r.conc, int) or isinstance(r.conc, bool) or r.conc < 1:
+        raise ValueError(f"a rung's conc is not a concurrency: {r.conc!r}")
+    for name in _NUMBERS:
+        value = getattr(r, name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+        ):
+            raise ValueError(f"a rung's {name} is not a number: {value!r}")
+    if r.verdict not in (WORTH, NOT_WORTH, UNDECIDED):
+        raise ValueError(f"a rung's verdict is not the twin's: {r.verdict!r}")
+
 
 def pct(share: float | None) -> str:
     """A gain as the decision prints it: +0.92 %, +28.1 %."""

@@ -35,18 +35,24 @@ llmload.output.twin_report's).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Any
 
+from llmload.analysis import compare
 from llmload.analysis.budget import CostModel, amdahl_gain
+from llmload.analysis.compare import MIN_REQUESTS
 from llmload.analysis.run.metrics import ttft_ms
 from llmload.analysis.run.postprocess import RunResult
-from llmload.analysis.run.steps import RungSteps
+from llmload.analysis.run.steps import WAIT_STEPS, RungSteps
+from llmload.analysis.run.sweep_rows import Rung
 from llmload.analysis.twin.fit import MIN_STEPS_PER_BATCH, TwinFit, TwinParams, usable
 from llmload.core.config import ConfigError
+from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE, rung_name
+from llmload.core.stats import percentile
 
 FIGURES = ("agg_tok_s", "per_req_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "goodput_req_s")
 TOLERANCES_PCT = {"agg_tok_s": 3.0, "ttft_p50_ms": 10.0}
@@ -384,18 +390,99 @@ def replay_spread(rows: Sequence[TwinRow], key: str) -> float:
     return math.sqrt(sum(x * x for x in logs) / len(logs)) if logs else 0.0
 
 
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_LEVEL = 0.95
+
+
+def _own_step_ms(rec: RequestRecord) -> float:
+    times = rec.chunk_times
+    return (times[-1] - times[0]) / (len(times) - 1) * 1000.0 if len(times) > 1 else 0.0
+
+
+def wait_strata(done: Sequence[RequestRecord]) -> list[list[RequestRecord]]:
+    """The rung's completed requests in two groups, those that waited for a place in the batch
+    (TTFT more than WAIT_STEPS of their own steps beyond the rung's shortest: the TTFT test of
+    `llmload.analysis.run.steps.waited_requests`) and the others; empty groups dropped."""
+    firsts = [ttft_ms(r) for r in done]
+    shortest = min((f for f in firsts if f is not None), default=0.0)
+    waited = [
+        f is not None and f > shortest + WAIT_STEPS * _own_step_ms(r)
+        for r, f in zip(done, firsts, strict=True)
+    ]
+    groups = [[r for r, w in zip(done, waited, strict=True) if w == flag] for flag in (True, False)]
+    return [g for g in groups if g]
+
+
+def _log_resamples(
+    stat: Callable[[Sequence[RequestRecord]], float | None],
+    strata: Sequence[Sequence[RequestRecord]],
+    rng: random.Random,
+    n: int,
+) -> list[float]:
+    """log(statistic of a resample / statistic of the sample), each stratum resampled apart."""
+    full = stat([r for group in strata for r in group])
+    if not full or full <= 0:
+        return []
+    out = []
+    for _ in range(n):
+        value = stat([r for group in strata for r in rng.choices(group, k=len(group))])
+        if value and value > 0:
+            out.append(math.log(value / full))
+    return out
+
+
+def bootstrap_spreads(
+    rungs: Iterable[Rung], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> dict[int, dict[str, tuple[float, float]]]:
+    """By rung index of the twin's predicted run (its `record_rungs()`), per figure of
+    INTERVAL_KEYS: the 2.5th and 97.5th percentiles of log(A / B), A and B the figure (as
+    `llmload compare` computes it from requests) of two independent resamples of the rung's
+    completed requests: how far a real run of the changed server (another draw of as many
+    requests) may read from the twin's run. Past the batch limit the requests that waited for a
+    place and the others are resampled apart (`wait_strata`): how many wait is set by the
+    closed loop and the limit, not drawn, and resampling it would read a spread no rerun shows.
+    Seeded; rungs with fewer than MIN_REQUESTS completed requests get none (a handful of
+    requests says nothing about its own spread)."""
+    rng = random.Random(seed)
+    figures = {fig.name: fig for fig in compare.FIGURES}
+    out: dict[int, dict[str, tuple[float, float]]] = {}
+    for rung in rungs:
+        done = rung.completed
+        if len(done) < MIN_REQUESTS:
+            continue
+        strata = wait_strata(done)
+        spreads = {}
+        for key in INTERVAL_KEYS:
+            stat = figures[key].resampled
+            ours = _log_resamples(stat, strata, rng, resamples)
+            theirs = _log_resamples(stat, strata, rng, resamples)
+            diffs = sorted(a - b for a, b in zip(ours, theirs, strict=False))
+            if diffs:
+                tail = 100 * (1 - BOOTSTRAP_LEVEL) / 2
+                spreads[key] = (percentile(diffs, tail), percentile(diffs, 100 - tail))
+        out[rung.index] = spreads
+    return out
+
+
 def prediction_intervals(
-    replay: Sequence[TwinRow], prediction: Sequence[TwinRow], params: TwinParams
+    replay: Sequence[TwinRow],
+    prediction: Sequence[TwinRow],
+    params: TwinParams,
+    boot: Mapping[int, Mapping[str, tuple[float, float]]] | None = None,
 ) -> dict[int, dict[str, tuple[float, float, float]]]:
-    """Every predicted figure with its interval, by rung index: the prediction times exp(+-
-    INTERVAL_SPREADS x the replay's rms log error on that figure, at least MIN_SPREAD: the real run
-    of the change is another run), and for TTFT p50 at least the
-    verdict's race tolerance (a request waits for the step in progress: the median moves by up to
-    a step from run to run)."""
+    """Every predicted figure with its interval, by rung index (docs/integrate.md, "The
+    interval"): the wider, on each side, of
+    - the replay's: the prediction times exp(+- INTERVAL_SPREADS x the replay's rms log error on
+      that figure, at least MIN_SPREAD: the real run of the change is another run), and for TTFT
+      p50 at least the verdict's race tolerance (a request waits for the step in progress: the
+      median moves by up to a step from run to run);
+    - the bootstrap's (`boot`, from `bootstrap_spreads` of the predicted run): the prediction
+      times exp of its percentiles of the log ratio of two resamples."""
     spread = {k: max(replay_spread(replay, k), MIN_SPREAD) for k in INTERVAL_KEYS}
     out: dict[int, dict[str, tuple[float, float, float]]] = {}
     for row in prediction:
         figures = {}
+        drawn = (boot or {}).get(row.rung, {})
         for key in INTERVAL_KEYS:
             value = row.model.get(key)
             if value is None or value <= 0:
@@ -405,6 +492,9 @@ def prediction_intervals(
             if key == "ttft_p50_ms":
                 race, _ = _ttft_race_tolerance_ms(value, row.conc, params, row.step_spread)
                 low, high = min(low, value - race), max(high, value + race)
+            if key in drawn:
+                lo_log, hi_log = drawn[key]
+                low, high = min(low, value * math.exp(lo_log)), max(high, value * math.exp(hi_log))
             figures[key] = (value, max(low, 0.0), high)
         out[row.rung] = figures
     return out
