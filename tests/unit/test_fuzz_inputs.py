@@ -656,6 +656,9 @@ def test_token_chunk_fast_path_agrees_with_the_full_parse():
     accumulator exactly as the full parse of every line does (feed), and raises the same error,
     whatever the texts and however the lines differ from the template; reads of any size."""
 
+    def line_of(text: str) -> bytes:  # a completions token chunk whose text is the JSON `text`
+        return b'data: {"choices":[{"index":0,"text":' + text.encode() + b',"finish_reason":null}]}'
+
     mixed = [  # a reasoning chunk under the other name between two of the template's (CI, stop 45)
         b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"0"},"finish_reason":null}]}',
         b'data: {"choices":[{"index":0,"delta":{"reasoning":"0"},"finish_reason":"length"}]}',
@@ -665,6 +668,7 @@ def test_token_chunk_fast_path_agrees_with_the_full_parse():
     @FUZZ
     @given(templated_streams(), st.integers(1, 4), st.booleans())
     @example((True, mixed), 1, False)
+    @example((False, [line_of('"\\r"'), line_of('"0"')]), 1, False)  # whitespace first (CI, stop 46)
     def prop(stream: tuple[bool, list[bytes]], per_read: int, keep_text: bool) -> None:
         chat, lines = stream
 

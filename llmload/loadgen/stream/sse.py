@@ -271,7 +271,9 @@ class StreamAccumulator:
         """Make `line`, just parsed in full and counted as a token chunk, the stream's template of
         its kind (answer or reasoning) if it is one and that template is still to learn
         (llmload.loadgen.stream.sse_template); else leave it."""
-        if self._kind == ANSWER and self._head is None and self._tries:
+        if self._kind == ANSWER and self._tags == TAGS_NONE and self._head is None and self._tries:
+            # (not while the stream's first text is still whitespace: its next chunk may open a
+            # `<think>`, which the fast path would not look for)
             self._tries -= 1
             template = learn_template(line, "content" if self.chat else "text")
             if template is not None:
