@@ -604,14 +604,21 @@ SERVER_VIEW_COLUMNS = ("rung", "srv_running", "srv_waiting", "kv_usage_%", "acce
 _SERVER_KEYS = ("running", "waiting", "kv_usage", "accept_len", "cache_share")
 
 
+_PERCENT_KEYS = ("kv_usage", "cache_share")  # shares 0..1, shown in %
+
+
+def server_view_cells(server: Mapping[str, Any] | None) -> dict[str, str]:
+    """A rung's server figures (`ServerRungMetrics.as_dict`, None: none) as the server view shows
+    them, by key: shares in %, two decimals, '-' for a figure that is missing."""
+    server = server or {}
+    return {
+        k: fmt_num(None if (v := server.get(k)) is None else (100.0 * v if k in _PERCENT_KEYS else v), 2)
+        for k in _SERVER_KEYS
+    }
+
+
 def _server_cells(row: SweepRow) -> list[str]:
-    server = row.server or {}
-    percent = {"kv_usage", "cache_share"}
-    values = [server.get(k) for k in _SERVER_KEYS]
-    return [rung_name(row.rung, row.conc)] + [
-        fmt_num(None if v is None else (100.0 * v if k in percent else v), 2)
-        for k, v in zip(_SERVER_KEYS, values, strict=True)
-    ]
+    return [rung_name(row.rung, row.conc), *server_view_cells(row.server).values()]
 
 
 # --- rungs without a record (issue 13): a stopped run never looks shorter than its ladder ----------

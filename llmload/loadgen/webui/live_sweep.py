@@ -39,7 +39,7 @@ from llmload.analysis.run.server_metrics import (
 from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE, rung_name
 from llmload.loadgen.run.run_state import RunState
-from llmload.output.table import fmt_num
+from llmload.output.table import fmt_num, server_view_cells
 
 SAMPLE_S = 2.0  # Locust's own pages poll every 2 s
 
@@ -51,7 +51,7 @@ def tab_cells(
     figures as its `--metrics` server view does)."""
     row = tally.row()
     cache = tally.cache()
-    kv = None if server is None or server.kv_usage is None else 100.0 * server.kv_usage
+    view = server_view_cells(None if server is None else server.as_dict())
     return {
         "rung": rung_name(row.rung, row.conc),
         "users": str(row.conc),
@@ -67,10 +67,10 @@ def tab_cells(
         "requests": str(row.requests),
         "failures": str(row.failures),
         "cache_pct": fmt_num(None if cache is None else 100.0 * cache["share"]),
-        "srv_running": fmt_num(None if server is None else server.running, 2),
-        "srv_waiting": fmt_num(None if server is None else server.waiting, 2),
-        "kv_usage_pct": fmt_num(kv, 2),
-        "accept_len": fmt_num(None if server is None else server.accept_len, 2),
+        "srv_running": view["running"],
+        "srv_waiting": view["waiting"],
+        "kv_usage_pct": view["kv_usage"],
+        "accept_len": view["accept_len"],
         "now_tok_s": "" if now_tok_s is None else fmt_num(now_tok_s),
     }
 
