@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmload.analysis.run.server_metrics import Sample, Window, _counter_delta, _gauge_mean
+from llmload.analysis.run.server_metrics import Sample, Window, counter_delta, gauge_mean
 from llmload.core.config import NVML
 from llmload.core.files.jsonl import iter_jsonl
 from llmload.core.files.run_files import RunFiles
@@ -136,7 +136,7 @@ def _window_energy(samples: Sequence[Sample], times: Sequence[float], key: str, 
     """One GPU's energy over the window, J: its counter's rise between the bracketing scrapes, less
     the power each of them read times its distance from the window's edge (the server is idle
     there: a rung's scrapes are taken at its boundaries); None without the counter."""
-    delta, bracket = _counter_delta(samples, times, key, w)
+    delta, bracket = counter_delta(samples, times, key, w)
     if delta is None or bracket is None:
         return None
     power_key = "power_w|" + key.partition("|")[2]
@@ -160,11 +160,11 @@ def gpu_rung(samples: Sequence[Sample], w: Window, tokens: int) -> GpuRung:
         energy, energy_from = sum(e or 0.0 for e in per_gpu), "counter"
         power = energy / (w.end - w.start) if w.end > w.start else None
     else:
-        means = [_gauge_mean(inside, k) for k in _per_gpu(keys, "power_w")]
+        means = [gauge_mean(inside, k) for k in _per_gpu(keys, "power_w")]
         if means and all(m is not None for m in means):
             power = sum(m or 0.0 for m in means)
             energy, energy_from = power * (w.end - w.start), "power"
-    utils = [u for k in _per_gpu(keys, "util_pct") if (u := _gauge_mean(inside, k)) is not None]
+    utils = [u for k in _per_gpu(keys, "util_pct") if (u := gauge_mean(inside, k)) is not None]
     mems = [s.values[k] for s in inside for k in _per_gpu(keys, "mem_mib") if k in s.values]
     return GpuRung(
         rung=w.rung,

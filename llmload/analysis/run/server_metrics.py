@@ -235,7 +235,7 @@ def stage_windows(run_info: Mapping[str, Any], last_t: float) -> list[Window]:
     return windows
 
 
-def _counter_delta(
+def counter_delta(
     samples: Sequence[Sample], times: Sequence[float], name: str, w: Window
 ) -> tuple[float | None, tuple[float, float] | None]:
     """(delta, bracket) between the bracketing samples holding the counter, or (None, None)."""
@@ -248,7 +248,8 @@ def _counter_delta(
     return (delta if delta >= 0 else None), (first.t, last.t)  # a negative delta: server restarted
 
 
-def _gauge_mean(inside: Sequence[Sample], name: str) -> float | None:
+def gauge_mean(inside: Sequence[Sample], name: str) -> float | None:
+    """The mean of a gauge over the samples that hold it; None when none does."""
     values = [s.values[name] for s in inside if name in s.values]
     return mean(values) if values else None
 
@@ -256,11 +257,11 @@ def _gauge_mean(inside: Sequence[Sample], name: str) -> float | None:
 def _accept_len(
     samples: Sequence[Sample], times: Sequence[float], w: Window, inside: Sequence[Sample]
 ) -> float | None:
-    drafts, _ = _counter_delta(samples, times, "spec_drafts", w)
-    accepted, _ = _counter_delta(samples, times, "spec_accepted", w)
+    drafts, _ = counter_delta(samples, times, "spec_drafts", w)
+    accepted, _ = counter_delta(samples, times, "spec_accepted", w)
     if drafts and accepted is not None:
         return 1.0 + accepted / drafts
-    return _gauge_mean(inside, "accept_len_gauge")
+    return gauge_mean(inside, "accept_len_gauge")
 
 
 def client_tokens(records: Iterable[RequestRecord]) -> tuple[dict[int, int], list[int]]:
@@ -286,7 +287,7 @@ def rung_server_metrics(
     out = []
     for w in windows:
         inside = samples[bisect_left(times, w.start) : bisect_right(times, w.end)]
-        tokens, bracket = _counter_delta(samples, times, "generation_tokens", w)
+        tokens, bracket = counter_delta(samples, times, "generation_tokens", w)
         overlap = bracket is not None and any(
             o is not w and o.start < bracket[1] and o.end > bracket[0] for o in windows
         )
@@ -297,9 +298,9 @@ def rung_server_metrics(
                 samples=len(inside),
                 generation_tokens=tokens,
                 client_tokens=client.get(w.rung, 0),
-                running=_gauge_mean(inside, "running"),
-                waiting=_gauge_mean(inside, "waiting"),
-                kv_usage=_gauge_mean(inside, "kv_usage"),
+                running=gauge_mean(inside, "running"),
+                waiting=gauge_mean(inside, "waiting"),
+                kv_usage=gauge_mean(inside, "kv_usage"),
                 accept_len=_accept_len(samples, times, w, inside),
                 overlap=overlap,
                 **_cache(samples, times, w, inside),
@@ -312,9 +313,9 @@ def _cache(
     samples: Sequence[Sample], times: Sequence[float], w: Window, inside: Sequence[Sample]
 ) -> dict[str, float | None]:
     """The prefix cache's figures of a window (module docstring)."""
-    queries, _ = _counter_delta(samples, times, "cache_queries", w)
-    hits, _ = _counter_delta(samples, times, "cache_hits", w)
-    share = hits / queries if queries and hits is not None else _gauge_mean(inside, "cache_hit_rate")
+    queries, _ = counter_delta(samples, times, "cache_queries", w)
+    hits, _ = counter_delta(samples, times, "cache_hits", w)
+    share = hits / queries if queries and hits is not None else gauge_mean(inside, "cache_hit_rate")
     return {"cache_queries": queries, "cache_hits": hits, "cache_share": share}
 
 
