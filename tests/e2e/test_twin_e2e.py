@@ -9,6 +9,7 @@ Each run is short (64 tokens, two requests per user, rungs 1,2,4,8): a sweep tak
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from fixtures.twin_runs import twin
 from llmload.analysis.twin.replay import TOLERANCES_PCT, TTFT_FLOOR_MS
 from llmload.cli.sweep_run import SweepRun
 from llmload.cli.twin import fit_run, load_measured
+from llmload.core.files.records import RequestRecord
 from llmload.sim.truth import load_truth
 
 LADDER: dict[str, Any] = {
@@ -124,6 +126,17 @@ def step_ms(sim: dict[str, Any], batch: int) -> float:
     return sim["base_ms"] + sim["per_seq_ms"] * min(batch, sim.get("max_num_seqs", batch))
 
 
+def near_the_slo(records: Iterable[RequestRecord], slo_ms: float, share: float) -> dict[int, int]:
+    """Per rung index, the measured requests whose end-to-end latency (t_end - t_start) is within
+    `share` of the SLO: a prediction right within that share may put them on either side (at
+    rung 8 of this model they cluster there: 6 of 16 within 1 ms of 950 ms once)."""
+    out: dict[int, int] = {}
+    for rec in records:
+        if rec.phase == "measure" and abs((rec.t_end - rec.t_start) * 1000 - slo_ms) <= share * slo_ms:
+            out[rec.rung] = out.get(rec.rung, 0) + 1
+    return out
+
+
 def test_a_5ms_component_removal_predicts_the_changed_simulator(twins, tmp_path):
     """The prediction of the default model without 5 ms per step, beside a real run of the
     simulator with base_ms 22.2: agg tok/s within 3 % per rung; TTFT p50 within 10 % (5 ms at
@@ -136,11 +149,14 @@ def test_a_5ms_component_removal_predicts_the_changed_simulator(twins, tmp_path)
     actual = sweep(tmp_path / "changed", changed, **SLO)
     result, _ = load_measured(str(actual.prefix))
     assert result.metrics is not None
+    near = near_the_slo(result.iter_records(), SLO["slo"]["e2el_ms"], TOLERANCES_PCT["agg_tok_s"] / 100)
+    assert near.get(0, 0) == near.get(1, 0) == near.get(2, 0) == 0  # rungs 1-4 judged at 5 %
     for row, m in zip(result.rows, result.metrics, strict=True):
         pred = predicted[row.conc]
-        # goodput at the run's SLO: requests meeting it per second, within 5 % and two requests
-        two_requests = 2 / row.wall_s
-        assert abs(pred["goodput_req_s"] - m.goodput_request_s) <= 0.05 * m.goodput_request_s + two_requests
+        # goodput at the run's SLO: requests meeting it per second, within 5 % and the requests
+        # whose latency is within the twin's tolerance of the SLO (they may fall either side)
+        either_side = near.get(row.rung, 0) / row.wall_s
+        assert abs(pred["goodput_req_s"] - m.goodput_request_s) <= 0.05 * m.goodput_request_s + either_side
         assert pred["agg_tok_s"] == pytest.approx(row.agg_tok_s, rel=0.03), row.conc
         tolerance = max(
             0.10 * row.ttft_p50_ms, TTFT_FLOOR_MS, step_ms(changed, row.conc) if row.conc > 1 else 0
