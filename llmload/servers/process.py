@@ -101,12 +101,14 @@ class ManagedProcess(StartStop):
     """A server subprocess in its own process group, logged to a file, stopped by PID.
 
     Use as a context manager: `with ManagedProcess(cmd, health_url, log_path) as proc: ...`.
+    `health_url` may be a function that returns None until the URL is known (a server that binds
+    a port the OS picks and says which).
     """
 
     def __init__(
         self,
         cmd: Sequence[str],
-        health_url: str,
+        health_url: str | Callable[[], str | None],
         log_path: Path,
         *,
         env: dict[str, str] | None = None,
@@ -164,11 +166,13 @@ class ManagedProcess(StartStop):
                     f"see {self.log_path}:\n{self.log_tail()}",
                     self.proc.returncode,
                 )
-            if http_ok(self.health_url, timeout=1.0):
+            url = self.health_url() if callable(self.health_url) else self.health_url
+            if url is not None and http_ok(url, timeout=1.0):
                 return self
             time.sleep(STOP_POLL_S)
+        where = (self.health_url() if callable(self.health_url) else self.health_url) or "a port never named"
         raise ServerStartError(
-            f"{self.cmd[0]} not healthy at {self.health_url} after {self.start_timeout:.0f} s; "
+            f"{self.cmd[0]} not healthy at {where} after {self.start_timeout:.0f} s; "
             f"see {self.log_path}:\n{self.log_tail()}"
         )
 

@@ -386,6 +386,23 @@ def test_metrics_counters_equal_tokens_served(sim_start: Callable[..., Simulator
     assert metrics["vllm:prompt_tokens_total" + label] == 5 * 3  # BOS, "m", digit per prompt
 
 
+def test_each_simulator_binds_the_port_the_os_picks_and_names_it(tmp_path: Path) -> None:
+    """No port is chosen first and bound later (two test runs or sweeps at once could then take the
+    same one, and one's health check pass on the other's server): each simulator binds port 0
+    and its URL is the port it bound, so two started together answer apart, each into its own log."""
+    sims = [
+        SimulatorProcess(truth_log=tmp_path / f"t{i}.jsonl", log_path=tmp_path / f"s{i}.log", **FAST)
+        for i in range(2)
+    ]
+    assert [sim.url for sim in sims] == ["", ""]  # known only once bound
+    with sims[0], sims[1]:
+        assert sims[0].port != sims[1].port and all(sim.port > 0 for sim in sims)
+        for i, sim in enumerate(sims):
+            assert sim.url == f"http://127.0.0.1:{sim.port}"
+            assert call(sim.url, "/v1/completions", completion(3), request_id=f"r{i}").status == 200
+    assert [set(load_truth(tmp_path / f"t{i}.jsonl")[0]) for i in range(2)] == [{"r0"}, {"r1"}]
+
+
 def test_sigterm_closes_truth_log_and_exits_zero(tmp_path: Path) -> None:
     sim = SimulatorProcess(truth_log=tmp_path / "truth.jsonl", log_path=tmp_path / "sim.log", **FAST)
     with sim:
