@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from fixtures.fuzzing import CI_EXAMPLES, DEV_EXAMPLES
 from fixtures.paths import REPO
+from fixtures.shards import deal, parse_shard
 from hypothesis import settings
 
 from llmload.servers.simulator import SimulatorProcess
@@ -70,8 +71,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="run the collected tests in reverse order (each test must pass whatever ran before it)",
     )
+    parser.addoption(
+        "--shard",
+        metavar="K/N",
+        help="run only the K-th of N shards of the collected test files (tests/fixtures/shards.py)",
+    )
 
 
+@pytest.hookimpl(trylast=True)  # after `-m`: shards deal the files the marker selected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if shard := config.getoption("--shard"):
+        try:
+            k, n = parse_shard(shard)
+        except ValueError as err:
+            raise pytest.UsageError(str(err)) from None
+        files = list(dict.fromkeys(item.path.relative_to(REPO).as_posix() for item in items))
+        mine = set(deal(files, n)[k - 1])
+        kept: list[pytest.Item] = []
+        dropped: list[pytest.Item] = []
+        for item in items:
+            (kept if item.path.relative_to(REPO).as_posix() in mine else dropped).append(item)
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
     if config.getoption("--reverse"):
         items.reverse()

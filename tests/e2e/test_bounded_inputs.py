@@ -18,6 +18,8 @@ from llmload.cli.sweep_run import LOCUSTFILES, locust_command
 from llmload.core import exit_codes
 from llmload.servers.process import LOOPBACK, free_port
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 
 def sweep(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     """`llmload sweep ARGS` and its wall time."""

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from fixtures.paths import REPO
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 GONE_WITHIN_S = 10.0
 CALLER = """
 import sys

@@ -12,6 +12,8 @@ from fixtures.paths import REPO
 
 from llmload.cli import COMMANDS, SIGPIPE_EXIT
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 LLMLOAD = [sys.executable, "-m", "llmload"]
 FIXTURE_RUN = REPO / "tests" / "fixtures" / "report_run" / "run"
 

@@ -22,6 +22,8 @@ from llmload.core.files.records import read_records, write_records
 from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 SMALL = ["--rungs", "1,2", "--requests-per-user", "2", "--max-tokens", "8", "--warmup-requests", "0"]
 FAST = ["--sim", "accept_len=1", "--sim", "base_ms=2", "--sim", "per_seq_ms=0"]
 

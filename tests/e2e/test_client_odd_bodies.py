@@ -19,6 +19,8 @@ from llmload.loadgen.request.client import RequestContext, send_request
 from llmload.loadgen.transport.exchange import Transport
 from llmload.loadgen.workload.payload import COMPLETIONS_PATH, build_payload
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 BODIES = {
     "choices-a-string": ({"choices": "x"}, "bad_response"),
     "choice-a-number": ({"choices": [3]}, "bad_response"),

@@ -23,6 +23,8 @@ from llmload.loadgen.transport.exchange import Transport
 from llmload.loadgen.transport.receive_stamps import stamp_receive_times
 from llmload.loadgen.workload.payload import COMPLETIONS_PATH, build_payload
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 MAX_TOKENS = 4
 
 

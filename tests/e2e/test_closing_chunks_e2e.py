@@ -8,10 +8,14 @@ the server counted."""
 
 from __future__ import annotations
 
+import pytest
+
 from llmload.cli import sweep as sweep_command
 from llmload.core.files.records import read_records
 from llmload.core.prometheus_text import scrape_metrics
 from llmload.sim.truth import load_truth
+
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
 
 
 def test_multi_token_chunks_ending_in_an_empty_chunk_are_counted_as_the_truth(tmp_path, sim_start):

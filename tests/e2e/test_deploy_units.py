@@ -23,6 +23,8 @@ from fixtures.paths import REPO
 from llmload.core.config import load_config
 from llmload.servers.process import free_port
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 DEPLOY = REPO / "deploy"
 INSTALL = "/opt/llmload"  # where the cron and systemd units expect the repository
 CRON_FIELD = re.compile(r"^(\*|\d+(-\d+)?)(/\d+)?(,(\*|\d+(-\d+)?)(/\d+)?)*$")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from llmload.analysis.identity.determinism import digest, divergence, first_difference
 from llmload.analysis.run.sweep_rows import Rung, group_rungs
 from llmload.cli import sweep as sweep_command
@@ -16,6 +18,8 @@ from llmload.core.exit_codes import DIVERGED
 from llmload.core.files.records import read_records
 from llmload.core.stats import percentile
 from llmload.sim.truth import load_truth
+
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
 
 # one token per chunk (no speculative decoding) so the first differing chunk is the first token
 SIM = {"accept_len": 1, "max_draft": 0, "base_ms": 2, "per_seq_ms": 0.5}

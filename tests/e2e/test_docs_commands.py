@@ -22,6 +22,8 @@ from fixtures.paths import REPO
 from llmload.cli import COMMANDS
 from llmload.loadgen.options import options_help
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 PROGRAMS = re.compile(r"^(\.venv/bin/)?(make|llmload|locust|python3?)\s")
 OUTPUT = re.compile(r"^\S+ [\w-]+:")  # a line a command printed, e.g. "llmload sweep: error: ..."

@@ -26,6 +26,8 @@ from llmload.core.files.records import read_records
 from llmload.sim.faults import CLIENT_OUTCOME, FAULT_KINDS
 from llmload.sim.truth import load_truth
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 MAX_TOKENS = 16
 RUNGS = [3, 3]
 REQUESTS_PER_USER = 8

@@ -22,6 +22,8 @@ from llmload.loadgen.workload.payload import COMPLETIONS_PATH, build_payload
 from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 FAST = {"accept_len": 1, "base_ms": 2, "per_seq_ms": 0.5}
 
 

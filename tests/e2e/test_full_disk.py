@@ -18,9 +18,12 @@ import sys
 import time
 
 import psutil
+import pytest
 from fixtures.full_disk import full_disk
 
 from llmload.core.exit_codes import WRITE_FAILED
+
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
 
 LADDER = ["--rungs", "1,2,4,8", "--requests-per-user", "4", "--max-tokens", "32"]
 FAST_SIM = ["--sim", "base_ms=2", "--sim", "per_seq_ms=0.5"]

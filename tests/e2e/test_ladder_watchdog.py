@@ -11,11 +11,14 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from fixtures.paths import REPO
 
 from llmload.analysis.run.postprocess import load_run
 from llmload.cli.sweep_run import LOCUSTFILES, locust_command
 from llmload.servers.simulator import SimulatorProcess
+
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
 
 
 def wait_for(predicate, timeout: float) -> bool:

@@ -24,6 +24,8 @@ from llmload.output.run_table import render_run
 from llmload.sim.tokens import BOS_TOKENS, count_tokens
 from llmload.sim.truth import load_truth
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 REQUESTS = 200
 REPLY_WORDS = ("the", "of", "and", "to", "in", "is", "for", "on", "that", "by", "government,", "information.")
 LADDER = (

@@ -25,6 +25,8 @@ from llmload.servers.llama_build import Build, binary_path
 from llmload.servers.llama_cpp import BuildError, LlamaServer, chosen_flavour, ensure_llama_server
 from llmload.servers.llama_probe import ProbeResult, probe
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

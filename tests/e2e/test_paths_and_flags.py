@@ -27,6 +27,8 @@ from llmload.core.config import ConfigError, load_config
 from llmload.core.files.records import read_records, write_records
 from llmload.servers.process import LOOPBACK, free_port
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 SMALL = ["--rungs", "1", "--requests-per-user", "2", "--max-tokens", "8", "--warmup-requests", "0"]
 FAST = ["--sim", "accept_len=1", "--sim", "base_ms=2", "--sim", "per_seq_ms=0"]
 NOWHERE = "/proc/llmload-no-such-folder"  # a folder no user, root included, can create

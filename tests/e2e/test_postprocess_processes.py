@@ -11,11 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from fixtures.paths import REPO
 
 from llmload.analysis.run import records_pass
 from llmload.analysis.run.postprocess import load_run
 from llmload.output.run_table import render_run
+
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
 
 
 def write_run(prefix: Path, n: int) -> Path:

@@ -14,6 +14,8 @@ from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 
 def last_line(run: SweepRun) -> str:
     return run.log.read_text().strip().splitlines()[-1]

@@ -15,6 +15,8 @@ from llmload.core.files.records import read_records
 from llmload.output.run_table import render_run
 from llmload.sim.truth import load_truth
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 MAX_TOKENS = 600  # above the simulator's longest natural answer (511): every request stops early
 
 

@@ -26,6 +26,8 @@ from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.files import chunk_index
 from llmload.core.files.run_files import RunFiles
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 SIM = {"accept_len": 1, "max_draft": 0, "base_ms": 2, "per_seq_ms": 0.5, "batch_variance": 0}
 # with the greedy-determinism check: a probe of one request a user after each rung
 LADDER = "rungs: [1, 2]\nrequests_per_user: 3\nmax_tokens: 24\nprompt_tokens: 16\ncheck_determinism: true\n"

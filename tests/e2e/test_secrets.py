@@ -29,6 +29,8 @@ from llmload.core.files.records import read_records
 from llmload.servers.process import LOOPBACK
 from llmload.servers.simulator import sim_flags
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 KEY = "sk-llmload-7f3a9c1e5b2d-SECRET"
 SMALL = ["--rungs", "1,2", "--requests-per-user", "2", "--max-tokens", "8", "--warmup-requests", "1"]
 FAST = {"accept_len": 1, "base_ms": 2}

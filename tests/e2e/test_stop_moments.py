@@ -24,8 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import pytest
 
 from llmload.core import exit_codes
+
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
 
 SEED = 26
 GONE_WITHIN_S = 10.0

@@ -23,6 +23,8 @@ from llmload.core.files.records import RequestRecord
 from llmload.loadgen.transport.receive_stamps import stamp_receive_times
 from llmload.servers.process import LOOPBACK
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 PAUSE_S = 0.03
 END = b"0\r\n\r\n"

@@ -19,6 +19,8 @@ from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
 from llmload.sim.truth import load_truth
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 MAX_TOKENS = 16
 
 

@@ -20,6 +20,8 @@ from fixtures.webui import LocustWebUI, template_args
 from llmload.core.files.records import read_records
 from llmload.loadgen.webui.tokens_tab import CSV_PATH, SECRET_PLACEHOLDER
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 KEY = "sk-webui-9d41c7e2-SECRET"
 ROUTE = re.compile(r'@app_blueprint\.route\("([^"]+)"(?:, methods=\[([^\]]*)\])?\)')
 

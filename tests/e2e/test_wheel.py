@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.untimed]
 
 TINY = ("--rungs", "1,2", "--max-tokens", "16")
 

@@ -17,6 +17,8 @@ from llmload.core.workload.prompt_files import load_prompt_file
 from llmload.loadgen.workload.prompts import WORDS, Workload, calibrate, tag_words, workload_for
 from llmload.sim.truth import load_truth
 
+pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
+
 SAMPLE = REPO / "config" / "sharegpt-sample.json"
 
 
