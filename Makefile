@@ -25,13 +25,12 @@ vllm-server:
 ##  1. side by side, what judges no time: lint, types, layer contracts and the docs site; the
 ##     unit tier; the end-to-end files marked `untimed`, in two processes (tests/fixtures/shards.py);
 ##     the real llama.cpp server's chain: its build (once, cached in ~/.cache/llmload), then its
-##     tier and the browser's test in two processes (each its own one-thread server);
+##     tier in two processes (each its own one-thread server), then the browser's test (beside two
+##     busy servers Chromium's page timed out);
 ##  2. alone on the machine: every other end-to-end file (they measure time against the simulator's
 ##     truth, and a busy machine moves their figures).
-## The unit tier and the type checks run niced (BUSY) in the first round: the server's build, then
-## its tier, is that round's longest chain. Each job prints its summary and slowest tests when it
-## ends (make --output-sync); a failing first round stops before the second. The last line: the
-## whole target's wall time.
+## Each job prints its summary and slowest tests when it ends (make --output-sync); a failing first
+## round stops before the second. The last line: the whole target's wall time.
 UNTIMED := test-e2e-untimed-1 test-e2e-untimed-2
 REAL := test-real-1 test-real-2
 PYTEST := $(PY) -m pytest -q --durations=8 $(PYTEST_ARGS)
@@ -39,8 +38,7 @@ PYTEST := $(PY) -m pytest -q --durations=8 $(PYTEST_ARGS)
 
 test: $(STAMP)
 	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory -k -j5 --output-sync=target BUSY="nice -n 10" \
-		lint-docs test-unit $(UNTIMED) test-real-chain \
+	$(MAKE) --no-print-directory -k -j5 --output-sync=target lint-docs test-unit $(UNTIMED) test-real-chain \
 	&& $(MAKE) --no-print-directory test-e2e-timed; rc=$$?; \
 	t=$$(( $$(date +%s) - start )); echo "make test: $$((t / 60)) min $$((t % 60)) s, exit $$rc"; \
 	exit $$rc
@@ -59,15 +57,16 @@ test-real-chain: $(STAMP)
 	@echo "== the real llama.cpp server: its build (once, cached)"; s=$$(date +%s); \
 	$(VENV)/bin/llmload llama-server build; rc=$$?; echo "== build: $$(( $$(date +%s) - s )) s"; exit $$rc
 	@$(MAKE) --no-print-directory -k -j2 --output-sync=target $(REAL)
+	@echo "== the browser"; $(PYTEST) tests/browser
 
 $(REAL): test-real-%: $(STAMP)
-	@echo "== the real server's tier and the browser's, part $*/2"; s=$$(date +%s); \
-	$(PYTEST) --shard $*/2 tests/real tests/browser; rc=$$?; echo "== real $*/2: $$(( $$(date +%s) - s )) s"; exit $$rc
+	@echo "== the real server's tier, part $*/2"; s=$$(date +%s); \
+	$(PYTEST) --shard $*/2 tests/real; rc=$$?; echo "== real $*/2: $$(( $$(date +%s) - s )) s"; exit $$rc
 
 ## pure logic only: no processes, about a minute
 test-unit: $(STAMP)
 	@echo "== unit"; s=$$(date +%s); \
-	$(BUSY) $(PYTEST) tests/unit; rc=$$?; echo "== unit: $$(( $$(date +%s) - s )) s"; exit $$rc
+	$(PYTEST) tests/unit; rc=$$?; echo "== unit: $$(( $$(date +%s) - s )) s"; exit $$rc
 
 ## unit + end-to-end against the simulator (no real server, no browser, no minutes-long `slow` runs)
 test-fast: $(STAMP)
@@ -77,8 +76,8 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(BUSY) $(VENV)/bin/lint-imports
-	$(BUSY) $(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 ## the docs site, with every link checked (site/ is git-ignored)
 ## --strict without --quiet: mkdocs 1.6's --quiet hides the warnings --strict would fail on
