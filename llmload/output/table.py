@@ -164,7 +164,7 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
     opened = [r for r in rows if _connections_matter(r)]
     if opened:
         notes.append(
-            "connections opened during the rung (their connect and TLS inside TTFT, as in vLLM) raise "
+            "connections opened during the rung (their TCP handshake and TLS inside TTFT, as in vLLM) raise "
             "ttft_p50_ms: "
             + ", ".join(
                 f"{rung_name(r.rung, r.conc)} by {r.connect_ttft_ms:.1f} ms "

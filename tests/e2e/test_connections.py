@@ -190,6 +190,10 @@ def test_locust_run_keeps_one_connection_per_user(tmp_path):
     assert len(p.served_connections()) == 4
     (row,) = sweep_rows(tally_rungs(records))
     assert row.new_connections == 4
+    opened = [r for r in records if not r.conn_reused]
+    # the kernel's handshake on loopback: tens of microseconds, inside the connect's wall time
+    assert all(r.handshake_ms is not None and 0.0 <= r.handshake_ms <= r.connect_ms for r in opened)
+    assert max(r.handshake_ms for r in opened) < 1.0
     # 4 connects on loopback in 200 requests do not move the TTFT p50: no note (issue 40)
     assert row.connect_ttft_ms is not None and abs(row.connect_ttft_ms) < 0.05 * row.ttft_p50_ms
     assert "connections opened" not in render([row])

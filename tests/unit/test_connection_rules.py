@@ -9,6 +9,7 @@ import dataclasses
 import json
 import socket
 import threading
+import time
 import uuid
 from argparse import Namespace
 
@@ -19,7 +20,7 @@ from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.core.files.records import RequestRecord
 from llmload.loadgen.options import run_config
 from llmload.loadgen.request.client import RequestContext, send_request
-from llmload.loadgen.transport.connections import UserConnections, is_dropped, keep_alive_limits
+from llmload.loadgen.transport.connections import UserConnections, handshake_ms, is_dropped, keep_alive_limits
 from llmload.loadgen.transport.exchange import Transport
 
 SSE = (
@@ -56,6 +57,26 @@ def test_idle_socket_check():
     assert is_dropped(a)  # EOF: the peer closed it
     a.close()
     assert is_dropped(a)
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_INFO"), reason="the kernel's TCP_INFO is Linux's")
+def test_the_handshake_is_the_kernels_round_trip_of_the_syn():
+    """On loopback the SYN's round trip is tens of microseconds however long the connecting thread
+    took to resume; a socket that is no TCP connection has none."""
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        t0 = time.perf_counter()
+        client = socket.create_connection(server.getsockname())
+        time.sleep(0.05)  # the connecting greenlet resumed 50 ms late: not the handshake's time
+        wall_ms = (time.perf_counter() - t0) * 1000.0
+        rtt = handshake_ms(client)
+        assert rtt is not None and 0.0 <= rtt < 5.0 < 50.0 <= wall_ms
+        client.close()
+    finally:
+        server.close()
+    a, b = socket.socketpair()
+    assert handshake_ms(a) is None
+    a.close(), b.close()
 
 
 def test_connection_setting():

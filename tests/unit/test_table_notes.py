@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from fixtures.runs import make_record
 
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
@@ -16,11 +17,12 @@ from llmload.core.files.records import write_records
 from llmload.output.table import CONNECT_NOTE_PCT, render, table_notes
 
 
-def _rung(connect_ms: float, ttft_s: float = 0.1) -> list:
-    """Four requests of 100 ms TTFT; two opened a connection that took `connect_ms`."""
+def _rung(connect_ms: float, ttft_s: float = 0.1, handshake_ms: float | None = None) -> list:
+    """Four requests of 100 ms TTFT; two opened a connection that took `connect_ms` (its kernel
+    handshake `handshake_ms`, when given)."""
     return [
         make_record(100.0 + i, 101.0 + i, 256, ttft_s, users=4, conn_reused=i >= 2,
-                    connect_ms=connect_ms if i < 2 else None)
+                    connect_ms=connect_ms if i < 2 else None, handshake_ms=handshake_ms if i < 2 else None)
         for i in range(4)
     ]  # fmt: skip
 
@@ -35,6 +37,19 @@ def test_connections_are_noted_only_when_they_move_ttft_beyond_the_threshold() -
     assert loud.connect_ttft_ms == 20.0
     (note,) = table_notes([loud])
     assert "rung01 c4 by 20.0 ms (2 of 4 requests opened one)" in note and "--metrics" in note
+
+
+def test_connections_are_judged_by_their_handshake_not_the_turns_of_users_starting_at_once() -> None:
+    """A connect whose wall time is 40 ms while the kernel timed its handshake at 0.05 ms waited for
+    the other users' turns, not for the connection: no note. A handshake of 40 ms (a far server)
+    raises TTFT by as much, and is noted."""
+    (turns,) = sweep_rows(tally_rungs(_rung(40.0, handshake_ms=0.05)))
+    assert turns.connect_ttft_ms == pytest.approx(0.025)
+    assert table_notes([turns]) == []
+    (far,) = sweep_rows(tally_rungs(_rung(40.5, handshake_ms=40.0)))
+    assert far.connect_ttft_ms == pytest.approx(20.0)
+    (note,) = table_notes([far])
+    assert "rung01 c4 by 20.0 ms" in note
 
 
 def test_markdown_csv_and_json_hold_data_only() -> None:

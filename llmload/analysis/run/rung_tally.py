@@ -251,7 +251,7 @@ class RungTally:
     e2e: array[float] = field(default_factory=_floats)  # E2E seconds of every measured request
     rate: float | None = None  # rate mode: the target request rate, from the first record that says it
     read_delays_ms: array[float] = field(default_factory=_floats)  # kernel stamps: read delays
-    ttft_warm_ms: array[float] = field(default_factory=_floats)  # TTFT less connect and TLS, ms
+    ttft_warm_ms: array[float] = field(default_factory=_floats)  # TTFT less own setup, ms
     uncertainty: Uncertainty = field(default_factory=Uncertainty)  # times a late read left uncertain
     trace_late_ms: array[float] = field(default_factory=_floats)  # trace replay: lateness per request
     new_connections: int | None = None  # None until a record says whether it reused a connection
@@ -333,8 +333,9 @@ class RungTally:
             if (v := fn(rec)) is not None:
                 values[name].append(v)
             found[name] = v is not None
-        if (ttft := values["ttft"]) and found["ttft"]:  # TTFT without its connection's setup
-            self.ttft_warm_ms.append(ttft[-1] - (connect or 0.0) - (tls or 0.0))
+        if (ttft := values["ttft"]) and found["ttft"]:  # TTFT without its connection's own setup
+            own = rec.handshake_ms if rec.handshake_ms is not None else connect
+            self.ttft_warm_ms.append(ttft[-1] - (own or 0.0) - (tls or 0.0))
         self.uncertainty.add(rec, found["ttft"], found["tpot"])
         self._span(rec, micros)
         if self.itl:
@@ -461,9 +462,10 @@ class RungTally:
         )
 
     def _connect_ttft_ms(self) -> float | None:
-        """How much the connections opened in the rung (their connect and TLS, inside TTFT as in
-        vLLM) raise its TTFT p50: the p50 less the p50 of TTFT without them; None when no request
-        opened one."""
+        """How much the connections opened in the rung raise its TTFT p50: the p50 less the p50 of
+        TTFT without their own setup (the kernel's handshake round trip, else the connect's wall
+        time, plus TLS); None when no request opened one. The connect's wall time also holds the
+        turns of users that started at once, which a pooled connection would not have saved."""
         if not self.new_connections or not self.values["ttft"]:
             return None
         return cast("float", _median(self.values["ttft"])) - cast("float", _median(self.ttft_warm_ms))

@@ -26,6 +26,9 @@ Definitions (per rung):
 - rate: rate mode, the rung's target request rate (the table shows it in place of `conc`).
 - new_connections: requests that opened a connection (`conn_reused` false); with keep-alive one
   per user plus the reconnects; None when the records do not say (older runs).
+- connect_ttft_ms: how much those connections raise ttft_p50_ms: the p50 less the p50 of TTFT
+  without each new connection's own setup (its TCP handshake as the kernel timed it,
+  `handshake_ms`, where recorded, else `connect_ms`; plus `tls_ms`).
 - reasoning (a reasoning model's rung, else None): reasoning tokens (the server's count, else the
   client's), their share of `tokens`, the requests that reasoned, the client counted, never
   answered, the median TTFO and thinking time, and the odd stream events by name
@@ -101,7 +104,7 @@ class SweepRow:
     machine_busy: bool = False
     generator: dict[str, Any] | None = None
     new_connections: int | None = None  # requests that opened a connection; None: not recorded
-    connect_ttft_ms: float | None = None  # ttft_p50_ms less the p50 of TTFT without connect + TLS
+    connect_ttft_ms: float | None = None  # ttft_p50_ms less the p50 of TTFT without handshake + TLS
     input_tokens: dict[str, Any] | None = None  # asked, mean, p50, p99, off... (reconcile.length_summary)
     timing_uncertainty: dict[str, Any] | None = (
         None  # llmload.analysis.run.uncertainty; None: every time exact

@@ -83,6 +83,7 @@ class RequestRecord:
     # connection (llmload.loadgen.transport.connections): None in records of older runs
     conn_reused: bool | None = None  # sent on a connection an earlier request of the user opened
     connect_ms: float | None = None  # new connection: name lookup + TCP connect (inside TTFT)
+    handshake_ms: float | None = None  # new connection: TCP handshake, kernel-timed
     tls_ms: float | None = None  # new TLS connection: the handshake (inside TTFT)
     reconnect: str | None = None  # why a new one replaced the user's: closed/expired/resent/error
     conn_port: int | None = None  # the client's local port: names the connection (the server sees it as peer)

@@ -8,8 +8,8 @@ total timeout and records it. Every way a request can go wrong ends as a record 
 naming the failure kind (listed in `llmload.loadgen.transport.exchange`; and this module's own two,
 `no_finish` and `bad_usage`, for an answer that ended well but is not one: `judge_answer`) and the
 tokens received until then; nothing raises out of `send_request` except greenlet kills. The record
-says how the request got its connection (`conn_reused`, `connect_ms`, `tls_ms`, `reconnect`, `conn_port`:
-`llmload.loadgen.transport.connections`).
+says how the request got its connection (`conn_reused`, `connect_ms`, `handshake_ms`, `tls_ms`,
+`reconnect`, `conn_port`: `llmload.loadgen.transport.connections`).
 
 Retries: none unless the run configures them (`retries.max` > 0, `llmload.core.config.RetryConfig`).
 `send_request` then resends a request that failed with one of the `retries.on_status` HTTP
@@ -208,6 +208,7 @@ def _attempt(
         odd_stream=" ".join(acc.odd) or None,
         conn_reused=None if lease is None else lease.reused,
         connect_ms=None if lease is None else lease.connect_ms,
+        handshake_ms=None if lease is None else lease.handshake_ms,
         tls_ms=None if lease is None else lease.tls_ms,
         reconnect=None if lease is None else lease.reconnect,
         conn_port=None if lease is None else lease.port,

@@ -16,18 +16,23 @@ user's, held by its `Transport`: `llmload.loadgen.transport.exchange`):
 
 Every lease says whether the connection was reused, and for a new one the time of its setup:
 `connect_ms` (name lookup + TCP connect) and `tls_ms` (TLS handshake). Both are spent after the
-request's t0, so they are inside its TTFT, as in vLLM. `reconnect` says why a user with a
-connection opened another: `closed` (the server closed it: found by the check, or announced by
-`Connection: close`), `expired` (its `Keep-Alive` timeout or max was reached), `resent` (the
-request went out on a pooled connection the server had closed, and nothing came back: it was
-resent once on a new connection, `Transport.exchange`), `error` (the previous request failed
-and its connection was dropped).
+request's t0, so they are inside its TTFT, as in vLLM. Both are wall times of a greenlet: when
+users start at once, each connect lets the others run before it resumes, so `connect_ms` also
+holds their turns. `handshake_ms` is the TCP handshake as the kernel timed it (Linux `TCP_INFO`:
+the round trip of the SYN), the connection's own cost whatever the event loop did meanwhile.
+`reconnect` says why a user with a connection opened another: `closed` (the server closed it:
+found by the check, or announced by `Connection: close`), `expired` (its `Keep-Alive` timeout or
+max was reached), `resent` (the request went out on a pooled connection the server had closed,
+and nothing came back: it was resent once on a new connection, `Transport.exchange`), `error`
+(the previous request failed and its connection was dropped).
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import socket
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +53,8 @@ from llmload.loadgen.transport.ghc_adapter import (
 from llmload.loadgen.transport.send_gate import send_gate
 
 EXPIRY_MARGIN_S = 0.25  # a connection this close to the server's Keep-Alive timeout is not reused
+_TCP_INFO = getattr(socket, "TCP_INFO", None)  # Linux only
+_TCP_INFO_RTT = struct.Struct("=68xI")  # struct tcp_info: 8 u8 fields, 15 u32 fields, then tcpi_rtt (µs)
 _select = get_original("select", "select")  # a real non-blocking poll, not gevent's cooperative one
 _PARAM = re.compile(r"\s*(timeout|max)\s*=\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
 
@@ -88,9 +95,23 @@ class Lease:
 
     reused: bool
     connect_ms: float | None = None  # new connection: name lookup + TCP connect
+    handshake_ms: float | None = None  # new connection: TCP handshake, kernel-timed
     tls_ms: float | None = None  # new TLS connection: the handshake
     reconnect: str | None = None  # why a user that had a connection opened a new one
     port: int | None = None  # the client's local port: names the connection
+
+
+def handshake_ms(sock: Any) -> float | None:
+    """The round trip of a just-opened TCP connection's handshake, as the kernel timed it (its
+    first RTT sample, `tcpi_rtt` of Linux `TCP_INFO`, in µs), in ms; None where it cannot tell."""
+    if _TCP_INFO is None:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCP_INFO_RTT.size)
+        (rtt_us,) = _TCP_INFO_RTT.unpack_from(info)
+    except (OSError, struct.error, AttributeError, TypeError):
+        return None
+    return round(rtt_us / 1000.0, 3)
 
 
 @dataclass(slots=True)
@@ -217,6 +238,7 @@ class UserConnections:
         self.lease = Lease(
             reused=False,
             connect_ms=round((setup - (tls or 0.0)) * 1000.0, 3),
+            handshake_ms=handshake_ms(sock),
             tls_ms=None if tls is None else round(tls * 1000.0, 3),
             reconnect=reconnect,
             port=port,
