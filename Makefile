@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: sweep test test-unit test-fast lint docs lint-docs clean vllm-server test-real-chain test-e2e-timed
+.PHONY: sweep test test-unit test-fast lint docs lint-docs clean vllm-server test-real-chain
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,25 +21,31 @@ sweep: $(STAMP)
 vllm-server:
 	VLLM_PORT=$(or $(VLLM_PORT),8000) scripts/vllm-server.sh
 
-## what CI runs, in two rounds (budget: 25 min on 2 cores; where it stands: docs/development.md):
+## what CI runs, in rounds (budget: 25 min on 2 cores; where it stands: docs/development.md):
 ##  1. side by side, what judges no time: lint, types, layer contracts and the docs site; the
 ##     unit tier; the end-to-end files marked `untimed`, in two processes (tests/fixtures/shards.py);
 ##     the real llama.cpp server's chain: its build (once, cached in ~/.cache/llmload), then its
 ##     tier in two processes (each its own one-thread server), then the browser's test (beside two
 ##     busy servers Chromium's page timed out);
-##  2. alone on the machine: every other end-to-end file (they measure time against the simulator's
-##     truth, and a busy machine moves their figures).
-## Each job prints its summary and slowest tests when it ends (make --output-sync); a failing first
-## round stops before the second. The last line: the whole target's wall time.
+##  2. the end-to-end files that measure time against the simulator's truth, in $(TIMED_PROCESSES)
+##     processes: their tests mostly wait on the simulator's clock, and their bars hold beside
+##     each other, not beside round 1's compile and CPU-bound jobs;
+##  3. alone on the machine: the tests marked `alone` (they load the machine's CPU on purpose, or
+##     judge minutes of timing that a neighbour's load would move).
+## Each job prints its summary and slowest tests when it ends (make --output-sync); a failing
+## round stops before the next. The last line: the whole target's wall time.
 UNTIMED := test-e2e-untimed-1 test-e2e-untimed-2
+TIMED_PROCESSES := 3
+TIMED := $(foreach k,$(shell seq $(TIMED_PROCESSES)),test-e2e-timed-$(k))
 REAL := test-real-1 test-real-2
 PYTEST := $(PY) -m pytest -q --durations=8 $(PYTEST_ARGS)
-.PHONY: $(UNTIMED) $(REAL)
+.PHONY: $(UNTIMED) $(TIMED) $(REAL) test-e2e-alone
 
 test: $(STAMP)
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory -k -j5 --output-sync=target lint-docs test-unit $(UNTIMED) test-real-chain \
-	&& $(MAKE) --no-print-directory test-e2e-timed; rc=$$?; \
+	&& $(MAKE) --no-print-directory -k -j$(TIMED_PROCESSES) --output-sync=target $(TIMED) \
+	&& $(MAKE) --no-print-directory test-e2e-alone; rc=$$?; \
 	t=$$(( $$(date +%s) - start )); echo "make test: $$((t / 60)) min $$((t % 60)) s, exit $$rc"; \
 	exit $$rc
 
@@ -49,9 +55,14 @@ $(UNTIMED): test-e2e-untimed-%: $(STAMP)
 	@echo "== end to end, untimed files, part $*/2"; s=$$(date +%s); \
 	$(PYTEST) -m untimed --shard $*/2 tests/e2e; rc=$$?; echo "== untimed $*/2: $$(( $$(date +%s) - s )) s"; exit $$rc
 
-test-e2e-timed: $(STAMP)
-	@echo "== end to end, the files that measure time (alone on the machine)"; s=$$(date +%s); \
-	$(PYTEST) -m "not untimed" tests/e2e; rc=$$?; echo "== timed: $$(( $$(date +%s) - s )) s"; exit $$rc
+$(TIMED): test-e2e-timed-%: $(STAMP)
+	@echo "== end to end, the files that measure time, part $*/$(TIMED_PROCESSES)"; s=$$(date +%s); \
+	$(PYTEST) -m "not untimed and not alone" --shard $*/$(TIMED_PROCESSES) tests/e2e; rc=$$?; \
+	echo "== timed $*/$(TIMED_PROCESSES): $$(( $$(date +%s) - s )) s"; exit $$rc
+
+test-e2e-alone: $(STAMP)
+	@echo "== end to end, the tests that run alone on the machine"; s=$$(date +%s); \
+	$(PYTEST) -m alone tests/e2e; rc=$$?; echo "== alone: $$(( $$(date +%s) - s )) s"; exit $$rc
 
 test-real-chain: $(STAMP)
 	@echo "== the real llama.cpp server: its build (once, cached)"; s=$$(date +%s); \

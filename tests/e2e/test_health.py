@@ -173,6 +173,7 @@ def test_a_light_run_is_not_flagged(tmp_path):
     assert percentile(chunk_delays_ms(run), 50.0) < 5.0  # the truth agrees: the client kept up
 
 
+@pytest.mark.alone  # it saturates a generator on purpose: its neighbours' figures would move
 def test_a_saturated_run_is_flagged(tmp_path):
     """256 streams in one process, a token every millisecond each, and a greenlet that holds the
     event loop 30 ms at a time (tests/fixtures/busy_locustfile.py): a generator that cannot keep
@@ -212,6 +213,7 @@ while time.monotonic() < end:
 """
 
 
+@pytest.mark.alone  # real-time burners take every core: its neighbours' figures would move
 def test_a_busy_machine_is_not_called_a_saturated_generator(tmp_path):
     """A light load (4 streams, a token every 20 ms) while real-time processes keep every core
     busy: the generator is late because it does not get the CPU, not because it uses it, and the
