@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from fixtures.paths import REPO
 
+from llmload.analysis.run.health import loop_lag_ms
 from llmload.analysis.run.postprocess import load_run
+from llmload.analysis.run.production_traffic import lateness_bar_ms
 from llmload.analysis.trace_stats import predicted_cached_tokens
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
@@ -45,7 +47,7 @@ def sample_replay(tmp_path_factory):
 
 
 def test_every_request_is_sent_on_its_scaled_timestamp(sample_replay):
-    records, truth, _ = sample_replay
+    records, truth, prefix = sample_replay
     lines = {t.line: t for t in read_trace(SAMPLE)}
     assert sorted(r.trace_line for r in records) == sorted(lines)  # each line once
     t0 = min(r.t_scheduled for r in records)
@@ -55,7 +57,9 @@ def test_every_request_is_sent_on_its_scaled_timestamp(sample_replay):
             (lines[r.trace_line].timestamp_ms - first_ms) / 5000, abs=1e-6
         )
     late_ms = [(r.t_start - r.t_scheduled) * 1000.0 for r in records]
-    assert min(late_ms) >= 0.0 and percentile(late_ms, 99) <= 5.0
+    # the product's bar: 5 ms, or the event loop's own largest lag in the rung (a busy machine)
+    bar = lateness_bar_ms(loop_lag_ms(load_run(prefix).rows).get(records[0].rung))
+    assert min(late_ms) >= 0.0 and percentile(late_ms, 99) <= bar
     # the server saw each request after its timestamp, never before (transit and connect added)
     arrival_ms = [(truth[r.request_id]["arrival"] - r.t_scheduled) * 1000.0 for r in records]
     assert min(arrival_ms) >= 0.0 and percentile(arrival_ms, 50) <= 5.0
@@ -108,10 +112,14 @@ def test_a_generator_that_falls_behind_says_so(tmp_path):
     """Two client slots cannot keep up with ~50 requests/s: requests wait and the run says so."""
     records, _, prefix = replay(tmp_path, "duration_s: 4\n", slots=2)
     assert len(records) == len(replay_window(read_trace(SAMPLE), duration_s=4))
-    (warning,) = [w for w in load_run(prefix).warnings if "fell behind" in w]
-    assert re.match(
-        r"rung01 c2: the generator fell behind the trace: p99 lateness \d+\.\d ms > 5 ms", warning
+    result = load_run(prefix)
+    (warning,) = [w for w in result.warnings if "fell behind" in w]
+    bar = lateness_bar_ms(loop_lag_ms(result.rows).get(records[0].rung))
+    said = re.escape(f"{bar:.4g} ms")
+    match = re.match(
+        rf"rung01 c2: the generator fell behind the trace: p99 lateness (\d+\.\d) ms > {said}", warning
     )
+    assert match and float(match[1]) > bar
 
 
 def test_bad_trace_file_stops_the_run_with_one_line(tmp_path, sim_start):

@@ -9,8 +9,15 @@ import pytest
 from fixtures.runs import make_record
 from fixtures.sim_calibration import SIM_VOCAB
 
-from llmload.analysis.run.production_traffic import replay_warnings, turn_metrics
+from llmload.analysis.run.health import loop_lag_ms
+from llmload.analysis.run.production_traffic import (
+    LATE_P99_MS,
+    lateness_bar_ms,
+    replay_warnings,
+    turn_metrics,
+)
 from llmload.analysis.run.rung_tally import tally_rungs
+from llmload.analysis.run.sweep_rows import SweepRow
 from llmload.core.config import ConfigError, SessionConfig, parse_config
 from llmload.loadgen.stream.sse import StreamAccumulator
 from llmload.loadgen.workload.sessions import Session, play_sessions
@@ -143,8 +150,53 @@ def test_turn_metrics_and_replay_lateness():
     assert rows[1].ttft_ms == pytest.approx(200.0) and rows[1].prompt_tokens == 130.0
     assert rows[1].cached_tokens == 96.0 and rows[1].cached_share == pytest.approx(96 / 120)
     on_time = [make_record(t, t + 1, 8, 0.1, trace_line=1, t_scheduled=t - 0.001) for t in range(100)]
-    assert replay_warnings(tally_rungs(on_time)) == []
+    assert replay_warnings(tally_rungs(on_time), {}) == []
     late = on_time[:98] + [make_record(t, t + 1, 8, 0.1, trace_line=1, t_scheduled=t - 0.2) for t in (98, 99)]
-    (warning,) = replay_warnings(tally_rungs(late))
+    (warning,) = replay_warnings(tally_rungs(late), {})
     assert warning.startswith("rung01 c1: the generator fell behind the trace: p99 lateness 200.0 ms")
     assert "2 of 100 requests more than 100 ms late" in warning
+
+
+def _replay_late_by(ms: float) -> list:
+    """A rung (rung01 c1) of 100 trace requests, the last two sent `ms` late, the rest 1 ms."""
+    return tally_rungs(
+        [make_record(t, t + 1, 8, 0.1, trace_line=1, t_scheduled=t - 0.001) for t in range(98)]
+        + [make_record(t, t + 1, 8, 0.1, trace_line=1, t_scheduled=t - ms / 1000) for t in (98, 99)]
+    )
+
+
+@pytest.mark.parametrize(
+    ("late_ms", "lags", "bar"),
+    [
+        (4.0, {}, None),  # under LATE_P99_MS: on time
+        (4.0, {0: 2.0}, None),  # a loop lag under LATE_P99_MS does not lower the bar
+        (30.0, {0: 40.0}, None),  # over 5 ms but no later than the loop's own lag: quiet
+        (30.0, {0: 12.5}, "12.5"),  # later than both: the bar is the loop's lag
+        (30.0, {}, "5"),  # no health for the rung (no samples, an older run): 5 ms
+        (30.0, {1: 40.0}, "5"),  # another rung's lag is not this one's
+        (8.0, {0: 2.0}, "5"),  # a loop lag under LATE_P99_MS: the bar stays 5 ms
+    ],
+)
+def test_replay_lateness_bar_is_the_loops_own_lag_at_least(late_ms, lags, bar):
+    warnings = replay_warnings(_replay_late_by(late_ms), lags)
+    if bar is None:
+        assert warnings == []
+        return
+    (warning,) = warnings
+    assert warning.startswith(
+        f"rung01 c1: the generator fell behind the trace: p99 lateness {late_ms:.1f} ms > {bar} ms"
+    )
+    assert "raise max_concurrency" in warning and "more --processes" in warning
+
+
+def test_lateness_bar():
+    assert lateness_bar_ms(None) == LATE_P99_MS == 5.0
+    assert lateness_bar_ms(1.5) == 5.0 and lateness_bar_ms(7.25) == 7.25
+
+
+def test_loop_lag_of_the_rows_health():
+    """What postprocess hands replay_warnings: the rows' lag_max_ms, rungs without it left out."""
+    rows = [SweepRow(rung, 4, 1.0, 1.0, 4, 1.0, 1.0, 4, 0) for rung in range(3)]
+    rows[0].generator = {"cpu_pct": 3.0, "lag_ms": 1.2, "lag_max_ms": 9.5}
+    rows[1].generator = {"read_delay_p99_ms": 0.4}  # kernel stamps but no health samples
+    assert loop_lag_ms(rows) == {0: 9.5}  # rows[2]: no generator figures at all

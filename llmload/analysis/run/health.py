@@ -249,6 +249,17 @@ def flag_saturated(
             row.machine_busy = health is not None and health.machine_busy
 
 
+def loop_lag_ms(rows: Sequence[SweepRow]) -> dict[int, float]:
+    """Rung index -> the largest event-loop lag of the rung (`lag_max_ms` of the row's generator
+    figures, as `flag_saturated` filled them in); rungs without health samples are left out."""
+    lags = {}
+    for row in rows:
+        lag = (row.generator or {}).get("lag_max_ms")
+        if isinstance(lag, int | float):
+            lags[row.rung] = float(lag)
+    return lags
+
+
 def timing_errors(
     requests: Iterable[tuple[str, float, Sequence[float]]], truth: Mapping[str, Mapping[str, Any]]
 ) -> tuple[list[float], list[float]]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from llmload.analysis.identity.determinism import RungDivergence, divergence
 from llmload.analysis.run.gpu_metrics import GpuMetrics, load_gpu_metrics
-from llmload.analysis.run.health import flag_saturated, read_health
+from llmload.analysis.run.health import flag_saturated, loop_lag_ms, read_health
 from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.metrics import SLO_KEYS, RungMetrics
 from llmload.analysis.run.production_traffic import replay_warnings
@@ -195,7 +195,8 @@ def load_run(
     flag_saturated(rows, rungs, read_health(files.health))
     server = _server_view(prefix, info, found, rows, rungs)
     metrics = [t.metrics(percentiles) for t in rungs] if with_metrics else None
-    warnings = cross_check(prefix, rungs) + replay_warnings(rungs)  # trace replay: fell behind?
+    # trace replay: fell behind? (by a bar no lower than the loop's own lag, from the health above)
+    warnings = cross_check(prefix, rungs) + replay_warnings(rungs, loop_lag_ms(rows))
     if skipped:
         lines = ", ".join(map(str, skipped))
         warnings.insert(0, f"{records_path}: skipped {len(skipped)} unreadable lines: {lines}")
