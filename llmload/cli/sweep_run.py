@@ -29,6 +29,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -189,12 +190,40 @@ def _child_setup(held: set[int | signal.Signals]) -> None:
     die_with_parent()
 
 
+# per OS thread (`threading.get_native_id`): [the holders, the mask from before the first one]
+_HOLDS: dict[int, tuple[int, set[int | signal.Signals]]] = {}
+
+
+@contextlib.contextmanager
+def _stop_signals_held() -> Iterator[set[int | signal.Signals]]:
+    """The stop signals blocked in this OS thread while entered; yields the mask from before.
+
+    A signal mask belongs to the OS thread, which its greenlets share (gevent: Locust's import
+    monkey-patches it in, and a pool's "threads" are then greenlets), and gevent's `Popen` yields
+    to them until the child has exec'd. So the hold is counted per OS thread: the first entrant
+    blocks and keeps the mask it found, the last leaver puts that mask back. (Each start setting
+    back the mask it found left the thread blocked for good when two overlapped, and every later
+    child with SIGTERM blocked.) No lock: nothing here yields; another OS thread has its own entry."""
+    thread = threading.get_native_id()
+    count, before = _HOLDS.get(thread, (0, set()))
+    if count == 0:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, RUN_STOP_SIGNALS)
+    _HOLDS[thread] = (count + 1, before)
+    try:
+        yield before
+    finally:
+        count, before = _HOLDS.pop(thread)
+        if count > 1:
+            _HOLDS[thread] = (count - 1, before)
+        else:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def _start_locust(cmd: Sequence[str], out: Any, status: StatusPipe) -> subprocess.Popen[bytes]:
     """Locust in its own process group (a terminal's Ctrl+C reaches only this process, which
     forwards it); signals are held back until its PID is known, so no stop can miss it. It tells
     why it stops over `status`."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, RUN_STOP_SIGNALS)
-    try:
+    with _stop_signals_held() as before:
         return subprocess.Popen(
             cmd,
             env={**os.environ, LAUNCHER_PID_ENV: str(os.getpid()), **status.child_env()},
@@ -203,10 +232,8 @@ def _start_locust(cmd: Sequence[str], out: Any, status: StatusPipe) -> subproces
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             pass_fds=status.pass_fds,
-            preexec_fn=lambda: _child_setup(held),
+            preexec_fn=lambda: _child_setup(before),
         )
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def stop_locust(

@@ -289,3 +289,70 @@ def test_a_run_stopped_by_its_time_limit_says_so(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "llmload sweep: stopped by its time limit (3 s)" in err, err
     assert "SIGTERM" not in err
+
+
+# Locusts started at once from greenlets of one OS thread (gevent monkey-patched, as Locust's import
+# leaves a process: a pool's "threads" are greenlets then). gevent's Popen yields while it waits
+# for the exec, so the starts overlap. In a process of its own: this file alone leaves pytest
+# unpatched, and patching it would reach the tests after. Masks are printed as signal numbers.
+AT_ONCE = """
+import json, signal, subprocess, sys
+from gevent import monkey
+monkey.patch_all()
+import gevent
+from llmload.cli.sweep_run import _start_locust
+from llmload.core.status_pipe import StatusPipe
+
+STOP = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+signal.pthread_sigmask(signal.SIG_BLOCK if sys.argv[1] == "blocked" else signal.SIG_UNBLOCK, STOP)
+before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+started = []
+with StatusPipe() as status:
+    def start():
+        started.append(_start_locust([sys.executable, "-c", ""], subprocess.DEVNULL, status))
+    try:
+        for _ in range(3):  # which start sets the mask back last varies: three bursts of four
+            gevent.joinall([gevent.spawn(start) for _ in range(4)], timeout=30, raise_error=True)
+        for proc in started:
+            proc.wait(timeout=30)
+    finally:
+        for proc in started:
+            proc.kill()
+after = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+later = subprocess.Popen(["sleep", "30"])  # a child started afterwards: a simulator, a server
+try:
+    with open(f"/proc/{later.pid}/status") as status_file:
+        sigblk = next(int(line.split()[1], 16) for line in status_file if line.startswith("SigBlk:"))
+    later.terminate()
+    try:
+        ended = later.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        ended = None
+finally:
+    later.kill()
+    later.wait(timeout=5)
+print(json.dumps({
+    "started": len(started),
+    "before": sorted(before), "after": sorted(after),
+    "later_blocked": [s for s in sorted(STOP) if sigblk >> (s - 1) & 1],
+    "later_ended_by": ended,
+}))
+"""
+
+
+@pytest.mark.parametrize("mask", ["unblocked", "blocked"])
+def test_locust_starts_at_once_leave_the_signal_mask_as_it_was(mask):
+    """Each start held the stop signals and set back the mask it found: the second greenlet found
+    the first one's hold, set it back last, and left the thread with SIGTERM blocked for good, so
+    every child started afterwards (a simulator, a server) ignored the SIGTERM that stops it. A
+    thread whose runner had them blocked keeps them blocked: the mask is put back, not cleared."""
+    done = subprocess.run([sys.executable, "-c", AT_ONCE, mask], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["started"] == 12
+    stop = sorted([signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+    assert seen["before"] == (stop if mask == "blocked" else []), seen
+    assert seen["after"] == seen["before"], seen
+    if mask == "unblocked":
+        assert seen["later_blocked"] == [], seen
+        assert seen["later_ended_by"] == -signal.SIGTERM, seen

@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
+from llmload.cli.sweep_run import _stop_signals_held
+
 CHILD = """
 import signal
 from llmload.core.stop_signals import accept_stop_signals
@@ -88,3 +90,31 @@ def test_under_nohup_sighup_is_left_ignored() -> None:
         timeout=60,
     ).stdout.split()
     assert out == ["SIGTERM", "SIGINT", "SIGTERM", "True", "True"]
+
+
+STOP = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _mask() -> set[int]:
+    return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+
+@pytest.mark.parametrize("found", [set(), STOP], ids=["unblocked", "blocked"])
+def test_overlapping_holds_of_one_thread_put_back_the_mask_they_found(found: set[int]) -> None:
+    """Two starts of Locust from greenlets of one OS thread (they share its mask), the first done
+    before the second: the thread was left with the stop signals blocked for good. Both hand the
+    child the mask from before the hold, and the last one out puts that mask back."""
+    original = signal.pthread_sigmask(signal.SIG_SETMASK, found)
+    try:
+        first, second = _stop_signals_held(), _stop_signals_held()
+        assert first.__enter__() == found
+        assert second.__enter__() == found  # not the first one's hold
+        first.__exit__(None, None, None)
+        assert _mask() >= STOP  # the second start still holds them
+        second.__exit__(None, None, None)
+        assert _mask() == found
+        with pytest.raises(RuntimeError), _stop_signals_held():
+            raise RuntimeError  # a failed start puts the mask back too
+        assert _mask() == found
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, original)
