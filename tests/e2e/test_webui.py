@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import time
 import urllib.error
 from collections import Counter
@@ -29,15 +31,18 @@ from fixtures.webui import (
 from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.progress import Progress
+from llmload.cli.sweep_run import LOCUSTFILES
 from llmload.core.files.records import RequestRecord, read_records
 from llmload.core.files.run_files import RunFiles
 from llmload.core.names import REQUEST_TYPE, rung_name
 from llmload.loadgen.webui import live_sweep
 from llmload.loadgen.webui.live_sweep import LiveSweep
 from llmload.output.table import fmt_num
+from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 
 API_KEY = "sk-webui-test"
+NO_WORKER = "llmload: no worker is connected to this master"
 POINT_FIELDS = ("t", "rung", "users", "agg_tok_s", "per_req_tok_s", "requests", "tokens")  # docs/web-ui.md
 
 
@@ -181,6 +186,47 @@ def test_distributed_master_shows_all_workers(tmp_path, sim_start):
         check_tab_against_truth_and_post_processor(ui, rows, sim)
     records, _ = read_records(Path(f"{ui.prefix}_records.jsonl"))
     assert len({r.worker for r in records}) == 2
+
+
+def test_start_without_workers_stops_at_once(tmp_path, sim_start):
+    """A start with no worker connected (a script's POST /swarm, or the form in the 2 s before
+    Locust's page sees a worker drop) answers success while Locust's master spawns nobody: the
+    ladder used to wait 60 s for its users, say its first rung started, and give up ~15 minutes
+    later. It now stops at once with one line naming the cause, before the preflight and any
+    rung; the master keeps serving, and once a worker connects the next start runs."""
+    sim = sim_start(base_ms=5, per_seq_ms=1)
+    port = str(free_port())
+    master = ("--master", "--expect-workers", "1", "--master-bind-port", port)
+    form = dict(host=sim.url, rungs="2", requests_per_user="1", max_tokens="8", warmup_requests="0")
+    with LocustWebUI(tmp_path, sim.url, master) as ui:
+        for attempt in (1, 2):  # each start is a new run, refused the same way
+            assert ui.worker_count() == 0
+            started = ui.swarm(**form)
+            assert started["success"], started  # Locust's answer to a shape's start
+            deadline = time.monotonic() + 10
+            while ui.log.read_text(errors="replace").count(NO_WORKER) < attempt:
+                assert time.monotonic() < deadline, f"no refusal in 10 s; log:\n{ui.process.log_tail(40)}"
+                time.sleep(0.2)
+            assert ui.stats()["state"] in ("ready", "stopped")  # the page offers a new start
+            assert b"window.templateArgs" in ui.get("/")
+        log = ui.log.read_text(errors="replace")
+        assert log.count(NO_WORKER) == 2, log
+        assert "rungs [" not in log and "rung01" not in log, log  # no preflight, no rung
+        info = json.loads(Path(f"{ui.prefix}_run.json").read_text())
+        assert info["stages"] == [] and [e["kind"] for e in info["errors"]] == ["no_workers"]
+        assert info["errors"][0]["message"].startswith(NO_WORKER.removeprefix("llmload: "))
+        # start the workers, then start the run: it runs
+        worker_cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES["completions"]), "--worker"]
+        worker_cmd += ["--master-host", LOOPBACK, "--master-port", port]
+        with (tmp_path / "worker.log").open("wb") as wlog:
+            worker = subprocess.Popen(worker_cmd, stdout=wlog, stderr=subprocess.STDOUT)
+        try:
+            assert ui.start(**form)["success"]  # waits for the worker
+            rows = tab_rows(ui.wait_stopped(60)[-1])
+            assert [(r["users"], r["requests"]) for r in rows] == [("2", "2")]
+        finally:
+            worker.kill()
+            worker.wait(timeout=30)
 
 
 def test_page_polls_never_see_the_passing_stop_states(tmp_path, sim_start):

@@ -53,7 +53,7 @@ from llmload.loadgen.run.messages import (
     stage_message,
 )
 from llmload.loadgen.run.run_end import RunEnd, may_end
-from llmload.loadgen.run.run_start import begin_run, records_path
+from llmload.loadgen.run.run_start import NoWorkers, begin_run, records_path
 from llmload.loadgen.run.run_state import RecordHook, RunState
 from llmload.loadgen.run.stage_protocol import Announced, Finished, LadderDone, Stalled, Started
 from llmload.loadgen.run.worker_state import process_state
@@ -63,6 +63,7 @@ log = logging.getLogger("llmload")
 # why a run cannot start, as the kind of its error (llmload.core.files.run_errors.KINDS)
 START_ERRORS = (
     (ConfigError, "bad_config"),
+    (NoWorkers, "no_workers"),
     (PreflightError, "preflight"),
     (FileInUse, "io"),
     (OSError, "io"),
@@ -132,7 +133,7 @@ class LadderShape(LoadTestShape):
         self.end.unfinished = True
         try:
             return begin_run(self._runner, self.record_hooks, errors, path)
-        except (ConfigError, PreflightError, FileInUse, OSError) as e:
+        except (ConfigError, NoWorkers, PreflightError, FileInUse, OSError) as e:
             kind = next(k for error, k in START_ERRORS if isinstance(e, error))
             self.end.fail(kind, str(e))
             return None
@@ -150,6 +151,9 @@ class LadderShape(LoadTestShape):
         if self.run is None:
             self.run = self._begin()
             if self.run is None:
+                # no run to close: the next start begins a new one. (Locust's stop of a test that
+                # never spawned does nothing on a master: no test_stop, so no `close`.)
+                self.end.failed = False
                 return None
             self.end.soak = self.run.config.soak is not None
         run = self.run

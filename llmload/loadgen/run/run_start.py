@@ -1,7 +1,9 @@
 """The start of a ladder run on the master (or the local process), at the shape's first tick.
 
 Owns what happens before the first stage is announced (`begin_run`): the run configuration read
-once, the users-per-process limit checked before anything is sent, the preflight
+once, a master's workers checked (at least one connected, else `NoWorkers`: Locust's master would
+spawn nobody and the first rung would wait for users that never come) and the users-per-process
+limit, both before anything is sent, the preflight
 (`llmload.loadgen.transport.preflight`: `GET /v1/models` and the lengths the model must fit; with
 `continuous_usage: null`, whether the server honours per-chunk usage, which the run then asks
 for), the prompt file
@@ -42,6 +44,17 @@ from llmload.loadgen.transport.preflight import auth_headers, preflight, probe_c
 from llmload.loadgen.workload.prompts import calibrate, workload_for
 
 log = logging.getLogger("llmload")
+NO_WORKERS = (
+    "no worker is connected to this master: start the workers (locust --worker --master-host "
+    "<this master>), then start the run"
+)
+
+
+class NoWorkers(Exception):
+    """A master was told to start a run with no worker connected (a POST /swarm from a script, or
+    the web UI's form before its page noticed a worker drop): Locust's master then only logs that
+    it cannot start and spawns nobody, and the ladder's first rung would wait for users that never
+    come. Refused in the run's first tick instead, before anything is sent."""
 
 
 def records_path(options: Any) -> Path:
@@ -55,15 +68,17 @@ def records_path(options: Any) -> Path:
 def begin_run(runner: Any, record_hooks: list[RecordHook], errors: RunErrors, path: Path) -> RunState:
     """A new run of the runner's configuration, its stages planned and its files open (its records
     at `path`: `records_path`); each record goes to the run's own sinks, then to `record_hooks`;
-    its errors are `errors` (attached to the run). Raises ConfigError, PreflightError, FileInUse
-    (another run writes the records file) or OSError when the run cannot start."""
+    its errors are `errors` (attached to the run). Raises ConfigError, NoWorkers, PreflightError,
+    FileInUse (another run writes the records file) or OSError when the run cannot start."""
     env = runner.environment
     options = env.parsed_options
     # parsed once per process: the plugin's check of a headless run's configuration, once; a run
     # started from the web UI reads the options its form set
     config = getattr(env, "llmload_config", None) or run_config(options)
     env.llmload_config = None
-    processes = max(1, runner.worker_count) if isinstance(runner, MasterRunner) else 1
+    if isinstance(runner, MasterRunner) and runner.worker_count == 0:  # Locust's own test to spawn
+        raise NoWorkers(NO_WORKERS)
+    processes = runner.worker_count if isinstance(runner, MasterRunner) else 1
     check_users_per_process(config, processes)  # before the preflight: nothing is sent
     ctx = tls_context(getattr(options, "ca_bundle", ""), getattr(options, "tls_insecure", False))
     model = preflight(
