@@ -108,7 +108,7 @@ def handshake_ms(sock: Any) -> float | None:
         return None
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCP_INFO_RTT.size)
-        (rtt_us,) = _TCP_INFO_RTT.unpack_from(info)
+        rtt_us: int = _TCP_INFO_RTT.unpack_from(info)[0]
     except (OSError, struct.error, AttributeError, TypeError):
         return None
     return round(rtt_us / 1000.0, 3)
