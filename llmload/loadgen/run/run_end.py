@@ -43,9 +43,16 @@ class RunEnd:
         self.unfinished = False  # a run began (preflight included) and has not finished every rung
         self.soak = False  # a soak run: its verdict (llmload.loadgen.monitor.soak_monitor) is the exit code
         self._errors: RunErrors | None = None
+        self._begun = False  # a run has begun in this process (the web UI begins one per start)
 
     def begin(self, environment: Any, run_file: Path) -> RunErrors:
-        """A run begins: its errors, none yet, go to `run_file` (and to its log)."""
+        """A run begins: its errors, none yet, go to `run_file` (and to its log). After an earlier
+        run of the same process (the web UI's next start), the exit code and the last line are
+        this run's: an earlier run's error (a refused start, a stall) is not said again at quitting."""
+        if self._begun:
+            self.error = ""
+            environment.process_exit_code = None
+        self._begun = True
         self.environment = environment
         self.write_failed = False
         self._errors = RunErrors(environment, run_file)
