@@ -30,12 +30,12 @@ vllm-server:
 ##  2. the end-to-end files that measure time against the simulator's truth, in $(TIMED_PROCESSES)
 ##     processes: their tests mostly wait on the simulator's clock, and their bars hold beside
 ##     each other, not beside round 1's compile and CPU-bound jobs;
-##  3. alone on the machine: the tests marked `alone` (they load the machine's CPU on purpose, or
-##     judge minutes of timing that a neighbour's load would move).
+##  3. alone on the machine: the tests marked `alone` (they load every core on purpose: their
+##     neighbours' figures would move).
 ## Each job prints its summary and slowest tests when it ends (make --output-sync); a failing
 ## round stops before the next. The last line: the whole target's wall time.
 UNTIMED := test-e2e-untimed-1 test-e2e-untimed-2
-TIMED_PROCESSES := 3
+TIMED_PROCESSES := 4
 TIMED := $(foreach k,$(shell seq $(TIMED_PROCESSES)),test-e2e-timed-$(k))
 REAL := test-real-1 test-real-2
 PYTEST := $(PY) -m pytest -q --durations=8 $(PYTEST_ARGS)

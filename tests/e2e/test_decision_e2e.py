@@ -131,7 +131,6 @@ ONE_PROMPT = "Explain how a decode step of a batched inference server is schedul
 PROPERTY_LADDER: dict[str, Any] = {"rungs": [1, 2, 4], "requests_per_user": 3, "warmup_requests": 0}
 
 
-@pytest.mark.alone  # ~4 min of sweeps whose fit a neighbour's load would move: make test runs it last, alone
 @settings(
     max_examples=examples(2), deadline=None, derandomize=True, database=None,
     phases=[Phase.explicit, Phase.generate],  # no shrinking: each example is a sweep and a twin
