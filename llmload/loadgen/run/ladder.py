@@ -68,6 +68,7 @@ START_ERRORS = (
     (FileInUse, "io"),
     (OSError, "io"),
 )
+START_ERROR_TYPES = tuple(error for error, _ in START_ERRORS)
 
 
 class LadderShape(LoadTestShape):
@@ -133,7 +134,7 @@ class LadderShape(LoadTestShape):
         self.end.unfinished = True
         try:
             return begin_run(self._runner, self.record_hooks, errors, path)
-        except (ConfigError, NoWorkers, PreflightError, FileInUse, OSError) as e:
+        except START_ERROR_TYPES as e:
             kind = next(k for error, k in START_ERRORS if isinstance(e, error))
             self.end.fail(kind, str(e))
             return None
