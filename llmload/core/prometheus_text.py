@@ -3,12 +3,11 @@
 Owns the one small parser the project uses for server-side metrics (llama.cpp's `llamacpp:*`,
 vLLM's `vllm:*`, the simulator's), so tests and reports compare client-side counts with the
 server's own counters the same way. Keys are the metric name with its label set verbatim,
-e.g. `llamacpp:tokens_predicted_total` or `vllm:num_requests_running{model_name="m"}`.
+e.g. `llamacpp:tokens_predicted_total` or `vllm:num_requests_running{model_name="m"}`. The page
+is fetched by `llmload.loadgen.transport.server_pages.scrape_metrics` (this module reads no URL).
 """
 
 from __future__ import annotations
-
-import urllib.request
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -35,9 +34,3 @@ def parse_prometheus(text: str) -> dict[str, float]:
         except ValueError:
             continue
     return samples
-
-
-def scrape_metrics(url: str, timeout: float = 5.0) -> dict[str, float]:
-    """GET a `/metrics` URL and parse it with `parse_prometheus`."""
-    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback servers)
-        return parse_prometheus(resp.read().decode("utf-8", errors="replace"))

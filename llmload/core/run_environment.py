@@ -1,10 +1,8 @@
 """The environment of a run: target, server version, package versions, load-generator machine.
 
 Written by the master when a run starts, as `<prefix>_env.json`, so a report made later says
-what produced the numbers. Everything here is cheap: a few short GETs to the server and local
-lookups. The server version comes from the first endpoint that answers with one:
-vLLM `GET /version` {"version"}, SGLang `GET /get_server_info` {"version"}, TGI `GET /info`
-{"version"}, llama.cpp `GET /props` {"build_info"}.
+what produced the numbers. Everything here is a local lookup; the server's version is read by
+the caller (`llmload.loadgen.transport.server_pages.server_version`: a few short GETs).
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ import os
 import platform
 import sys
 import time
-import urllib.request
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -22,29 +19,10 @@ from typing import Any
 from llmload.core.files.run_files import RunFiles
 
 PACKAGES = ("llmload", "locust", "gevent", "geventhttpclient")
-VERSION_ENDPOINTS = (
-    ("/version", "version"),
-    ("/get_server_info", "version"),
-    ("/info", "version"),
-    ("/props", "build_info"),
-)
 
 
 def env_path(prefix: str | Path) -> Path:
     return RunFiles(Path(prefix)).environment
-
-
-def server_version(host: str, timeout: float = 1.0) -> dict[str, str] | None:
-    """{"endpoint", "version"} from the first version endpoint that answers, else None."""
-    for path, key in VERSION_ENDPOINTS:
-        try:
-            with urllib.request.urlopen(host.rstrip("/") + path, timeout=timeout) as resp:  # noqa: S310
-                data = json.loads(resp.read())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get(key), str | int):
-            return {"endpoint": path, "version": str(data[key])}
-    return None
 
 
 def cpu_model() -> str:
@@ -68,12 +46,13 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def collect_environment(host: str) -> dict[str, Any]:
-    """What produced the run: target and server version, packages, Python, generator CPU."""
+def collect_environment(host: str, server_version: dict[str, str] | None) -> dict[str, Any]:
+    """What produced the run: target and server version (as its version endpoint told it), packages,
+    Python, generator CPU."""
     return {
         "recorded_at": time.time(),
         "target": host,
-        "server_version": server_version(host) if host else None,
+        "server_version": server_version,
         "packages": package_versions(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),

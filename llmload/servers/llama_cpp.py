@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmload.core.prometheus_text import scrape_metrics
 from llmload.servers.build_guard import BuildError, Progress, quiet
 from llmload.servers.cache import PIP_TIMEOUT_S, cache_dir, file_lock, pip_download
 from llmload.servers.llama_build import (
@@ -271,7 +270,3 @@ class LlamaServer(StartStop):
     def stop(self) -> int | None:
         """Stop the server by its PID; returns its exit code (None if it was never started)."""
         return self._proc.stop() if self._proc is not None else None
-
-    def metrics(self) -> dict[str, float]:
-        """The server's `/metrics` page, parsed (see `llmload.core.prometheus_text.parse_prometheus`)."""
-        return scrape_metrics(self.metrics_url)

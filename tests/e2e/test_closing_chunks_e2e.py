@@ -12,7 +12,7 @@ import pytest
 
 from llmload.cli import sweep as sweep_command
 from llmload.core.files.records import read_records
-from llmload.core.prometheus_text import scrape_metrics
+from llmload.loadgen.transport.server_pages import scrape_metrics
 from llmload.sim.truth import load_truth
 
 pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from llmload.core.prometheus_text import scrape_metrics
+from llmload.loadgen.transport.server_pages import scrape_metrics
 from llmload.servers.llama_cpp import LlamaServer
 
 pytestmark = pytest.mark.real
@@ -106,7 +106,7 @@ def test_greedy_is_deterministic(llama_server: LlamaServer) -> None:
 
 
 def test_metrics_page_parses(llama_server: LlamaServer) -> None:
-    metrics = llama_server.metrics()
+    metrics = scrape_metrics(llama_server.metrics_url)
     for name in ("llamacpp:tokens_predicted_total", "llamacpp:requests_processing"):
         assert name in metrics
     assert metrics["llamacpp:requests_processing"] >= 0

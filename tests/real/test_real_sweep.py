@@ -12,7 +12,7 @@ from fixtures.real_runs import sent_tokens
 from llmload.analysis.run.postprocess import load_run
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
-from llmload.core.prometheus_text import scrape_metrics
+from llmload.loadgen.transport.server_pages import scrape_metrics
 
 pytestmark = pytest.mark.real
 

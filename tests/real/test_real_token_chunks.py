@@ -23,7 +23,7 @@ from fixtures.real_runs import sent_tokens, sweep_ladder
 from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.postprocess import load_run
 from llmload.core.files.records import read_records
-from llmload.core.prometheus_text import scrape_metrics
+from llmload.loadgen.transport.server_pages import scrape_metrics
 
 pytestmark = pytest.mark.real
 

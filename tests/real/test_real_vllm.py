@@ -34,7 +34,7 @@ from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.postprocess import load_run
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
-from llmload.core.prometheus_text import scrape_metrics
+from llmload.loadgen.transport.server_pages import scrape_metrics
 
 URL = os.environ.get("LLMLOAD_VLLM_URL", "")
 pytestmark = [

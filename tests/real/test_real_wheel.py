@@ -11,7 +11,7 @@ import pytest
 from fixtures.real_runs import sent_tokens
 
 from llmload.core.files.records import read_records
-from llmload.core.prometheus_text import scrape_metrics
+from llmload.loadgen.transport.server_pages import scrape_metrics
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 

@@ -4,7 +4,7 @@ power, utilisation, memory and tokens per joule (definitions: docs/gpu.md).
 The run monitor scrapes the exporter's Prometheus page beside the server's `/metrics`, at the
 same instants (every `--scrape-interval` and at every stage boundary), into
 `<prefix>_gpu_metrics.jsonl`: one line per scrape, `{"t", "samples": {"name{labels}": value}}` of
-the four DCGM series below, or `{"t", "error"}` (llmload.analysis.run.server_metrics.MetricsScraper
+the four DCGM series below, or `{"t", "error"}` (llmload.loadgen.monitor.scraper.MetricsScraper
 writes both files). A GPU is told by its `gpu` label, else its `UUID`. A rung's window is its
 wall time (its first request's start to its last one's end, the sweep table's `wall_s`); the
 scrapes that bracket it are the last at or before its start and the first at or after its end,

@@ -1,4 +1,5 @@
-"""The server's own Prometheus counters during a run: scraping them, and turning them into per-rung figures.
+"""The server's own Prometheus counters during a run, read back from their scrape file and turned
+into per-rung figures (the live scrape is `llmload.loadgen.monitor.scraper`).
 
 During a run the master appends one line per scrape to `<prefix>_server_metrics.jsonl`:
 `{"t": epoch seconds, "samples": {"name{labels}": value, ...}}` (only the metrics named in
@@ -26,19 +27,16 @@ data-parallel ranks add up.
 
 from __future__ import annotations
 
-import json
-import urllib.error
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from llmload.core.files.jsonl import iter_jsonl
 from llmload.core.files.records import RequestRecord
 from llmload.core.files.run_files import RunFiles
 from llmload.core.names import MEASURE_PHASE, WARMUP_PHASE, WARMUP_RUNG, rung_name
-from llmload.core.prometheus_text import scrape_metrics
 from llmload.core.stats import mean
 
 # quantity -> (kind, how label sets combine)
@@ -116,49 +114,6 @@ def quantity(samples: Mapping[str, float], family: str, name: str) -> float | No
         if values:
             return sum(values) if combine == "sum" else mean(values)
     return None
-
-
-# --- scraping --------------------------------------------------------------------------------
-
-
-class MetricsScraper:
-    """Scrapes one `/metrics` URL into a JSONL file, one flushed line per `sample()` call, keeping
-    the metrics named in `names` (default: the server families'; the GPU scrape keeps DCGM's)."""
-
-    def __init__(
-        self, url: str, path: Path, *, timeout: float = 2.0, names: frozenset[str] = KNOWN_NAMES
-    ) -> None:
-        self.url = url
-        self.path = Path(path)
-        self.timeout = timeout
-        self.names = names
-        self._fh: IO[str] | None = None
-
-    def sample(self, now: float) -> bool:
-        """Scrape once and append the line stamped `now`; False (and an error line) on failure."""
-        try:
-            scraped = self.read()
-        except (OSError, urllib.error.URLError, ValueError) as exc:
-            self._write({"t": now, "error": str(exc)})
-            return False
-        self._write({"t": now, "samples": {k: v for k, v in scraped.items() if base_name(k) in self.names}})
-        return True
-
-    def read(self) -> dict[str, float]:
-        """One page's samples (the NVML sampler reads its GPUs instead: llmload.loadgen.monitor.nvml)."""
-        return scrape_metrics(self.url, timeout=self.timeout)
-
-    def _write(self, line: dict[str, Any]) -> None:
-        if self._fh is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = self.path.open("a", encoding="utf-8")
-        self._fh.write(json.dumps(line, separators=(",", ":")) + "\n")
-        self._fh.flush()
-
-    def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
 
 
 def metrics_path(prefix: str | Path) -> Path:

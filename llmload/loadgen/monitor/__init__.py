@@ -1,8 +1,9 @@
 """What watches a run besides the measurement: the load generator's own health samples in every
 users' process (`health_sampler`), the master's run monitor that writes the run's environment and
-scrapes the server's `/metrics` (`run_monitor`), and a soak run's verdict as the exit code
-(`soak_monitor`).
+scrapes the server's `/metrics` (`run_monitor`) with the live scraper (`scraper`; NVML's GPUs
+read as one: `nvml`), and a soak run's verdict as the exit code (`soak_monitor`).
 
-May import: `llmload.core`, `llmload.analysis`, `llmload.output` and the run in progress
-(`llmload.loadgen.run`); not the web UI (an independent room).
+May import: `llmload.core`, `llmload.analysis`, `llmload.output`, the run in progress
+(`llmload.loadgen.run`) and the transport's GETs (`llmload.loadgen.transport.server_pages`); not
+the web UI (an independent room).
 """

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from llmload.analysis.run.gpu_metrics import GPU_NAMES
-from llmload.analysis.run.server_metrics import MetricsScraper
 from llmload.core.config import NVML
+from llmload.loadgen.monitor.scraper import MetricsScraper
 
 MIB = 1024 * 1024
 

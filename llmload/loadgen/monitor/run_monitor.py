@@ -22,12 +22,14 @@ from typing import Any, ClassVar
 import gevent
 
 from llmload.analysis.run.gpu_metrics import GPU_NAMES, gpu_metrics_path, gpu_url
-from llmload.analysis.run.server_metrics import MetricsScraper, metrics_path
+from llmload.analysis.run.server_metrics import metrics_path
 from llmload.core.config import NVML
 from llmload.core.run_environment import collect_environment, env_path, write_environment
 from llmload.loadgen.monitor.nvml import NvmlSampler
+from llmload.loadgen.monitor.scraper import MetricsScraper
 from llmload.loadgen.run.ladder import LadderHook
 from llmload.loadgen.run.run_state import RunState
+from llmload.loadgen.transport.server_pages import server_version
 
 log = logging.getLogger("llmload")
 POLL_S = 0.1  # how often the greenlet looks for a stage change
@@ -91,7 +93,9 @@ class RunMonitor(LadderHook):
             self.environment.shape_class.end.cannot_write(e, e.filename or str(written))
 
     def _scrape(self, run: RunState, prefix: str) -> None:
-        write_environment(prefix, collect_environment(run.host or ""))
+        write_environment(
+            prefix, collect_environment(run.host or "", server_version(run.host) if run.host else None)
+        )
         self.gpu_scraper = self._gpu_scraper(run, prefix)
         url, explicit = self._metrics_url(run.host or "")
         scraper = MetricsScraper(url, metrics_path(prefix)) if url else None
