@@ -358,7 +358,7 @@ class RungTally:
             self.unanswered += unanswered(rec)
 
     def reasoning_summary(self) -> dict[str, Any] | None:
-        """A reasoning model's figures of the rung (definitions: docs/metrics.md), None when no
+        """A reasoning model's figures of the rung (definitions: docs/reasoning.md), None when no
         completed request reasoned and no stream was odd: `tokens` (reasoning tokens, the
         server's count or the client's), `share` (of the output tokens), `requests` that
         reasoned, of them `counted` by the client and `unanswered`, the p50 of `ttfo_ms` and

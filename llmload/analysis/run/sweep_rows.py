@@ -32,7 +32,7 @@ Definitions (per rung):
 - reasoning (a reasoning model's rung, else None): reasoning tokens (the server's count, else the
   client's), their share of `tokens`, the requests that reasoned, the client counted, never
   answered, the median TTFO and thinking time, and the odd stream events by name
-  (`RungTally.reasoning_summary`; definitions in docs/metrics.md).
+  (`RungTally.reasoning_summary`; definitions in docs/reasoning.md).
 - waited / decoding_max: requests that waited for a place in the server's batch and the most
   streams decoding at once (llmload.analysis.run.steps.waited_requests); None without streams.
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.run.health),
