@@ -1,6 +1,6 @@
 """The GPUs' figures per rung (llmload.analysis.run.gpu_metrics) beside the sweep's: the `gpu` object
-of each json row, the `gpu_*` csv columns, a table under `table --metrics`, and the one note of a
-run whose exporter gave nothing."""
+of each json row, the `gpu_*` csv columns, a table under `table --metrics`, and the notes of a
+run whose exporter gave nothing or whose GPUs' energy came from their power."""
 
 from __future__ import annotations
 
@@ -47,5 +47,6 @@ def gpu_extra(gpu: GpuMetrics, rows: Sequence[SweepRow]) -> Extra:
 
 
 def gpu_notes(gpu: GpuMetrics | None) -> list[str]:
-    """The note of a run that asked for GPU figures and got none (what to do); else nothing."""
-    return [gpu.note] if gpu is not None and gpu.note else []
+    """The notes of a run that asked for GPU figures: none came (what to do), or some GPUs' energy
+    came from their power gauge (which); else nothing."""
+    return [] if gpu is None else gpu.notes

@@ -118,8 +118,8 @@ def render_html(
     ]
     if server is not None:
         parts += ["<h2>Server metrics</h2>", _pre(render_server_metrics(server, "table"))]
-    if result.gpu is not None:  # asked for (gpu_metrics): its table, or the note saying why none
-        gpu = gpu_extra(result.gpu, result.rows).table("table") or result.gpu.note or ""
+    if result.gpu is not None:  # asked for (gpu_metrics): its table and its notes (why none, if none)
+        gpu = "\n".join(filter(None, [gpu_extra(result.gpu, result.rows).table("table"), *result.gpu.notes]))
         parts += ["<h2>GPU power and energy</h2>", _pre(gpu)]
     warnings = [*result.warnings, *(server.warnings if server else [])]
     if warnings:

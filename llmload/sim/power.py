@@ -9,7 +9,8 @@ when the engine starts and each step line its draw `gpu_w` (all GPUs), so the en
 is derivable from the log alone. Utilisation is the share of the last second a step ran; memory
 used is `mem_mib` plus `kv_mib_per_token` per token the running sequences hold. With
 `collect_ms` the page keeps its values for that long, like dcgm-exporter's collect interval
-(`GpuPage`), so a client's handling of a stale exporter can be tested.
+(`GpuPage`), so a client's handling of a stale exporter can be tested; with `no_energy_gpus` the
+last GPUs have no energy counter (power only), so can its handling of a mixed exporter.
 """
 
 from __future__ import annotations
@@ -70,6 +71,13 @@ class PowerModel:
         help="/gpu/metrics keeps its values this long, ms, as dcgm-exporter's collect interval (-c, "
         "its default 30000): the first read of each period refreshes them; 0: live",
         parse=flag_type(number(0, 3_600_000), "collect_ms"),
+        group=GPU,
+    )
+    no_energy_gpus: int = setting(
+        0,
+        help="the last N GPUs on /gpu/metrics have power but no energy counter "
+        "(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION), as exporters differ per GPU model; N >= gpus: none has it",
+        parse=flag_type(number(0, 64, integer=True), "no_energy_gpus"),
         group=GPU,
     )
 
@@ -141,7 +149,8 @@ def render(meter: EnergyMeter, now: float, held_tokens: int) -> str:
     lines = []
     for name, (kind, help_text, value) in per_gpu.items():
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        for i in range(m.gpus):
+        counted = m.gpus - m.no_energy_gpus if name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" else m.gpus
+        for i in range(counted):
             uuid = f"GPU-00000000-0000-0000-0000-{i:012d}"
             labels = f'gpu="{i}",UUID="{uuid}",device="nvidia{i}",modelName="llmload-sim"'
             lines.append(f"{name}{{{labels}}} {value}")

@@ -5,6 +5,8 @@ DCGM-shaped page, whose power model the simulator integrates exactly and writes 
   requests over the energy the truth log gives for the rung's wall time (idle draw throughout,
   plus each step's draw above idle for the part of the step inside it), two simulated GPUs.
 - An exporter that is down: the run completes, prints its table and exactly one note, exit 0.
+- A mixed exporter (issue 53 item 4): eight GPUs, the last without the energy counter: every
+  rung's power within 1 % of the truth log's, GPU 7's energy from its power, and the note names it.
 """
 
 from __future__ import annotations
@@ -87,6 +89,44 @@ def test_tokens_per_joule_match_the_simulators_power_model(tmp_path: Path) -> No
     assert report.returncode == 0, report.stderr[-2000:]
     page = next((tmp_path / "report").glob("*.html")).read_text()
     assert "GPU power and energy" in page and "tok/J" in page
+
+
+def test_a_gpu_without_the_energy_counter_is_counted_from_its_power(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = _sweep(
+        run_dir,
+        "--gpu-metrics", "/gpu/metrics",
+        "--sim", "gpus=8",
+        "--sim", "no_energy_gpus=1",
+        "--rungs", "1,4",
+        "--max-tokens", "64",
+        "--requests-per-user", "4",
+        "--scrape-interval", "0.25",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("GPU metrics:")]
+    assert len(notes) == 1 and "energy of GPU 7 from its power gauge" in notes[0], proc.stdout
+    result = load_run(run_dir / "run", with_metrics=True)
+    assert result.gpu is not None and result.gpu.note is None
+    truth_path = run_dir / "sim_truth.jsonl"
+    _, steps = load_truth(truth_path)
+    lines = [json.loads(line) for line in truth_path.read_text().splitlines() if line.strip()]
+    for row, tally in zip(result.rows, result.rungs, strict=True):
+        g = result.gpu.rungs[row.rung]
+        true_power = _truth_energy(lines, steps, tally.first_start, tally.last_end) / row.wall_s
+        assert g.gpus == 8 and g.energy_from == "counter+power" and g.from_power == ["7"]
+        assert g.power_w is not None and abs(g.power_w / true_power - 1) < 0.01, (
+            row.rung,
+            g.power_w,
+            true_power,
+        )
+    rows = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "llmload", "table", str(run_dir / "run"), "--format", "json"],
+            cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
+        ).stdout
+    )  # fmt: skip
+    assert all(r["gpu"]["gpu_energy_from"]["7"] == "power" for r in rows), rows
 
 
 def test_an_exporter_that_is_down_is_one_note_and_the_run_completes(tmp_path: Path) -> None:

@@ -254,3 +254,79 @@ def test_a_page_that_was_not_refreshed_is_noted_with_what_to_do(tmp_path: Path):
         assert gpu is not None and (gpu.note is not None) == noted, gpu.note
     assert gpu.note is not None and "at least 2.0 s, 100% of the shortest rung (rung01 c1: 2.0 s)" in gpu.note
     assert "-c 1000" in gpu.note
+
+
+# --- every GPU counted (issue 53 item 4) -------------------------------------------------------
+EIGHT = tuple(str(g) for g in range(8))
+
+
+def _mixed_page(times, power_at, reset=None):
+    """An exporter's scrapes of 8 GPUs drawing power_at(t) W each (piecewise constant between the
+    scrape times); GPU 7 has power but no energy counter; `reset`: (GPU, time) from which that
+    GPU's counter restarts from 0."""
+    samples = _scrapes(times, power_at, gpus=EIGHT)
+    for s in samples:
+        del s.values["energy_mj|7"]
+        if reset is not None and s.t >= reset[1]:
+            key = f"energy_mj|{reset[0]}"
+            s.values[key] -= 5e6 + 1000.0 * 135.0 * (reset[1] - times[0])
+    return samples
+
+
+def test_a_gpu_without_the_energy_counter_is_integrated_from_its_power():
+    # the issue's exporter: 8 GPUs at 135 W, GPU 7 without DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
+    # the truth is 8 x 135 = 1,080 W (summing only the GPUs with the counter read 945 W)
+    times = [9.9, 10.0, 10.5, 11.0, 11.5, 12.0, 12.5, 13.0, 13.5, 14.0, 14.1]
+    g = gpu_rung(_mixed_page(times, lambda t: 135.0), Window(0, 4, 10.0, 14.0), tokens=4320)
+    assert g.gpus == 8 and g.power_w == pytest.approx(1080.0, rel=0.01)
+    assert g.energy_j == pytest.approx(1080.0 * 4.0, rel=0.01)
+    assert g.gpu_energy_from == {**dict.fromkeys(EIGHT[:7], "counter"), "7": "power"}
+    assert g.energy_from == "counter+power" and g.from_power == ["7"] and g.counter_reset == []
+    assert g.as_dict()["gpu_energy_from"]["7"] == "power"  # in the json's `gpu` object
+
+
+def test_a_counter_that_goes_backwards_is_a_reset_of_that_gpu_alone():
+    # GPU 3's counter restarts from 0 at 12.0 (inside the rung): only GPU 3 is taken from its power
+    times = [9.9, 10.0, 11.0, 12.0, 13.0, 14.0, 14.1]
+    g = gpu_rung(_mixed_page(times, lambda t: 135.0, reset=("3", 12.0)), Window(0, 4, 10.0, 14.0), tokens=1)
+    assert g.counter_reset == ["3"] and g.from_power == ["3", "7"]
+    assert g.gpu_energy_from["0"] == "counter" and g.gpu_energy_from["4"] == "counter"
+    assert g.power_w == pytest.approx(1080.0, rel=0.01)
+    # a rung after the reset keeps GPU 3's counter
+    later = gpu_rung(
+        _mixed_page([*times, 15.0, 16.0, 16.1], lambda t: 135.0, reset=("3", 12.0)),
+        Window(1, 4, 15.0, 16.0),
+        1,
+    )
+    assert later.counter_reset == [] and later.gpu_energy_from["3"] == "counter"
+
+
+def test_the_note_names_the_gpus_integrated_from_power(tmp_path: Path):
+    prefix = tmp_path / "run"
+    times = [2.9, 3.0, 3.5, 4.0, 4.5, 5.0, 5.1]
+    with gpu_metrics_path(prefix).open("w") as fh:
+        for s in _mixed_page(times, lambda t: 135.0, reset=("3", 4.0)):
+            samples = {
+                f'DCGM_FI_DEV_{_SERIES[k.partition("|")[0]]}{{gpu="{k.partition("|")[2]}"}}': v
+                for k, v in s.values.items()
+            }
+            fh.write(json.dumps({"t": s.t, "samples": samples}) + "\n")
+    gpu = load_gpu_metrics(prefix, RUN_INFO, [(Window(0, 1, 3.0, 5.0), 300)])
+    assert gpu is not None and gpu.note is None and gpu.rungs[0].power_w == pytest.approx(1080.0, rel=0.01)
+    assert gpu.energy_note is not None and gpu_notes(gpu) == [gpu.energy_note]
+    assert "GPU 3 (its counter went backwards in rung01 c1), GPU 7 from their power gauge" in gpu.energy_note
+
+
+_SERIES = {
+    "power_w": "POWER_USAGE",
+    "energy_mj": "TOTAL_ENERGY_CONSUMPTION",
+    "util_pct": "GPU_UTIL",
+    "mem_mib": "FB_USED",
+}
+
+
+def test_the_simulators_page_can_leave_the_last_gpus_without_the_counter():
+    meter = EnergyMeter(PowerModel(gpus=8, no_energy_gpus=1), t0=100.0)
+    page = gpu_values(parse_prometheus(render_page(meter, 101.0, held_tokens=0)))
+    assert sorted(k for k in page if k.startswith("energy_mj|")) == [f"energy_mj|{g}" for g in range(7)]
+    assert sorted(k for k in page if k.startswith("power_w|")) == [f"power_w|{g}" for g in range(8)]

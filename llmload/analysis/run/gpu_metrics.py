@@ -10,12 +10,14 @@ wall time (its first request's start to its last one's end, the sweep table's `w
 scrapes that bracket it are the last at or before its start and the first at or after its end,
 taken while the server was idle (the scraper samples at every stage boundary). Per rung:
 
-- energy_j: the sum over GPUs of the energy counter's rise between the scrapes that bracket the
-  rung's window (mJ -> J), less the power each bracketing scrape read times its distance from the
-  window's edge (the server is idle there); without the counter, power_w x the window
-  (`energy_from`: "counter" or "power");
+- energy_j: the sum over GPUs of each one's energy over the window: its energy counter's rise
+  between the scrapes that bracket the window (mJ -> J), less the power each bracketing scrape
+  read times its distance from the window's edge (the server is idle there); for a GPU without
+  the counter, or whose counter went backwards inside the bracket (a reset of that GPU alone),
+  its mean power gauge inside the window x the window (`gpu_energy_from`, per GPU: "counter" or
+  "power"; `energy_from`: "counter", "power" or "counter+power"; the run's note names the GPUs
+  integrated from power);
 - power_w: energy_j over the window (all GPUs together), so tok_per_j = agg_tok_s / power_w;
-  without the counter, the sum over GPUs of each one's mean power gauge inside the window;
 - util_pct: the mean over GPUs of each one's mean utilisation gauge inside the window;
 - mem_peak_mib: the most memory any one GPU held in a scrape inside the window;
 - tok_per_j: the rung's output tokens (the sweep table's `tokens`) / energy_j.
@@ -117,27 +119,38 @@ class GpuRung:
     conc: int
     gpus: int
     energy_j: float | None
-    energy_from: str | None  # "counter", "power" (mean power x window), or None
+    energy_from: str | None  # "counter" (every GPU's), "power" (every GPU's), "counter+power", or None
     power_w: float | None
     util_pct: float | None
     mem_peak_mib: float | None
     tok_per_j: float | None
     samples: int  # scrapes inside the window
+    gpu_energy_from: dict[str, str] = field(default_factory=dict)  # per GPU: "counter" or "power"
+    counter_reset: list[str] = field(default_factory=list)  # GPUs whose counter went backwards
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def from_power(self) -> list[str]:
+        """The GPUs whose energy is their power gauge integrated over the window."""
+        return [g for g, source in self.gpu_energy_from.items() if source == POWER]
+
+
+COUNTER, POWER = "counter", "power"
 
 
 def _per_gpu(keys: Sequence[str], quantity: str) -> list[str]:
     return sorted(k for k in keys if k.startswith(quantity + "|"))
 
 
-def _window_energy(samples: Sequence[Sample], times: Sequence[float], key: str, w: Window) -> float | None:
-    """One GPU's energy over the window, J: its counter's rise between the bracketing scrapes, less
-    the power each of them read times its distance from the window's edge (the server is idle
-    there: a rung's scrapes are taken at its boundaries); None without the counter."""
+def _counter_energy(samples: Sequence[Sample], times: Sequence[float], key: str, w: Window) -> float | None:
+    """One GPU's energy over the window from its counter, J: the counter's rise between the
+    bracketing scrapes, less the power each of them read times its distance from the window's edge
+    (the server is idle there: a rung's scrapes are taken at its boundaries); None without the
+    counter on both sides, or when it went backwards between them (a reset: `_went_back`)."""
     delta, bracket = counter_delta(samples, times, key, w)
-    if delta is None or bracket is None:
+    if delta is None or bracket is None or _reset(samples, times, key, w):
         return None
     power_key = "power_w|" + key.partition("|")[2]
     first, last = samples[times.index(bracket[0])], samples[times.index(bracket[1])]
@@ -146,24 +159,44 @@ def _window_energy(samples: Sequence[Sample], times: Sequence[float], key: str, 
     return max(0.0, delta / 1000.0 - outside)
 
 
+def _reset(samples: Sequence[Sample], times: Sequence[float], key: str, w: Window) -> bool:
+    """The counter fell between two of its scrapes from the window's bracketing scrape before to
+    the one after (the GPU, its driver or its exporter restarted): a reset of that GPU alone."""
+    _, bracket = counter_delta(samples, times, key, w)
+    if bracket is None:
+        return False
+    values = [s.values[key] for s in samples if bracket[0] <= s.t <= bracket[1] and key in s.values]
+    return any(b < a for a, b in zip(values, values[1:], strict=False))
+
+
+def _gpu_energy(
+    samples: Sequence[Sample], times: Sequence[float], inside: Sequence[Sample], gpu: str, w: Window
+) -> tuple[float, str] | None:
+    """(energy J, "counter" or "power") of one GPU over the window: its counter's where it has a
+    usable one, else its power gauge's mean over the scrapes inside the window x the window; None
+    with neither."""
+    energy = _counter_energy(samples, times, f"energy_mj|{gpu}", w)
+    if energy is not None:
+        return energy, COUNTER
+    power = gauge_mean(inside, f"power_w|{gpu}")
+    return None if power is None else (power * (w.end - w.start), POWER)
+
+
 def gpu_rung(samples: Sequence[Sample], w: Window, tokens: int) -> GpuRung:
     """One rung's GPU figures from the scrapes (in time order) and its output tokens."""
     times = [s.t for s in samples]
     inside = samples[bisect_left(times, w.start) : bisect_right(times, w.end)]
     keys = sorted({k for s in samples for k in s.values})
-    gpus = {k.partition("|")[2] for k in keys}
+    gpus = sorted({k.partition("|")[2] for k in keys})
+    per_gpu = {g: _gpu_energy(samples, times, inside, g, w) for g in gpus}
     energy: float | None = None
-    energy_from: str | None = None
     power: float | None = None
-    per_gpu = [_window_energy(samples, times, k, w) for k in _per_gpu(keys, "energy_mj")]
-    if per_gpu and all(e is not None for e in per_gpu):
-        energy, energy_from = sum(e or 0.0 for e in per_gpu), "counter"
+    sources: dict[str, str] = {}
+    if per_gpu and all(e is not None for e in per_gpu.values()):
+        sources = {g: e[1] for g, e in per_gpu.items() if e is not None}
+        energy = sum(e[0] for e in per_gpu.values() if e is not None)
         power = energy / (w.end - w.start) if w.end > w.start else None
-    else:
-        means = [gauge_mean(inside, k) for k in _per_gpu(keys, "power_w")]
-        if means and all(m is not None for m in means):
-            power = sum(m or 0.0 for m in means)
-            energy, energy_from = power * (w.end - w.start), "power"
+    resets = [g for g in gpus if _reset(samples, times, f"energy_mj|{g}", w)]
     utils = [u for k in _per_gpu(keys, "util_pct") if (u := gauge_mean(inside, k)) is not None]
     mems = [s.values[k] for s in inside for k in _per_gpu(keys, "mem_mib") if k in s.values]
     return GpuRung(
@@ -171,12 +204,14 @@ def gpu_rung(samples: Sequence[Sample], w: Window, tokens: int) -> GpuRung:
         conc=w.conc,
         gpus=len(gpus),
         energy_j=energy,
-        energy_from=energy_from,
+        energy_from="+".join(sorted(set(sources.values()), key=[COUNTER, POWER].index)) or None,
         power_w=power,
         util_pct=mean(utils) if utils else None,
         mem_peak_mib=max(mems) if mems else None,
         tok_per_j=tokens / energy if energy else None,
         samples=len(inside),
+        gpu_energy_from=sources,
+        counter_reset=resets,
     )
 
 
@@ -186,7 +221,12 @@ class GpuMetrics:
 
     url: str
     rungs: dict[int, GpuRung]  # by rung index (measured rungs only)
-    note: str | None = None
+    note: str | None = None  # the exporter gave nothing, or kept its values too long
+    energy_note: str | None = None  # the GPUs whose energy came from their power (`energy_note`)
+
+    @property
+    def notes(self) -> list[str]:
+        return [n for n in (self.note, self.energy_note) if n]
 
 
 def load_gpu_metrics(
@@ -204,21 +244,45 @@ def load_gpu_metrics(
     if not found.samples:
         return GpuMetrics(url, {}, _absent_note(url, found))
     figures = {w.rung: gpu_rung(found.samples, w, tokens) for w, tokens in rungs}
-    timed = [w for w, _ in rungs if figures[w.rung].energy_from == "counter" and w.end > w.start]
+    timed = [w for w, _ in rungs if figures[w.rung].energy_from == COUNTER and w.end > w.start]
     shortest = min(timed, key=lambda w: w.end - w.start, default=None)
     held = held_s(found.samples)
+    gpu = GpuMetrics(url, figures, energy_note=energy_note(url, list(figures.values())))
     if shortest is None or held <= STALE_SHARE * (shortest.end - shortest.start):
-        return GpuMetrics(url, figures)
+        return gpu
     wall = shortest.end - shortest.start
-    return GpuMetrics(
-        url,
-        figures,
+    gpu.note = (
         f"GPU metrics: {url} kept its values for at least {held:.1f} s, {held / wall:.0%} of the "
         f"shortest rung ({rung_name(shortest.rung, shortest.conc)}: {wall:.1f} s), so each rung's energy "
         f"may be off by up to that share: restart the DCGM exporter with -c 1000 "
         f"(DCGM_EXPORTER_INTERVAL=1000; its default is 30 s) and make each rung last at least "
-        f"{1 / STALE_SHARE:.0f} times that interval",
+        f"{1 / STALE_SHARE:.0f} times that interval"
     )
+    return gpu
+
+
+def energy_note(url: str, figures: Sequence[GpuRung]) -> str | None:
+    """The note naming the GPUs whose energy is their power gauge integrated over the window (no
+    energy counter on the page, or one that went backwards: its rungs named), or None when every
+    GPU's energy came from its counter (or none came from its power)."""
+    powered = sorted({g for f in figures for g in f.from_power}, key=_gpu_order)
+    if not powered:
+        return None
+    resets = {g: [rung_name(f.rung, f.conc) for f in figures if g in f.counter_reset] for g in powered}
+    named = ", ".join(
+        f"GPU {g}" + (f" (its counter went backwards in {', '.join(r)})" if r else "")
+        for g, r in resets.items()
+    )
+    return (
+        f"GPU metrics: energy of {named} from {'its' if len(powered) == 1 else 'their'} power gauge "
+        f"(DCGM_FI_DEV_POWER_USAGE, the mean of the scrapes inside each rung x the rung's window), "
+        f"not the energy counter (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION) of {url}: as fine as the "
+        "scrapes (--scrape-interval)"
+    )
+
+
+def _gpu_order(gpu: str) -> tuple[int, str]:
+    return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
 
 
 def held_s(samples: Sequence[Sample]) -> float:
