@@ -43,17 +43,23 @@ def _truth_energy(lines: list[dict], steps: list[dict], start: float, end: float
     return energy
 
 
-def test_tokens_per_joule_match_the_simulators_power_model(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
+def _sim_gpu_sweep(run_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Rungs 1 and 4 of 4 requests per user, 64 tokens, against the simulator's GPU page."""
     proc = _sweep(
         run_dir,
         "--gpu-metrics", "/gpu/metrics",
-        "--sim", "gpus=2",
         "--rungs", "1,4",
         "--max-tokens", "64",
         "--requests-per-user", "4",
+        *args,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_tokens_per_joule_match_the_simulators_power_model(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = _sim_gpu_sweep(run_dir, "--sim", "gpus=2")
     assert "GPU metrics" not in proc.stdout, proc.stdout  # quiet when right
     result = load_run(run_dir / "run", with_metrics=True)
     assert result.gpu is not None and result.gpu.note is None
@@ -93,17 +99,9 @@ def test_tokens_per_joule_match_the_simulators_power_model(tmp_path: Path) -> No
 
 def test_a_gpu_without_the_energy_counter_is_counted_from_its_power(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    proc = _sweep(
-        run_dir,
-        "--gpu-metrics", "/gpu/metrics",
-        "--sim", "gpus=8",
-        "--sim", "no_energy_gpus=1",
-        "--rungs", "1,4",
-        "--max-tokens", "64",
-        "--requests-per-user", "4",
-        "--scrape-interval", "0.25",
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _sim_gpu_sweep(
+        run_dir, "--sim", "gpus=8", "--sim", "no_energy_gpus=1", "--scrape-interval", "0.25"
+    )
     notes = [line for line in proc.stdout.splitlines() if line.startswith("GPU metrics:")]
     assert len(notes) == 1 and "energy of GPU 7 from its power gauge" in notes[0], proc.stdout
     result = load_run(run_dir / "run", with_metrics=True)
@@ -115,11 +113,7 @@ def test_a_gpu_without_the_energy_counter_is_counted_from_its_power(tmp_path: Pa
         g = result.gpu.rungs[row.rung]
         true_power = _truth_energy(lines, steps, tally.first_start, tally.last_end) / row.wall_s
         assert g.gpus == 8 and g.energy_from == "counter+power" and g.from_power == ["7"]
-        assert g.power_w is not None and abs(g.power_w / true_power - 1) < 0.01, (
-            row.rung,
-            g.power_w,
-            true_power,
-        )
+        assert g.power_w is not None and abs(g.power_w / true_power - 1) < 0.01, (row.rung, g, true_power)
     rows = json.loads(
         subprocess.run(
             [sys.executable, "-m", "llmload", "table", str(run_dir / "run"), "--format", "json"],
@@ -144,14 +138,6 @@ def test_an_exporter_that_is_down_is_one_note_and_the_run_completes(tmp_path: Pa
 def test_an_exporter_that_keeps_its_values_is_one_note(tmp_path: Path) -> None:
     """The simulator's page kept 2 s (dcgm-exporter's collect interval, scaled to its short rungs):
     its per-rung energy is off, and the run says so once, with what to do."""
-    proc = _sweep(
-        tmp_path / "run",
-        "--gpu-metrics", "/gpu/metrics",
-        "--sim", "collect_ms=2000",
-        "--rungs", "1,4",
-        "--max-tokens", "64",
-        "--requests-per-user", "4",
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _sim_gpu_sweep(tmp_path / "run", "--sim", "collect_ms=2000")
     notes = [line for line in proc.stdout.splitlines() if line.startswith("GPU metrics:")]
     assert len(notes) == 1 and "kept its values" in notes[0] and "-c 1000" in notes[0], proc.stdout
