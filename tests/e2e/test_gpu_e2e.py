@@ -99,9 +99,9 @@ def test_tokens_per_joule_match_the_simulators_power_model(tmp_path: Path) -> No
 
 def test_a_gpu_without_the_energy_counter_is_counted_from_its_power(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    proc = _sim_gpu_sweep(
-        run_dir, "--sim", "gpus=8", "--sim", "no_energy_gpus=1", "--scrape-interval", "0.25"
-    )
+    # GPU 7's power gauge is read at the scrapes: 256 tokens a request so each rung has some 30 of them
+    sim = ("--sim", "gpus=8", "--sim", "no_energy_gpus=1")
+    proc = _sim_gpu_sweep(run_dir, *sim, "--scrape-interval", "0.25", "--max-tokens", "256")
     notes = [line for line in proc.stdout.splitlines() if line.startswith("GPU metrics:")]
     assert len(notes) == 1 and "energy of GPU 7 from its power gauge" in notes[0], proc.stdout
     result = load_run(run_dir / "run", with_metrics=True)
