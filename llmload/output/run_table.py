@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llmload.analysis.identity.determinism import divergence_notes
+from llmload.analysis.run.clocks import clock_notes
 from llmload.analysis.run.postprocess import RunResult
 from llmload.analysis.run.production_traffic import turn_metrics
 from llmload.core.stats import DEFAULT_PERCENTILES
@@ -30,7 +31,7 @@ def render_run(
         percentiles=percentiles,
         wide=wide,
         missing=result.missing,
-        notes=[*divergence_notes(result.divergence), *gpu_notes(result.gpu)],
+        notes=extra_notes(result),
         determinism=result.divergence or None,
         extras=[] if result.gpu is None else [gpu_extra(result.gpu, result.rows)],
     )
@@ -43,6 +44,9 @@ def run_notes(result: RunResult) -> list[str]:
     """The notes of the run's table (`llmload.output.table.table_notes`): printed under the table in
     `table` output; in the formats made for pasting or parsing (markdown, csv, json) the commands
     print them on stderr, so they never mix with the data."""
-    return table_notes(
-        result.rows, result.missing, [*divergence_notes(result.divergence), *gpu_notes(result.gpu)]
-    )
+    return table_notes(result.rows, result.missing, extra_notes(result))
+
+
+def extra_notes(result: RunResult) -> list[str]:
+    """The notes of the run's other checks: greedy determinism, the GPUs, the workers' clocks."""
+    return [*divergence_notes(result.divergence), *gpu_notes(result.gpu), *clock_notes(result.run_info)]

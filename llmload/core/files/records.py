@@ -5,8 +5,9 @@ One `RequestRecord` per request the load generator sent, written as one JSON lin
 finished request. Every figure of the sweep table and of the latency metrics is computed from
 these records, never from Locust's rounded histograms.
 
-Times are epoch seconds (`time.time()` at t0 plus `time.perf_counter()` deltas, so they are both
-monotonic within a request and comparable across processes on one machine).
+Times are epoch seconds on the master's clock (`llmload.core.clock.wall()` at t0 plus
+`time.perf_counter()` deltas, so they are both monotonic within a request and comparable across
+processes and workers' machines).
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ class RequestRecord:
     # the rung and run that sent it
     rate: float | None = None  # rate mode: the rung's target request rate (requests/s)
     worker: str = ""  # the Locust worker (or "local") that sent it
+    # the worker's clock minus the master's when it was sent (llmload.core.clock): its times are on
+    # the master's clock; its raw ones are each time + clock_offset_ms / 1000. None: offset 0
+    clock_offset_ms: float | None = None
     run_id: str | None = None  # the run that wrote it (one per run, set by the master); None: older runs
 
     @property

@@ -24,6 +24,7 @@ KINDS: dict[str, str] = {
     "preflight": "the server cannot serve the run (GET /v1/models, TLS, the context length, calibration)",
     "io": "a file or connection failed while the run started (the records file cannot be written)",
     "no_workers": "a distributed run was started while no worker was connected to its master",
+    "worker_clock": "a worker's clock could not be measured closely enough (no answer, or a slow round trip)",
     "http_400": "the server's reason for the run's first HTTP 400 (reported; the records hold every one)",
     "reconciliation": "a finished rung's token accounts do not add up",
     "input_lengths": "a finished rung's prompts are off the asked lengths",

@@ -24,6 +24,7 @@ import psutil
 from locust.runners import MasterRunner, WorkerRunner
 
 from llmload.analysis.run.health import SAMPLE_INTERVAL_S
+from llmload.core.clock import wall
 from llmload.loadgen.run.messages import MSG_HEALTH
 
 PROBE_S = 0.1  # the lag probe's sleep
@@ -67,7 +68,7 @@ class HealthSampler:
         while True:
             lag = self._interval_lag()
             sample = {
-                "t": time.time(),
+                "t": wall(),  # on the master's clock, as the records (llmload.core.clock)
                 "worker": self.worker,
                 "cpu": self._process.cpu_percent(None),
                 "rss": self._process.memory_info().rss,

@@ -31,6 +31,7 @@ import gevent
 import numpy as np
 
 from llmload.analysis.identity.determinism import digest, text_digests
+from llmload.core.clock import offset as clock_offset
 from llmload.core.config import RetryConfig
 from llmload.core.files.records import OUTCOME_OK, RequestRecord, encode_json, new_record
 from llmload.loadgen.stream.responses import accumulator_for
@@ -153,8 +154,10 @@ def _attempt(
 ) -> tuple[RequestRecord, str | None]:
     """One HTTP exchange read into `acc` -> its record and the server's Retry-After, if any."""
     outcome, error, status, retry_after = OUTCOME_OK, None, None, None
-    t_wall = time.time()
-    clock = ReceiveClock(t_wall, time.perf_counter())
+    offset = clock_offset()  # this worker's clock minus the master's (llmload.core.clock)
+    t_raw = time.time()  # the kernel's receive stamps are on this raw clock
+    t_wall = t_raw - offset  # the record's times are on the master's
+    clock = ReceiveClock(t_raw, time.perf_counter())
     try:
         with (
             clock,
@@ -211,6 +214,7 @@ def _attempt(
         handshake_ms=None if lease is None else lease.handshake_ms,
         tls_ms=None if lease is None else lease.tls_ms,
         reconnect=None if lease is None else lease.reconnect,
+        clock_offset_ms=round(offset * 1000.0, 3) if offset else None,
         conn_port=None if lease is None else lease.port,
         text_hash=text_hash,
         reasoning_hash=reasoning_hash,

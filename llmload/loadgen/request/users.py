@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from locust.exception import StopTest
 from locust.runners import WorkerRunner
 
 from llmload.analysis.identity.determinism import digest
+from llmload.core.clock import wall
 from llmload.core.config import SweepConfig
 from llmload.core.files.records import RequestRecord, encode_json
 from llmload.core.names import DETERMINISM_PHASE, MEASURE_PHASE, REQUEST_TYPE, WARMUP_PHASE
@@ -163,14 +163,14 @@ class LLMUser(User):
             stage = self._process.board.wait_go(stage.seq, STAGE_POLL_S)
             if stage is None or stage.start_at is None:
                 return
-        gevent.sleep(max(0.0, stage.start_at - time.time()))
+        gevent.sleep(max(0.0, stage.start_at - wall()))  # the master's instant (llmload.core.clock)
         self._first_send = None
         sent = 0
         if stage.rate is not None:
             queue = arrival_queue(self._process, stage, self._stage_config(stage), self._worker)
             while (arrival := queue.take()) is not None:
                 index, due = arrival
-                if (delay := due - time.time()) > 0:  # an arrival already due is sent without yielding
+                if (delay := due - wall()) > 0:  # an arrival already due is sent without yielding
                     gevent.sleep(delay)
                 sent += self.send_one(stage, index, t_scheduled=due)
         elif (sessions := self._stage_config(stage).sessions) is not None and stage.phase == MEASURE_PHASE:
@@ -186,7 +186,7 @@ class LLMUser(User):
             for _ in range(stage.requests_per_user):
                 sent += self.send_one(stage)
         else:
-            while time.time() < stage.deadline:
+            while wall() < stage.deadline:
                 sent += self.send_one(stage)
         self._last_seq = stage.seq
         done = {"seq": stage.seq, "requests": sent, "first_send": self._first_send}

@@ -44,6 +44,15 @@ from llmload.core import exit_codes
 from llmload.core.config import ConfigError
 from llmload.core.files.records import FileInUse
 from llmload.core.files.run_files import RunFiles
+from llmload.loadgen.run.clock_sync import (
+    MSG_CLOCK_OFFSET,
+    MSG_CLOCK_PROBE,
+    MSG_CLOCK_REPLY,
+    ClockSync,
+    WorkerClockError,
+    on_offset,
+    on_probe,
+)
 from llmload.loadgen.run.messages import (
     MSG_HEALTH,
     MSG_RECORD,
@@ -64,6 +73,7 @@ log = logging.getLogger("llmload")
 START_ERRORS = (
     (ConfigError, "bad_config"),
     (NoWorkers, "no_workers"),
+    (WorkerClockError, "worker_clock"),
     (PreflightError, "preflight"),
     (FileInUse, "io"),
     (OSError, "io"),
@@ -82,6 +92,7 @@ class LadderShape(LoadTestShape):
         self.end = RunEnd()  # the exit code and last line of the shape's runs
         # sinks every run's records go to after its own (`RunState.sinks`), e.g. the web UI's tab
         self.record_hooks: list[RecordHook] = []
+        self.clocks: ClockSync | None = None  # the workers' clocks (a master's; made by register_messages)
 
     @property
     def _runner(self) -> Any:
@@ -133,7 +144,7 @@ class LadderShape(LoadTestShape):
         errors = self.end.begin(env, RunFiles.of_records(path).run)
         self.end.unfinished = True
         try:
-            return begin_run(self._runner, self.record_hooks, errors, path)
+            return begin_run(self._runner, self.record_hooks, errors, path, self.clocks)
         except START_ERROR_TYPES as e:
             kind = next(k for error, k in START_ERRORS if isinstance(e, error))
             self.end.fail(kind, str(e))
@@ -158,6 +169,8 @@ class LadderShape(LoadTestShape):
                 return None
             self.end.soak = self.run.config.soak is not None
         run = self.run
+        if self.clocks is not None and self.clocks.due(time.time()):  # a long stage: measured again
+            self.clocks.measure()
         while (event := run.protocol.step(time.time())) is not None:
             if isinstance(event, LadderDone):
                 if may_end(run, self._runner):
@@ -167,6 +180,8 @@ class LadderShape(LoadTestShape):
                 break
             stage = event.progress.stage
             if isinstance(event, Announced):  # users get ready while Locust spawns them
+                if self.clocks is not None:  # each stage starts on freshly measured clocks
+                    self.clocks.measure()
                 self._runner.send_message(MSG_STAGE, stage_message(stage))
                 break
             if isinstance(event, Started):
@@ -233,6 +248,13 @@ def register_messages(environment: Any) -> None:
     environment.events.test_stop.add_listener(on_test_stop)
     if not isinstance(runner, MasterRunner):  # local and worker processes run users
         runner.register_message(MSG_STAGE, process_state(environment).board.on_message)
+    if isinstance(runner, WorkerRunner):  # its clock, measured and corrected by the master
+        runner.register_message(MSG_CLOCK_PROBE, on_probe)
+        runner.register_message(MSG_CLOCK_OFFSET, on_offset)
+    if isinstance(shape, LadderShape) and isinstance(runner, MasterRunner):
+        shape.clocks = ClockSync(runner)
+        runner.register_message(MSG_CLOCK_REPLY, shape.clocks.on_reply)
+        environment.events.worker_connect.add_listener(shape.clocks.on_connect)
     if isinstance(shape, LadderShape) and not isinstance(runner, WorkerRunner):
         runner.register_message(MSG_RECORD, shape.on_record)
         runner.register_message(MSG_USER_DONE, shape.on_user_done)

@@ -2,8 +2,9 @@
 
 Owns what happens before the first stage is announced (`begin_run`): the run configuration read
 once, a master's workers checked (at least one connected, else `NoWorkers`: Locust's master would
-spawn nobody and the first rung would wait for users that never come) and the users-per-process
-limit, both before anything is sent, the preflight
+spawn nobody and the first rung would wait for users that never come; and each one's clock
+measured, else `WorkerClockError`: `llmload.loadgen.run.clock_sync`) and the users-per-process
+limit, all before anything is sent, the preflight
 (`llmload.loadgen.transport.preflight`: `GET /v1/models` and the lengths the model must fit; with
 `continuous_usage: null`, whether the server honours per-chunk usage, which the run then asks
 for), the prompt file
@@ -35,6 +36,7 @@ from llmload.core.workload.lengths import as_lengths
 from llmload.core.workload.prompt_files import load_prompt_file
 from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.run.capacity_probes import CapacityProbes
+from llmload.loadgen.run.clock_sync import ClockSync
 from llmload.loadgen.run.record_sinks import FirstBadRequest, RecordCounter, RecordSink, RungReconciler
 from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.run.run_state import RecordHook, RunState
@@ -65,11 +67,19 @@ def records_path(options: Any) -> Path:
     return RunFiles(Path(prefix)).records
 
 
-def begin_run(runner: Any, record_hooks: list[RecordHook], errors: RunErrors, path: Path) -> RunState:
+def begin_run(
+    runner: Any,
+    record_hooks: list[RecordHook],
+    errors: RunErrors,
+    path: Path,
+    clocks: ClockSync | None = None,
+) -> RunState:
     """A new run of the runner's configuration, its stages planned and its files open (its records
     at `path`: `records_path`); each record goes to the run's own sinks, then to `record_hooks`;
-    its errors are `errors` (attached to the run). Raises ConfigError, NoWorkers, PreflightError,
-    FileInUse (another run writes the records file) or OSError when the run cannot start."""
+    its errors are `errors` (attached to the run); a master's workers' clocks are measured by
+    `clocks` before anything is sent. Raises ConfigError, NoWorkers, WorkerClockError,
+    PreflightError, FileInUse (another run writes the records file) or OSError when the run cannot
+    start."""
     env = runner.environment
     options = env.parsed_options
     # parsed once per process: the plugin's check of a headless run's configuration, once; a run
@@ -80,6 +90,9 @@ def begin_run(runner: Any, record_hooks: list[RecordHook], errors: RunErrors, pa
         raise NoWorkers(NO_WORKERS)
     processes = runner.worker_count if isinstance(runner, MasterRunner) else 1
     check_users_per_process(config, processes)  # before the preflight: nothing is sent
+    if clocks is not None:  # the run's offsets, measured anew (llmload.loadgen.run.clock_sync)
+        clocks.history.clear()
+        clocks.start()
     ctx = tls_context(getattr(options, "ca_bundle", ""), getattr(options, "tls_insecure", False))
     model = preflight(
         env.host or "",
@@ -123,7 +136,17 @@ def begin_run(runner: Any, record_hooks: list[RecordHook], errors: RunErrors, pa
         calibration.write(calibration_record(request, number, run_id))
     calibration.close()
     state = RunState(
-        config, env.host, model, writer, files, stages, protocol, reconciler, errors, run_id=run_id
+        config,
+        env.host,
+        model,
+        writer,
+        files,
+        stages,
+        protocol,
+        reconciler,
+        errors,
+        run_id=run_id,
+        clocks=clocks,
     )
     repeats = config.mode == "trace" or config.sessions is not None  # their prompts share on purpose
     state.prompts = None if repeats else workload.shared_prefix(prompt_overhead)

@@ -22,6 +22,7 @@ from llmload.core.config import SweepConfig
 from llmload.core.files.records import RecordWriter, RequestRecord, new_run_id
 from llmload.core.files.run_files import RunFiles, write_run_json
 from llmload.loadgen.run.capacity_probes import CapacityProbes
+from llmload.loadgen.run.clock_sync import ClockSync
 from llmload.loadgen.run.messages import Stage, config_to_dict
 from llmload.loadgen.run.record_sinks import RecordSink, RungReconciler
 from llmload.loadgen.run.run_errors import RunErrors
@@ -54,6 +55,7 @@ class RunState:
     run_id: str = field(default_factory=new_run_id)  # every record's and the run file's `run_id`
     finished: bool = False  # the ladder's last stage finished (kept by every later rewrite)
     prompts: dict[str, int] | None = None  # what a prompt may share with another (Workload.shared_prefix)
+    clocks: ClockSync | None = None  # a master's measurements of its workers' clocks
 
     @property
     def progress(self) -> list[StageProgress]:
@@ -102,6 +104,8 @@ class RunState:
                 if p.stage.start_at is not None  # announced only: no request was sent
             ],
             "errors": self.errors.as_json(),
+            # each worker's clock minus the master's, every time it was measured (clock_sync)
+            "clock_offsets": self.clocks.as_json() if self.clocks is not None else {},
         }
         write_run_json(self.files.run, data)
 

@@ -21,7 +21,6 @@ and `turn` (and `cached_tokens` when the server reports it), so metrics can be t
 from __future__ import annotations
 
 import random
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Protocol
 
 import gevent
 
+from llmload.core.clock import wall
 from llmload.core.config import SessionConfig
 from llmload.loadgen.workload.prompts import synthetic_text
 
@@ -88,11 +88,11 @@ def play_sessions(
     """Play this user's sessions of a rung (see the module docstring); returns the records sent."""
     sent = 0
     played = 0
-    while (played < config.per_user) if deadline is None else (time.time() < deadline):
+    while (played < config.per_user) if deadline is None else (wall() < deadline):
         played += 1
         session = Session(config, seed, vocab)
         for number in range(1, config.turns + 1):
-            if deadline is not None and time.time() >= deadline:
+            if deadline is not None and wall() >= deadline:
                 break
             replies: list[str] = []
             sent += send(session.next_turn(), replies.append)
