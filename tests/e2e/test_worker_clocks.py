@@ -152,3 +152,37 @@ def test_the_run_file_holds_each_workers_offset(fleets, name, skews):
     for history in offsets.values():
         assert len(history) >= 1 + len(LADDER)  # at the start and before every stage
         assert all(h["uncertainty_ms"] < 1.0 for h in history)
+
+
+def test_a_worker_that_answers_no_clock_probe_is_refused_at_start(tmp_path):
+    """One line naming the worker and the cause, exit 2, the kind in the run file; nothing sent."""
+    port = free_port()
+    prefix = tmp_path / "run"
+    master_args = ["--master", "--master-bind-host", LOOPBACK, "--master-bind-port", str(port)]
+    master_args += ["--expect-workers", "1", "--expect-workers-max-wait", "60"]
+    mute = Path(__file__).parents[1] / "fixtures" / "mute_clock_locustfile.py"
+    worker_cmd = [sys.executable, "-m", "locust", "-f", str(mute), "--worker"]
+    worker_cmd += ["--master-host", LOOPBACK, "--master-port", str(port)]
+    with target(None, tmp_path, {}) as (url, truth), (tmp_path / "locust.log").open("wb") as out:
+        master = subprocess.Popen(
+            locust_command(url, prefix, LOCUSTFILES["completions"], master_args),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        with (tmp_path / "worker.log").open("wb") as wlog:
+            worker = subprocess.Popen(worker_cmd, stdout=wlog, stderr=subprocess.STDOUT)
+        try:
+            assert master.wait(timeout=60) == 2
+            worker.wait(timeout=30)
+        finally:
+            for proc in (master, worker):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
+        assert truth is not None and not load_truth(truth)[0]  # no request reached the server
+    log = (tmp_path / "locust.log").read_text()
+    last = [line for line in log.splitlines() if line.startswith("llmload: error:")]
+    assert len(last) == 1 and "answered no clock probe within 5 s" in last[0], log[-2000:]
+    assert "Traceback" not in log
+    (error,) = json.loads(RunFiles(prefix).run.read_text())["errors"]
+    assert error["kind"] == "worker_clock" and error["exit_code"] == 2
