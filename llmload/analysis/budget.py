@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from llmload.analysis.run.postprocess import load_run
+from llmload.analysis.run.records_pass import StartChild
 from llmload.analysis.run.server_metrics import load_server_metrics
 from llmload.analysis.run.steps import RungSteps, measure_run
 from llmload.core.config import ConfigError
@@ -318,19 +319,20 @@ def fit_step_model(rows: Sequence[BudgetRow]) -> tuple[float, float] | None:
     return my - b * mx, b
 
 
-def run_points(prefix: str) -> list[SweepPoint]:
+def run_points(prefix: str, start_child: StartChild | None = None) -> list[SweepPoint]:
     """Points of a run's measured rungs: each with its step and batch measured from the streams
-    (llmload.analysis.run.steps) and the accept length its server's counters gave."""
-    result = load_run(prefix)
+    (llmload.analysis.run.steps) and the accept length its server's counters gave (`start_child`:
+    a large records file read in two processes, `load_run`)."""
+    result = load_run(prefix, start_child=start_child)
     server = load_server_metrics(prefix, result.run_info, result.iter_records())
     accept = {m.rung: m.accept_len for m in server.measured} if server else {}
     steps = {s.rung: s for s in measure_run(result.iter_records(), result.run_info, prefix, accept)}
     return [SweepPoint(r.conc, r.agg_tok_s, accept.get(r.rung), steps.get(r.rung)) for r in result.rows]
 
 
-def load_points(source: str | Path) -> list[SweepPoint]:
+def load_points(source: str | Path, start_child: StartChild | None = None) -> list[SweepPoint]:
     """From a run (prefix, records file or run folder) or a sweep-table file (CSV, markdown, plain)."""
     path = Path(source)
     if path.is_file() and not path.name.endswith(run_files.RECORDS):
         return parse_sweep_table(path.read_text(), str(path))
-    return run_points(str(RunFiles.find(path).prefix))
+    return run_points(str(RunFiles.find(path).prefix), start_child)

@@ -33,6 +33,7 @@ from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.files.records import RecordFileError
 from llmload.output.budget_report import render_budget
+from llmload.servers.python_child import PythonChild
 
 
 def budget_file(text: str) -> Path:
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         found = component_config(args)
         assert found is not None
         cfg, given_as = found
-        points = load_points(args.sweep)
+        points = load_points(args.sweep, start_child=PythonChild)
         rows = budget_rows(points, cfg.cost, cfg.accept_len, cfg.speedup, given_as)
     except (ConfigError, RecordFileError, OSError) as exc:
         print(f"llmload budget: error: {one_line(str(exc))}", file=sys.stderr)

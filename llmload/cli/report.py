@@ -18,6 +18,7 @@ from llmload.core.exit_codes import BAD_INPUT, OK
 from llmload.core.files.output_paths import check_output_folder
 from llmload.core.files.records import RecordFileError
 from llmload.output.html_report import read_decision, write_report
+from llmload.servers.python_child import PythonChild
 
 
 @command("llmload report")
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out is not None:
             check_output_folder("--out", args.out)
         decision = None if args.decision is None else read_decision(args.decision, "--decision")
-        page, plots = write_report(args.run, args.out, decision)
+        page, plots = write_report(args.run, args.out, decision, start_child=PythonChild)
     except (RecordFileError, ConfigError) as exc:
         print(f"llmload report: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT

@@ -52,6 +52,7 @@ from llmload.loadgen.argparse_adapter import parser_actions
 from llmload.loadgen.locust_args import parse_locust_args
 from llmload.loadgen.options import check_api_key, check_host, options_help, run_config
 from llmload.output.run_table import render_run, run_notes
+from llmload.servers.python_child import PythonChild
 from llmload.sim.__main__ import SimFlagError, build_parser, config_from_args
 
 PROG = "llmload sweep"
@@ -258,7 +259,7 @@ def report(run: SweepRun, fmt: str, *, fail_on_divergence: bool = False) -> int:
         print("\n".join(tail), file=sys.stderr)
         print(f"{PROG}: locust exited with code {run.returncode}; its output: {run.log}", file=sys.stderr)
     try:
-        result = load_run(run.files)
+        result = load_run(run.files, start_child=PythonChild)
     except RecordFileError as exc:
         ladder = unmeasured(run) if code in (INTERRUPTED, WRITE_FAILED) else None
         if ladder is not None:  # stopped before the first record: the ladder, every rung marked

@@ -29,6 +29,7 @@ from llmload.core.files.run_files import RunFiles
 from llmload.core.schema import key_check
 from llmload.output.run_table import render_run, run_notes
 from llmload.output.table import FORMATS
+from llmload.servers.python_child import PythonChild
 
 
 def _key_type(cls: type, key: str, shown: str | None = None, **kwargs: Any) -> Any:
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             percentiles=args.percentiles,
             slo=slo or None,  # none on the command line: the run's config `slo:`
             requests_per_user=args.requests_per_user,
+            start_child=PythonChild,
         )
     except RecordFileError as exc:
         print(f"llmload table: error: {one_line(str(exc))}", file=sys.stderr)

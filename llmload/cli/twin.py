@@ -91,6 +91,7 @@ from llmload.output.twin_report import (
     replay_table,
 )
 from llmload.servers.process import die_with_parent
+from llmload.servers.python_child import PythonChild
 from llmload.sim.engine import steps_to_generate
 from llmload.sim.truth import load_truth
 
@@ -296,7 +297,7 @@ def write_decision(run_dir: Path, decision: Decision, source: str) -> None:
 
 def load_measured(source: str) -> tuple[RunResult, dict[str, Any]]:
     files = RunFiles.find(source)
-    result = load_run(files, with_metrics=True)
+    result = load_run(files, with_metrics=True, start_child=PythonChild)
     info = result.run_info
     if not info or not isinstance(info.get("config"), dict):
         raise RecordFileError(f"{files.run}: no run file: the twin replays the ladder it names")
@@ -458,7 +459,7 @@ def simulator_takes(what: str, pairs: list[str]) -> None:
 
 def replayed(folder: Path) -> RunResult:
     try:
-        return load_run(RunFiles(folder / "run" / "run"), with_metrics=True)
+        return load_run(RunFiles(folder / "run" / "run"), with_metrics=True, start_child=PythonChild)
     except RecordFileError as exc:
         raise RecordFileError(
             f"the replay in {folder} measured nothing ({exc}); see {folder / 'sweep.log'}"

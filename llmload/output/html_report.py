@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from llmload.analysis.run.postprocess import RunResult, load_run
+from llmload.analysis.run.records_pass import StartChild
 from llmload.analysis.run.server_metrics import ServerMetrics, load_server_metrics
 from llmload.analysis.twin.decision import Decision
 from llmload.core.config import ConfigError
@@ -153,11 +154,15 @@ def read_decision(path: Path, what: str) -> Decision:
 
 
 def write_report(
-    path: str | Path, out_dir: Path | None = None, decision: Decision | None = None
+    path: str | Path,
+    out_dir: Path | None = None,
+    decision: Decision | None = None,
+    *,
+    start_child: StartChild | None = None,
 ) -> tuple[Path, Sequence[Path]]:
     """Post-process a run and write its plots and HTML page; returns (html, plots). The page
     shows `decision` (`read_decision`), else that of a decision.json beside the run's files when
-    there is one."""
+    there is one. `start_child`: a large records file read in two processes (`load_run`)."""
     from llmload.output.plots import write_plots  # matplotlib is imported only when a report is made
 
     prefix = str(RunFiles.find(path).prefix)
@@ -165,7 +170,7 @@ def write_report(
     stated = decision
     if stated is None and beside.is_file():
         stated = read_decision(beside, "the run's")
-    result = load_run(prefix, with_metrics=True)
+    result = load_run(prefix, with_metrics=True, start_child=start_child)
     server = load_server_metrics(prefix, result.run_info, result.iter_records())
     env = read_environment(prefix)
     out = Path(out_dir) if out_dir is not None else Path(prefix).parent

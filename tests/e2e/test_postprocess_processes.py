@@ -1,7 +1,7 @@
-"""A records file read by two processes (`llmload.analysis.run.records_pass`: a child process reads
-the first half) gives the table, metrics and warnings one process gives, unreadable lines named
-by their numbers in the whole file, also when the child fails; and `llmload table` on a file past
-the size threshold takes that path by itself."""
+"""A records file read by two processes (`llmload.analysis.run.records_pass`: a child process,
+started by `llmload.servers.python_child`, reads the first half) gives the table, metrics and
+warnings one process gives, unreadable lines named by their numbers in the whole file, also when
+the child fails; and `llmload table` on a file past the size threshold takes that path by itself."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from fixtures.paths import REPO
 from llmload.analysis.run import records_pass
 from llmload.analysis.run.postprocess import load_run
 from llmload.output.run_table import render_run
+from llmload.servers.python_child import PythonChild
 
 pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
 
@@ -66,7 +67,7 @@ def test_two_processes_give_one_process_figures(tmp_path):
     prefix = tmp_path / "run"
     write_run(prefix, 3000)
     one = load_run(prefix, with_metrics=True, processes=1)
-    two = load_run(prefix, with_metrics=True, processes=2)
+    two = load_run(prefix, with_metrics=True, processes=2, start_child=PythonChild)
     assert two.rows == one.rows
     assert two.metrics == one.metrics
     assert two.warnings == one.warnings
@@ -79,7 +80,7 @@ def test_a_failed_child_leaves_the_first_part_to_this_process(tmp_path, monkeypa
     write_run(prefix, 1000)
     one = load_run(prefix, with_metrics=True, processes=1)
     monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1 at once
-    two = load_run(prefix, with_metrics=True, processes=2)
+    two = load_run(prefix, with_metrics=True, processes=2, start_child=PythonChild)
     assert (two.rows, two.metrics, two.warnings) == (one.rows, one.metrics, one.warnings)
     assert "the child reading the first part failed (exit 1: no message)" in caplog.text  # not silently
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,11 @@ from fixtures.runs import make_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmload.analysis.run import records_pass
 from llmload.analysis.run.records_pass import _count_lines, merge_parts, tally_file, tally_part
 from llmload.core.files.jsonl import iter_lines, line_start, loads
 from llmload.core.files.records import RequestRecord, parse_record, times_are_numbers
+from llmload.servers.python_child import PythonChild
 
 FUZZ = settings(
     max_examples=examples(600),
@@ -235,7 +238,7 @@ def test_repeated_request_ids_are_counted_once_also_across_two_processes(tmp_pat
     path = tmp_path / "r_records.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     one = tally_file(path, None, itl=True, processes=1)
-    two = tally_file(path, None, itl=True, processes=2)
+    two = tally_file(path, None, itl=True, processes=2, start_child=PythonChild)
     assert one.repeated == two.repeated == [6, 42, 43, 44]
     assert rung_figures(one.tally) == rung_figures(two.tally)
     assert one.tally.rungs[0].requests == 40
@@ -247,4 +250,28 @@ def test_the_runs_a_file_holds_are_found(tmp_path):
     path = tmp_path / "r_records.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert tally_file(path, None, itl=False, processes=1).runs == {"a": 1, "b": 31}
-    assert tally_file(path, None, itl=False, processes=2).runs == {"a": 1, "b": 31}
+    assert tally_file(path, None, itl=False, processes=2, start_child=PythonChild).runs == {"a": 1, "b": 31}
+
+
+def test_a_child_process_is_started_only_by_the_starter_the_caller_gives(tmp_path, monkeypatch):
+    """analysis starts no process itself: without `start_child` a file past the size threshold is
+    read in one process, and two processes asked for without one is a programming error."""
+    lines = [dict(BASE, request_id=f"r{i}") for i in range(40)]
+    path = tmp_path / "r_records.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    monkeypatch.setattr(records_pass, "TWO_PROCESS_BYTES", 1)  # every file is large
+    monkeypatch.setattr(records_pass, "_cpus", lambda: 2)
+    monkeypatch.delitem(sys.modules, "gevent", raising=False)  # as in a command's process
+    started: list[str] = []
+
+    def start(function: str, argv: list[str]) -> PythonChild:
+        started.append(function)
+        return PythonChild(function, argv)
+
+    one = tally_file(path, None, itl=True)
+    assert started == []
+    two = tally_file(path, None, itl=True, start_child=start)
+    assert started == ["llmload.analysis.run.records_pass:child"]
+    assert rung_figures(one.tally) == rung_figures(two.tally) and one.tally.rungs[0].requests == 40
+    with pytest.raises(ValueError, match="two processes need `start_child`"):
+        tally_file(path, None, itl=False, processes=2)

@@ -29,7 +29,7 @@ from llmload.analysis.run.health import flag_saturated, loop_lag_ms, read_health
 from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.metrics import SLO_KEYS, RungMetrics
 from llmload.analysis.run.production_traffic import replay_warnings
-from llmload.analysis.run.records_pass import RecordsPass, tally_file
+from llmload.analysis.run.records_pass import RecordsPass, StartChild, tally_file
 from llmload.analysis.run.rung_tally import RungTally, SharedPrefix, sweep_rows
 from llmload.analysis.run.server_metrics import ServerMetrics, Window, server_metrics_of
 from llmload.analysis.run.sweep_rows import MissingRung, Rung, SweepRow, group_rungs
@@ -165,10 +165,12 @@ def load_run(
     requests_per_user: int | None = None,
     keep_records: bool = False,
     processes: int | None = None,
+    start_child: StartChild | None = None,
 ) -> RunResult:
     """Post-process a run in one pass over its records; raises RecordFileError when there is nothing
     measured to show. `keep_records`: also keep every record in `RunResult.records`; `processes`:
-    read the records in 1 or 2 processes, None to choose (`llmload.analysis.run.records_pass`).
+    read the records in 1 or 2 processes, None to choose, 2 only with `start_child` (the commands
+    pass `llmload.servers.python_child.PythonChild`; `llmload.analysis.run.records_pass`).
     `prefix`: the run's prefix, or its RunFiles (a records file named otherwise)."""
     files = prefix if isinstance(prefix, RunFiles) else RunFiles(Path(prefix))
     prefix = str(files.prefix)
@@ -178,7 +180,12 @@ def load_run(
         given = ((info or {}).get("config", {}).get("slo") or {}).items()
         slo = {k: v for k, v in given if v is not None and k in SLO_KEYS}
     found = tally_file(
-        Path(records_path), slo, itl=with_metrics, keep_records=keep_records, processes=processes
+        Path(records_path),
+        slo,
+        itl=with_metrics,
+        keep_records=keep_records,
+        processes=processes,
+        start_child=start_child,
     )
     if len(found.runs) > 1:  # two runs' records in one file: no table of them is meaningful
         raise RecordFileError(

@@ -1,9 +1,10 @@
 """One pass over a records file into a `SweepTally`: in one process, or in two for a large file.
 
 A large file (`TWO_PROCESS_BYTES` and more, with two CPUs to use) is cut at the first line that
-begins after its middle: a child process (`python -c` running `child` of this module, of this
-llmload whatever the working folder holds) tallies the first part and sends it back pickled on
-its stdout, while this process tallies the second (the child spends ~0.3 s on its imports, this
+begins after its middle: a child process (`child` of this module, started by the caller's
+`StartChild`: the commands pass `llmload.servers.python_child.PythonChild`; analysis starts no
+process itself) tallies the first part and sends it back pickled on its stdout, while this
+process tallies the second (the child spends ~0.3 s on its imports, this
 process about as long finding the second part's place in the chunk index); then the second
 tally is merged into the first (`SweepTally.merge`: per-request values concatenated in file
 order, counts and histograms added). Every figure comes out as one process reading the whole
@@ -16,10 +17,8 @@ them. The pass also notes the runs the records name (`run_id`: the post-processo
 of two runs) and the lines whose chunk-index entry was damaged. When the child
 fails, this process reads the first part too, and logs a warning with the child's last error
 line. One process reads the file when it is small (starting a child costs ~0.3 s of imports),
-when every record is kept (`keep_records`: `llmload compare`), and inside a Locust process
-(gevent: no child processes under its loop). The child is a plain command, not a
-`multiprocessing` one: those import the caller's main script again, which a script without a
-`__main__` guard would run twice.
+when every record is kept (`keep_records`: `llmload compare`), when the caller gives no
+`StartChild`, and inside a Locust process (gevent: no child processes under its loop).
 
 Used by `llmload.analysis.run.postprocess.load_run` (the table, reports, budget and the web UI's
 results tab); the records are decoded and checked by `llmload.core.files.records.iter_record_lines`,
@@ -33,11 +32,11 @@ import json
 import logging
 import os
 import pickle
-import subprocess
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from llmload.analysis.run.rung_tally import SweepTally
 from llmload.core.files.jsonl import line_start
@@ -45,6 +44,18 @@ from llmload.core.files.records import RequestRecord, iter_indexed_record_lines,
 
 _log = logging.getLogger(__name__)
 TWO_PROCESS_BYTES = 64 << 20  # ~25,000 records of 256 chunks: ~0.5 s in one process
+
+
+class ChildProcess(Protocol):
+    """A child process a `StartChild` started."""
+
+    def wait(self) -> tuple[int, bytes, str]:
+        """Its exit code, its stdout and its last error line, once it ended."""
+        ...
+
+
+# starts "package.module:function", called with these arguments, in a child process
+StartChild = Callable[[str, Sequence[str]], ChildProcess]
 
 
 @dataclass(slots=True)
@@ -95,29 +106,32 @@ def tally_file(
     itl: bool,
     keep_records: bool = False,
     processes: int | None = None,
+    start_child: StartChild | None = None,
 ) -> RecordsPass:
-    """The records of `path` tallied (`itl`: with the ITL histogram); `processes`: 1 or 2, None
-    to choose (module docstring). RecordFileError when the file is missing or unreadable."""
+    """The records of `path` tallied (`itl`: with the ITL histogram); `processes`: 1 or 2 (2 needs
+    `start_child`), None to choose (module docstring). RecordFileError when the file is missing or
+    unreadable."""
     size = path.stat().st_size if path.is_file() else 0
     if processes is None:
-        processes = 2 if size >= TWO_PROCESS_BYTES and _cpus() >= 2 and "gevent" not in sys.modules else 1
+        can = start_child is not None and _cpus() >= 2 and "gevent" not in sys.modules
+        processes = 2 if can and size >= TWO_PROCESS_BYTES else 1
     if processes < 2 or keep_records:
         return tally_part(path, slo, itl, keep_records=keep_records)
+    if start_child is None:
+        raise ValueError("tally_file: two processes need `start_child`")
     middle = line_start(path, size // 2)
     slo_json = json.dumps(dict(slo or {}))
-    command = [sys.executable, "-c", _CHILD, str(path), str(middle), slo_json, str(int(itl))]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = start_child(f"{__name__}:child", [str(path), str(middle), slo_json, str(int(itl))])
     second = tally_part(path, slo, itl, middle)
-    sent, errors = child.communicate()
+    returncode, sent, last = child.wait()
     try:
-        first, packed = pickle.loads(sent) if child.returncode == 0 else (None, None)
+        first, packed = pickle.loads(sent) if returncode == 0 else (None, None)
     except (pickle.UnpicklingError, EOFError, TypeError, ValueError):
         first, packed = None, None
     if not isinstance(first, RecordsPass):  # the child could not read it: this process does
-        last = (errors.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
         _log.warning(
             "the child reading the first part failed (exit %s: %s); this process reads it",
-            child.returncode,
+            returncode,
             last[:200],
         )
         first = tally_part(path, slo, itl, end=middle)
@@ -217,16 +231,9 @@ def _cpus() -> int:
 
 
 def child(argv: list[str]) -> None:
-    """The child of `tally_file`: argv = path, end byte, slo (JSON), itl (0 or 1); the
-    `RecordsPass` of the file's lines before that byte and its request ids (`_pack`), pickled on
-    stdout."""
+    """The child of `tally_file`, in its own process: argv = path, end byte, slo (JSON), itl (0 or
+    1); the `RecordsPass` of the file's lines before that byte and its request ids (`_pack`),
+    pickled on stdout."""
     found = tally_part(Path(argv[0]), json.loads(argv[2]), argv[3] == "1", end=int(argv[1]))
     ids, found.ids = found.ids, set()
     sys.stdout.buffer.write(pickle.dumps((found, _pack(ids)), protocol=pickle.HIGHEST_PROTOCOL))
-
-
-# the child runs this llmload (first on its path), whatever the working folder holds
-_CHILD = (
-    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r}); "
-    "from llmload.analysis.run.records_pass import child; child(sys.argv[1:])"
-)
