@@ -43,6 +43,7 @@ from llmload.loadgen.run.run_state import RecordHook, RunState
 from llmload.loadgen.run.stage_plan import check_users_per_process, plan_stages, stall_limit
 from llmload.loadgen.run.stage_protocol import StageProtocol
 from llmload.loadgen.transport.preflight import auth_headers, preflight, probe_continuous_usage, tls_context
+from llmload.loadgen.transport.token_counts import ServerTokenCounts
 from llmload.loadgen.workload.prompts import calibrate, workload_for
 
 log = logging.getLogger("llmload")
@@ -217,7 +218,8 @@ def prepare_workload(
     if config.prompt_tokens is None and config.mode != "trace" and config.sessions is None:
         return None, None, None
     endpoint = sent_endpoint(env, config)
-    cal = calibrate(env.host or "", model, endpoint, auth_headers(api_key(env.parsed_options)), ctx, sent)
+    headers = auth_headers(api_key(env.parsed_options))
+    cal = calibrate(ServerTokenCounts(env.host or "", model, endpoint == "chat", headers, ctx, sent))
     if config.prompt_tokens is None:
         log.info(
             "llmload: %d one-token words (by %s), %d tokens every prompt costs (by %s)",

@@ -102,6 +102,11 @@ def http_failure(error: http.client.HTTPException) -> str:
     return f"the answer is not valid HTTP: {type(error).__name__}: {str(error)[:100]}"
 
 
+def generation_path(chat: bool) -> str:
+    """The path of a generation request: a chat's, or a completion's."""
+    return "/v1/chat/completions" if chat else "/v1/completions"
+
+
 def check_context(url: str, model: str, card: object, max_tokens: int, prompt_tokens: int | None) -> None:
     """PreflightError when the model card's `max_model_len` (vLLM, the simulator) cannot hold the
     prompt plus max_tokens: every request would fail with HTTP 400. A card without it passes."""
@@ -138,7 +143,7 @@ def probe_continuous_usage(
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
     body |= {"messages": [{"role": "user", "content": "Hello"}]} if chat else {"prompt": "Hello"}
-    path = "/v1/chat/completions" if chat else "/v1/completions"
+    path = generation_path(chat)
     request_id = f"calibration-{len(sent or ())}"  # its record's id (llmload.loadgen.run.run_start)
     req = urllib.request.Request(
         host.rstrip("/") + path,

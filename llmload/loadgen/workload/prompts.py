@@ -5,8 +5,8 @@ Sources (config keys):
 - `prompt_tokens: N`: synthetic prompts whose length as the server counts it
   (`usage.prompt_tokens`, BOS and chat template included) is N. Calibrated once, on the master
   (`calibrate`): every word of a plain English vocabulary is tokenized after a fixed anchor word
-  (with `/tokenize` where the server has it, vLLM `{"prompt"|"messages"}` -> `count`, llama.cpp
-  `{"content"}` -> `tokens`; else `usage.prompt_tokens` of one-token requests), and only the
+  (with `/tokenize` where the server has it, else `usage.prompt_tokens` of one-token requests:
+  the transport asks, `llmload.loadgen.transport.token_counts`), and only the
   words that cost exactly one token there are used. Every synthetic prompt is the anchor followed
   by such words, so it costs `overhead` + words tokens, where `overhead` (BOS, chat template, the
   anchor) is measured from `usage.prompt_tokens` of a probe request (from `/tokenize` when the
@@ -43,23 +43,16 @@ synthetic prompts, built once per process (`workload_for`).
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.client
 import json
 import random
-import ssl
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from llmload.core.config import ConfigError, SweepConfig
 from llmload.core.workload.lengths import as_lengths
 from llmload.core.workload.prompt_files import load_prompt_file
-from llmload.loadgen.workload.payload import endpoint_path
 
 # Common English words; real BPE tokenizers give about one token each (with the leading space).
 _VOCAB = (
@@ -118,88 +111,26 @@ def tag_words(request_id: str, vocab: tuple[str, ...]) -> str:
     return " ".join(out)
 
 
-def _post_json(
-    url: str, body: dict[str, Any], headers: dict[str, str], context: ssl.SSLContext | None
-) -> Any:
-    req = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **headers}
-    )
-    with urllib.request.urlopen(req, timeout=30, context=context) as resp:  # noqa: S310
-        return json.loads(resp.read())
+class TokenCounts(Protocol):
+    """The server's count of a text's tokens, two ways (each raises ValueError when the server gives
+    none that way): `llmload.loadgen.transport.token_counts.ServerTokenCounts` asks the server."""
+
+    host: str
+
+    def tokenize(self, text: str) -> int: ...
+
+    def usage(self, text: str) -> int: ...
 
 
-def _count_tokenize(host: str, model: str, chat: bool, text: str, headers: dict[str, str], ctx: Any) -> int:
-    """Tokens of `text` by the server's /tokenize (vLLM shape, then llama.cpp's)."""
-    vllm = {
-        "model": model,
-        **({"messages": [{"role": "user", "content": text}]} if chat else {"prompt": text}),
-    }
-    try:
-        return int(_post_json(host + "/tokenize", vllm, headers, ctx)["count"])
-    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError, KeyError, TypeError):
-        return len(_post_json(host + "/tokenize", {"content": text}, headers, ctx)["tokens"])
-
-
-def _count_usage(
-    host: str,
-    model: str,
-    chat: bool,
-    text: str,
-    headers: dict[str, str],
-    ctx: Any,
-    sent: list[dict[str, Any]] | None = None,
-) -> int:
-    """Tokens of `text` as usage.prompt_tokens of a one-token request (appended to `sent`: the
-    run records it, phase "calibration")."""
-    body: dict[str, Any] = {"model": model, "max_tokens": 1, "stream": False, "temperature": 0}
-    body |= {"messages": [{"role": "user", "content": text}]} if chat else {"prompt": text}
-    t_start, usage = time.time(), None
-    request_id = f"calibration-{len(sent or ())}"  # its record's id (llmload.loadgen.run.run_start)
-    path = host + endpoint_path("chat" if chat else "completions")
-    try:
-        usage = _post_json(path, body, {**headers, "X-Request-Id": request_id}, ctx)["usage"]
-        return int(usage["prompt_tokens"])
-    finally:
-        if sent is not None:
-            sent.append(
-                {
-                    "id": request_id,
-                    "endpoint": "chat" if chat else "completions",
-                    "t_start": t_start,
-                    "t_end": time.time(),
-                    "usage": usage if isinstance(usage, dict) else None,
-                    "max_tokens": 1,
-                    "stream": False,
-                }
-            )
-
-
-# an HTTP-level failure (not HTTP, cut short) is one more way a counting method is not there
-_COUNT_ERRORS = (urllib.error.URLError, OSError, http.client.HTTPException, ValueError, KeyError, TypeError)
-
-
-def calibrate(
-    host: str,
-    model: str,
-    endpoint: str,
-    headers: dict[str, str],
-    context: ssl.SSLContext | None = None,
-    sent: list[dict[str, Any]] | None = None,
-) -> Calibration:
+def calibrate(counts: TokenCounts) -> Calibration:
     """Find the words that cost one token on the server, and the overhead of every prompt (see
-    the module docstring); the generation requests it sends are appended to `sent`."""
-    host = host.rstrip("/")
-    chat = endpoint == "chat"
-    usage_count = functools.partial(_count_usage, sent=sent)
-    for method, count in (("tokenize", _count_tokenize), ("usage", usage_count)):
+    the module docstring), counting with `counts`."""
+    host = counts.host.rstrip("/")
+    for method, count in (("tokenize", counts.tokenize), ("usage", counts.usage)):
         try:
-            base = count(host, model, chat, ANCHOR, headers, context)
-            vocab = tuple(
-                w
-                for w in WORDS[1:]
-                if count(host, model, chat, f"{ANCHOR} {w}", headers, context) == base + 1
-            )
-        except _COUNT_ERRORS:
+            base = count(ANCHOR)
+            vocab = tuple(w for w in WORDS[1:] if count(f"{ANCHOR} {w}") == base + 1)
+        except ValueError:  # the server gives no count this way
             continue
         if len(vocab) < MIN_VOCAB:
             raise ConfigError(
@@ -208,10 +139,10 @@ def calibrate(
             )
         words = vocab[:OVERHEAD_PROBE_WORDS]
         probe = " ".join([ANCHOR, *words])  # costs overhead (the anchor's cost included) + len(words)
-        for overhead_method, measure in (("usage", usage_count), ("tokenize", count)):
+        for overhead_method, measure in (("usage", counts.usage), ("tokenize", count)):
             try:
-                overhead = measure(host, model, chat, probe, headers, context) - len(words)
-            except _COUNT_ERRORS:
+                overhead = measure(probe) - len(words)
+            except ValueError:
                 continue
             return Calibration(vocab, overhead, method, overhead_method)
     raise ConfigError(
