@@ -5,6 +5,11 @@ The kernel stamps every received packet (CLOCK_REALTIME, ns); `recvmsg` returns 
 the last packet the read consumed. The load generator uses it to time server messages when they
 arrived, not when it got round to reading them (`llmload.loadgen.transport.receive_stamps`); the simulator
 uses it to log when a request reached the server (`llmload.sim.connections`).
+
+The one module of core that imports `socket` (besides the error boundary's `socket.gaierror`), an
+exception written in the "I/O at the edges" contract of pyproject.toml: it opens no connection and
+sends nothing, it sets an option on a socket its caller made and decodes bytes, and it stays in
+core because the simulator, which may import nothing of llmload but a few core helpers, uses it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""The layer rules of docs/architecture.md hold (import-linter contracts in pyproject.toml), and
-the check really fails when a forbidden import is planted in a copy of the package."""
+"""The layer rules of docs/architecture.md hold (import-linter contracts in pyproject.toml, and the
+rule on urllib's I/O modules, which import-linter cannot tell from urllib.parse, over the syntax),
+and each check really fails when a forbidden import is planted in a copy of the package."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -16,6 +18,8 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 LAYERS = "layers: cli > loadgen > output > analysis > core"
 LOADGEN = "loadgen rooms: plugin > webui|monitor > request > run > workload|transport > stream"
 ANALYSIS = "analysis rooms: twin > commands (budget, compare...) > run > identity"
+IO = "I/O at the edges: analysis and core never open a connection or start a process"
+URLLIB_IO = ("urllib.request", "urllib.error")  # urllib.parse is pure
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -36,6 +40,27 @@ def test_the_layer_contracts_hold() -> None:
     result = lint_imports(REPO)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{LAYERS} KEPT" in result.stdout  # the layer order is one of the contracts checked
+
+
+def urllib_io_imports(package: Path) -> list[str]:
+    """`path:line` of every import of urllib's I/O modules in `package`'s analysis/ and core/
+    (in functions too; `from urllib import request` counts)."""
+    found = []
+    for path in sorted([*(package / "analysis").rglob("*.py"), *(package / "core").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            if any(n == m or n.startswith(m + ".") for n in names for m in URLLIB_IO):
+                found.append(f"{path.relative_to(package)}:{node.lineno}")
+    return found
+
+
+def test_analysis_and_core_import_no_urllib_io() -> None:
+    assert urllib_io_imports(REPO / "llmload") == []
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +92,12 @@ def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("analysis/identity/text_identity.py", "import llmload.analysis.run.metrics", ANALYSIS),
         ("analysis/run/metrics.py", "import llmload.analysis.compare", ANALYSIS),
         ("analysis/compare.py", "import llmload.analysis.soak.verdict", ANALYSIS),
+        # I/O at the edges: each forbidden module, in each layer, and one reached through servers/
+        ("analysis/run/metrics.py", "import subprocess", IO),
+        ("core/stats.py", "import socket", IO),
+        ("analysis/compare.py", "import http.client", IO),
+        ("core/files/jsonl.py", "import multiprocessing", IO),
+        ("analysis/run/postprocess.py", "import llmload.servers.python_child", IO),
     ],
 )
 def test_a_planted_forbidden_import_breaks_the_check(
@@ -81,3 +112,23 @@ def test_a_planted_forbidden_import_breaks_the_check(
         path.write_text(original)
     assert result.returncode != 0
     assert f"{contract} BROKEN" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "planted"),
+    [
+        ("analysis/run/sweep_rows.py", "import urllib.request"),
+        ("core/stats.py", "import urllib.request"),
+        ("core/config.py", "from urllib import error"),
+        ("analysis/run/steps.py", "def f():\n    from urllib.request import urlopen"),
+    ],
+)
+def test_a_planted_urllib_io_import_breaks_the_check(package_copy: Path, module: str, planted: str) -> None:
+    path = package_copy / "llmload" / module
+    original = path.read_text()
+    path.write_text(original + f"\n{planted}  # planted by the test\n")
+    try:
+        found = urllib_io_imports(package_copy / "llmload")
+    finally:
+        path.write_text(original)
+    assert len(found) == 1 and found[0].startswith(module + ":")
