@@ -8,7 +8,8 @@ read, split into lines in a bytearray, `feed_lines`).
 The stream is the simulator's vLLM shape with one token per chunk (256 content chunks, each
 followed by its blank separator line, then the usage chunk and `data: [DONE]`). Prints the best
 (minimum) of several timed passes in microseconds per SSE event, which is robust to a busy
-machine. The hot-path edits in llmload/loadgen/stream/sse.py were measured with it (docs/measurements.md).
+machine. The hot-path edits in llmload/loadgen/stream/ (sse.py, sse_template.py) were measured
+with it (docs/measurements.md).
 """
 
 from __future__ import annotations

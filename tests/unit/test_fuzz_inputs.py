@@ -57,8 +57,10 @@ from llmload.core.files.records import RecordFileError, RequestRecord
 from llmload.core.schema import settings as config_settings
 from llmload.loadgen.argparse_adapter import parser_actions
 from llmload.loadgen.options import run_config
+from llmload.loadgen.stream.decode import MalformedStream, StreamErrorEvent
 from llmload.loadgen.stream.responses import accumulator_for
-from llmload.loadgen.stream.sse import TEMPLATE_SLOTS, MalformedStream, StreamAccumulator, StreamErrorEvent
+from llmload.loadgen.stream.sse import StreamAccumulator
+from llmload.loadgen.stream.sse_template import TEMPLATE_SLOTS
 from llmload.output.run_table import render_run
 from llmload.output.table import FORMATS
 from llmload.sim.__main__ import SimFlagError, build_parser, config_from_args
@@ -553,7 +555,9 @@ def test_record_check_fast_path_agrees_with_field_by_field(changes, drop):
 
 def _state(acc: StreamAccumulator) -> tuple:
     """Every field of the accumulator but the token-chunk templates (a cache of feed_lines')."""
-    return tuple(getattr(acc, name) for name in StreamAccumulator.__slots__ if name not in TEMPLATE_SLOTS)
+    slots = [name for cls in type(acc).__mro__ for name in getattr(cls, "__slots__", ())]
+    assert len(slots) > 20  # every layer's fields (the accumulator is a chain of slotted classes)
+    return tuple(getattr(acc, name) for name in slots if name not in TEMPLATE_SLOTS)
 
 
 def _outcome(parse: Callable[[StreamAccumulator], object], chat: bool, keep_text: bool = True) -> tuple:

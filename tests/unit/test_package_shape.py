@@ -1,6 +1,7 @@
 """The package's shape (docs/architecture.md): no import circle between llmload's modules, counting
-every import (top-level, inside functions, under TYPE_CHECKING), and no folder of more than 15
-modules. The circle finder is checked on a planted circle, so a pass means something."""
+every import (top-level, inside functions, under TYPE_CHECKING), no folder of more than 15
+modules, and no loadgen module over 350 lines. The circle finder is checked on a planted circle,
+so a pass means something."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from fixtures.paths import REPO
 
 MAX_MODULES = 15  # modules of one folder, its __init__ and __main__ not counted
+MAX_LOADGEN_LINES = 350  # lines of one loadgen module (the first architecture step's bar)
 
 
 def module_names(root: Path) -> dict[str, Path]:
@@ -105,3 +107,12 @@ def test_no_folder_holds_more_than_15_modules() -> None:
         if len(modules) > MAX_MODULES:
             crowded[str(folder.relative_to(REPO))] = len(modules)
     assert crowded == {}
+
+
+def test_no_loadgen_module_over_350_lines() -> None:
+    long = {}
+    for path in sorted((REPO / "llmload" / "loadgen").rglob("*.py")):
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_LOADGEN_LINES:
+            long[str(path.relative_to(REPO))] = lines
+    assert long == {}

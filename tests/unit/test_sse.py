@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from llmload.loadgen.stream.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
+from llmload.loadgen.stream.decode import MalformedStream, StreamErrorEvent
+from llmload.loadgen.stream.sse import StreamAccumulator
 
 
 def sse(*events: dict | str) -> list[bytes]:

@@ -19,8 +19,9 @@ from unittest import mock
 
 import pytest
 
+from llmload.loadgen.stream.decode import MalformedStream, StreamErrorEvent
 from llmload.loadgen.stream.responses import ResponsesAccumulator, accumulator_for
-from llmload.loadgen.stream.sse import MalformedStream, StreamAccumulator, StreamErrorEvent
+from llmload.loadgen.stream.sse import StreamAccumulator
 
 N, M = 5, 3  # reasoning tokens, then answer tokens, one a chunk
 THOUGHTS = [f" t{i}" for i in range(N)]

@@ -1,5 +1,6 @@
 """A reasoning model's stream: which text is thinking and which is the answer, and how many tokens
-the server says were thinking. Pure helpers of the SSE accumulator (`llmload.loadgen.stream.sse`).
+the server says were thinking. Pure helpers of the SSE accumulator (`llmload.loadgen.stream.sse`,
+`.chunks`).
 
 Where servers put the thinking (tests/unit/test_sse_reasoning.py holds one stream of each):
 - chat, `delta.reasoning_content` (SGLang, llama.cpp with `--reasoning-format`, DeepSeek's API,

@@ -29,15 +29,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmload.loadgen.stream.decode import MalformedStream, StreamErrorEvent, check_usage, decode_data, shown
 from llmload.loadgen.stream.reasoning import ANSWER
-from llmload.loadgen.stream.sse import (
-    MalformedStream,
-    StreamAccumulator,
-    StreamErrorEvent,
-    _shown,
-    check_usage,
-    decode_data,
-)
+from llmload.loadgen.stream.sse import StreamAccumulator
 
 ANSWER_DELTAS = frozenset(
     {"response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta"}
@@ -77,7 +71,7 @@ def chat_usage(usage: Any, payload: bytes | bytearray) -> dict[str, Any]:
     """A Responses API usage object as the chat usage the rest of llmload reads; MalformedStream
     when it is not an object of counts."""
     if not isinstance(usage, dict):
-        raise MalformedStream(f"response.usage is not an object: {_shown(payload)!r}")
+        raise MalformedStream(f"response.usage is not an object: {shown(payload)!r}")
     out: dict[str, Any] = {
         "prompt_tokens": usage.get("input_tokens"),
         "completion_tokens": usage.get("output_tokens"),
@@ -123,17 +117,17 @@ class ResponsesAccumulator(StreamAccumulator):
             return True
         kind = obj.get("type")
         if not isinstance(kind, str):
-            raise MalformedStream(f"event without a type: {_shown(payload)!r}")
+            raise MalformedStream(f"event without a type: {shown(payload)!r}")
         if kind in ANSWER_DELTAS or kind in REASONING_DELTAS:
             delta = obj.get("delta")
             if not isinstance(delta, str):
-                raise MalformedStream(f"{kind}: delta is not a string: {_shown(payload)!r}")
+                raise MalformedStream(f"{kind}: delta is not a string: {shown(payload)!r}")
             if delta:
                 self._token(t, delta, kind in REASONING_DELTAS)
         elif kind in ENDS:
             response = obj.get("response")
             if not isinstance(response, dict):
-                raise MalformedStream(f"{kind} without a response object: {_shown(payload)!r}")
+                raise MalformedStream(f"{kind} without a response object: {shown(payload)!r}")
             if response.get("usage") is not None:
                 self.usage = chat_usage(response["usage"], payload)
             self.finish_reason = finish_reason(response)

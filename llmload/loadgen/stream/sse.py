@@ -32,191 +32,37 @@ Definitions (as vLLM `bench serve`, see docs/metrics.md):
   shared a read with a message written at a later instant (`feed_read`: not the closing
   messages a server writes with its last token); `ttft_uncertain`: the same for t_first.
 
-The token-chunk fast path (`feed_lines`): a line that matches the stream's token-chunk template
-is a token chunk, recorded without a JSON decode (llmload.loadgen.stream.sse_template); a reasoning
-stream learns a second template for its reasoning chunks, tried on a data line that is not an
-answer chunk (so a plain stream's token chunks cost what they cost without it).
+The token-chunk fast path (`feed_lines`, llmload.loadgen.stream.sse_template) records a line that
+matches the stream's token-chunk template without a JSON decode; the chunks' state and what it
+adds up to are llmload.loadgen.stream.chunks; decoding a data line is llmload.loadgen.stream.decode.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
 from typing import Any
 
-import orjson
+from llmload.loadgen.stream.decode import MalformedStream, StreamErrorEvent, check_usage, decode_data, shown
+from llmload.loadgen.stream.reasoning import ANSWER, TAGS_NONE, split_tags
+from llmload.loadgen.stream.sse_template import TemplatePath
 
-from llmload.loadgen.stream.reasoning import (
-    ANSWER,
-    BAD_REASONING_COUNT,
-    BOTH,
-    REASONING_AFTER_ANSWER,
-    TAGS_NONE,
-    TAGS_OPEN,
-    TAGS_UNKNOWN,
-    THINK_CLOSE_BYTES,
-    THOUGHT,
-    reported_reasoning,
-    split_tags,
-    split_texts,
-)
-from llmload.loadgen.stream.sse_template import TEMPLATE_TRIES, learn_template, not_ascii_plain, plain
-
-# The hot path decodes a data line with orjson straight from bytes (the parse is the reader's
-# largest cost after the socket: benchmarks/sse_parse.py, figures in docs/measurements.md).
-# orjson is stricter than json (NaN, integers beyond 64 bits, lone surrogates): a line it refuses
-# is decoded again by json, so both accept the same lines.
-_fast_decode = orjson.loads
-_decode = json.JSONDecoder().raw_decode
 _STR_OR_NONE = (str, type(None))
 EXACT_SLACK_S = 0.0005  # a read whose messages arrived within this of its stamp times them all
-# the accumulator's caches of its fast path (feed_lines): the templates and what learns them
-# (`_rfield`, the field the reasoning template is learned from, is last set by the full parse:
-# a reasoning chunk that takes the fast path leaves it as it was)
-TEMPLATE_SLOTS = ("_head", "_tail", "_tries", "_rhead", "_rtail", "_rtries", "_rfield", "_learning", "_kind")
 
 
-class MalformedStream(ValueError):
-    """A data line that is not valid JSON or not an object."""
-
-
-class StreamErrorEvent(RuntimeError):
-    """The server sent an error object inside the stream."""
-
-
-class StreamAccumulator:
+class StreamAccumulator(TemplatePath):
     """Accumulates one streamed response. Times are seconds since the request's t0."""
 
-    __slots__ = (
-        "chat",
-        "done",
-        "t_first",
-        "t_first_content",
-        "t_last",
-        "chunk_times",
-        "chunk_tokens",
-        "finish_reason",
-        "usage",
-        "_usage_per_chunk",
-        "_last_completion_tokens",
-        "_closing",
-        "texts",
-        "timings",
-        "_head",
-        "_tail",
-        "_tries",
-        "uncertain",
-        "ttft_uncertain",
-        "t_first_reasoning",
-        "reasoning_chunks",
-        "mixed_chunks",
-        "odd",
-        "_reasoning_tokens",
-        "_spans",
-        "_tags",
-        "_kind",
-        "_rfield",
-        "_rhead",
-        "_rtail",
-        "_rtries",
-        "_learning",
-    )
+    __slots__ = ("_closing",)
 
     def __init__(self, chat: bool = False, keep_text: bool = False) -> None:
-        self.chat = chat
-        self.texts: list[str] | None = [] if keep_text else None
-        self.done = False
-        self.t_first: float | None = None
-        self.t_first_content: float | None = None
-        self.t_last: float | None = None
-        self.chunk_times: list[float] = []
-        self.chunk_tokens: list[int] = []
-        self.finish_reason: str | None = None
-        self.usage: dict[str, Any] | None = None
-        self._usage_per_chunk = True  # stays True while every token chunk carried usage
-        self._last_completion_tokens = 0
+        super().__init__(chat, keep_text)
         self._closing: tuple[float, dict[str, Any] | None] | None = None  # candidate: time, its usage
-        self.timings: dict[str, Any] | None = None  # llama.cpp's timings, from the chunk with usage
-        self._head: bytes | None = None  # the token-chunk template (module docstring): line before the text
-        self._tail = b""  # and after it
-        self._tries = TEMPLATE_TRIES
-        self.uncertain: dict[int, float] = {}
-        self.ttft_uncertain: float | None = None
-        self.t_first_reasoning: float | None = None
-        self.reasoning_chunks = 0  # token chunks of reasoning text alone
-        self.mixed_chunks = 0  # token chunks of reasoning and answer text
-        self.odd: list[str] = []  # odd things that did not fail the stream (llmload.loadgen.stream.reasoning)
-        self._reasoning_tokens = 0  # tokens of the reasoning chunks, where per-chunk usage says
-        self._spans: list[tuple[int, int]] = []  # with keep_text: chunks with reasoning, its characters
-        self._tags = TAGS_UNKNOWN  # `<think>` tags in the text (llmload.loadgen.stream.reasoning)
-        self._kind = ANSWER  # what the chunk just counted carried (for the template to learn)
-        self._rfield = "reasoning_content"  # where the reasoning text sits (its template's field)
-        self._rhead: bytes | None = None  # the reasoning-chunk template, as _head and _tail
-        self._rtail = b""
-        self._rtries = TEMPLATE_TRIES
-        self._learning = True  # a template is still to learn (a reasoning one once reasoning came)
 
     def feed(self, line: bytes, t: float) -> bool:
         """Consume one SSE line; returns True once `data: [DONE]` was seen."""
         if not line.startswith(b"data:"):
             return False  # blank separators, comments (":"), event:/id: fields
         return self._feed_data(line[5:], t)
-
-    def feed_lines(self, lines: Iterable[bytes | bytearray], t: float) -> bool:
-        """Consume the SSE lines of one read (no line ends), all arrived at t; True at [DONE]
-        (the lines after it are not read). Token chunks that match the stream's template take
-        the fast path (module docstring)."""
-        head, tail, texts, times = self._head, self._tail, self.texts, self.chunk_times
-        start, after = (len(head), len(tail)) if head is not None else (0, 0)
-        rhead = self._rhead
-        for line in lines:
-            if head is not None and line.startswith(head) and line.endswith(tail):
-                end = len(line) - after
-                if end > start and (not_ascii_plain(line, start, end) is None or plain(line[start:end])):
-                    self.t_last = t
-                    times.append(t)
-                    if texts is not None:
-                        texts.append(line[start:end].decode())
-                    continue
-            if line[:5] != b"data:":
-                continue
-            if rhead is not None and line.startswith(rhead) and self._reasoning_fast(line, t):
-                continue
-            if not self._learning:
-                if self._feed_data(line[5:], t):
-                    return True
-            else:
-                chunks = len(times)
-                if self._feed_data(line[5:], t):
-                    return True
-                if len(times) > chunks:
-                    self._learn_template(line)
-            if self._head is not head or self._rhead is not rhead:  # a template learned or moved
-                head, tail, rhead = self._head, self._tail, self._rhead
-                start, after = (len(head), len(tail)) if head is not None else (0, 0)
-        return False
-
-    def _reasoning_fast(self, line: bytes | bytearray, t: float) -> bool:
-        """The reasoning template's fast path (module docstring): whether `line`, which starts
-        with the template's head, is a reasoning chunk of it, counted."""
-        tail = self._rtail
-        if not line.endswith(tail):
-            return False
-        start, end = len(self._rhead or b""), len(line) - len(tail)
-        if end <= start or (not_ascii_plain(line, start, end) is not None and not plain(line[start:end])):
-            return False
-        if self._tags == TAGS_OPEN and line.find(THINK_CLOSE_BYTES, start, end) >= 0:
-            return False  # the end of the thinking: parsed in full
-        if self.t_first_content is not None and REASONING_AFTER_ANSWER not in self.odd:
-            self.odd.append(REASONING_AFTER_ANSWER)
-        self.t_last = t
-        self.reasoning_chunks += 1
-        self.chunk_times.append(t)
-        if self.texts is not None:
-            text = line[start:end].decode()
-            self._spans.append((len(self.texts), len(text)))
-            self.texts.append(text)
-        return True
 
     def feed_read(
         self, lines: list[bytes | bytearray], t: float, slack: float, since_read: float, ends_whole: bool
@@ -267,32 +113,6 @@ class StreamAccumulator:
             self.ttft_uncertain = bound
         return done
 
-    def _learn_template(self, line: bytes | bytearray) -> None:
-        """Make `line`, just parsed in full and counted as a token chunk, the stream's template of
-        its kind (answer or reasoning) if it is one and that template is still to learn
-        (llmload.loadgen.stream.sse_template); else leave it."""
-        if self._kind == ANSWER and self._tags == TAGS_NONE and self._head is None and self._tries:
-            # (not while the stream's first text is still whitespace: its next chunk may open a
-            # `<think>`, which the fast path would not look for)
-            self._tries -= 1
-            template = learn_template(line, "content" if self.chat else "text")
-            if template is not None:
-                self._head, self._tail = template
-        elif self._kind == THOUGHT and self._rhead is None and self._rtries:
-            self._rtries -= 1
-            template = learn_template(line, self._rfield)
-            if template is not None:
-                self._rhead, self._rtail = template
-        self._learning = bool(
-            (self._head is None and self._tries)
-            or (self._rhead is None and self._rtries and self._spans_seen)
-        )
-
-    @property
-    def _spans_seen(self) -> bool:
-        """Whether a reasoning chunk was seen (its template is worth learning)."""
-        return self.t_first_reasoning is not None
-
     def _feed_data(self, payload: bytes | bytearray, t: float) -> bool:
         """One data field (JSON may have whitespace around it)."""
         obj = decode_data(payload)
@@ -305,7 +125,7 @@ class StreamAccumulator:
             check_usage(usage, payload)
         if choices:
             if not isinstance(choices, list) or not isinstance(choices[0], dict):
-                raise MalformedStream(f"choices is not a list of objects: {_shown(payload)!r}")
+                raise MalformedStream(f"choices is not a list of objects: {shown(payload)!r}")
             self._on_choice(choices[0], usage, t)
         elif "error" in obj:
             raise StreamErrorEvent(" ".join(str(obj["error"]).split())[:200] or "an empty error object")
@@ -329,19 +149,6 @@ class StreamAccumulator:
         elif tokens == len(self.chunk_times) + 1:
             self._usage_per_chunk = False
             self._count_chunk(t, "", None)
-
-    def _count_chunk(self, t: float, text: str, tokens: int | None, reasoning: int = 0) -> None:
-        """A token chunk at t: its text (its first `reasoning` characters reasoning), its tokens
-        when per-chunk usage says."""
-        if reasoning and self.texts is not None:
-            self._spans.append((len(self.texts), reasoning))
-        self.chunk_times.append(t)
-        if self.texts is not None:
-            self.texts.append(text)
-        if tokens is not None:
-            self.chunk_tokens.append(tokens)
-            if reasoning:
-                self._reasoning_tokens += tokens if reasoning == len(text) else max(tokens - 1, 1)
 
     def _on_choice(self, choice: dict[str, Any], usage: dict[str, Any] | None, t: float) -> None:
         if self.t_first is None:
@@ -411,126 +218,3 @@ class StreamAccumulator:
         if self._tags == TAGS_NONE and self._rfield in ("content", "text"):
             self._rhead, self._rtries = None, 0
         return text, reasoning
-
-    def _on_reasoning(self, t: float, answer_too: bool) -> None:
-        """A token chunk with reasoning text (and answer text after it when `answer_too`) at t."""
-        if self.t_first_reasoning is None:
-            self.t_first_reasoning = t
-            self._learning = self._learning or bool(self._rtries)
-        if self.t_first_content is not None and REASONING_AFTER_ANSWER not in self.odd:
-            self.odd.append(REASONING_AFTER_ANSWER)
-        if answer_too:
-            self.mixed_chunks += 1
-            self._kind = BOTH
-            if self.t_first_content is None:
-                self.t_first_content = t
-        else:
-            self.reasoning_chunks += 1
-            self._kind = THOUGHT
-
-    @property
-    def completion_tokens(self) -> int | None:  # int or None: _check_usage saw every usage
-        """usage.completion_tokens if the server sent usage, else None."""
-        if self.usage is None or self.usage.get("completion_tokens") is None:
-            return None
-        return int(self.usage["completion_tokens"])
-
-    def output_tokens(self, max_tokens: int) -> tuple[int, bool]:
-        """(output tokens, estimated): usage.completion_tokens when the server sent it; else an
-        estimate, never a chunk count passed off as tokens: max_tokens when finish_reason is
-        "length" (the server stopped at the limit), else the content chunks, a lower bound (a chunk
-        may carry several tokens: speculative decoding, servers that batch their writes)."""
-        if self.completion_tokens is not None:
-            return self.completion_tokens, False
-        if self.finish_reason == "length" and len(self.chunk_times) <= max_tokens:
-            return max_tokens, True
-        return len(self.chunk_times), True
-
-    @property
-    def prompt_tokens(self) -> int | None:
-        if self.usage is None or self.usage.get("prompt_tokens") is None:
-            return None
-        return int(self.usage["prompt_tokens"])
-
-    def tokens_per_chunk(self) -> list[int] | None:
-        """Tokens of each token chunk, when every one of them carried cumulative usage."""
-        if self._usage_per_chunk and self.chunk_times and len(self.chunk_tokens) == len(self.chunk_times):
-            return list(self.chunk_tokens)
-        return None
-
-    @property
-    def cached_tokens(self) -> int | None:
-        """Prompt tokens the server's prefix cache served: usage.prompt_tokens_details.cached_tokens
-        (vLLM, llama.cpp), else llama.cpp's timings.cache_n; None when the server says neither."""
-        details = (self.usage or {}).get("prompt_tokens_details")
-        cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        if cached is None and self.timings is not None:
-            cached = self.timings.get("cache_n")
-        return int(cached) if isinstance(cached, int | float) else None
-
-    @property
-    def text(self) -> str:
-        """The reply's answer text (built with `keep_text`; multi-turn sessions resend it)."""
-        return self.answer_and_reasoning()[0]
-
-    def answer_and_reasoning(self) -> tuple[str, str]:
-        """(answer, reasoning) text of the reply (built with `keep_text`)."""
-        return split_texts(self.texts or (), self._spans)
-
-    def reasoning_tokens(self) -> tuple[int | None, bool]:
-        """(reasoning tokens, counted by the client): the server's count when it sent one
-        (llmload.loadgen.stream.reasoning), else the reasoning chunks' tokens (per-chunk usage) or
-        the reasoning chunks, a chunk with answer text too counting all its tokens but one (one
-        when they are unknown); (None, False) for a stream without reasoning."""
-        reported = reported_reasoning(self.usage)
-        if reported == BAD_REASONING_COUNT:
-            if BAD_REASONING_COUNT not in self.odd:
-                self.odd.append(BAD_REASONING_COUNT)
-        elif reported is not None:
-            return int(reported), False
-        if self.t_first_reasoning is None:
-            return None, False
-        if self.tokens_per_chunk() is not None:
-            return self._reasoning_tokens, True
-        return self.reasoning_chunks + self.mixed_chunks, True
-
-
-def decode_data(payload: bytes | bytearray) -> dict[str, Any] | None:
-    """A data field's JSON object; None for `[DONE]`; MalformedStream for anything else."""
-    try:
-        obj = _fast_decode(payload)
-    except orjson.JSONDecodeError:
-        payload = payload.strip()
-        if payload == b"[DONE]":
-            return None
-        obj = _slow_decode(payload)
-    if not isinstance(obj, dict):
-        raise MalformedStream(f"data line is not a JSON object: {_shown(payload)!r}")
-    return obj
-
-
-def _shown(payload: bytes | bytearray) -> bytes:
-    """The start of a data field, for an error message."""
-    return bytes(payload.strip()[:80])
-
-
-def _slow_decode(payload: bytes | bytearray) -> Any:
-    """json's decode of a data line orjson refused; MalformedStream if json refuses it too."""
-    try:
-        text = payload.decode()  # SSE is UTF-8; UnicodeDecodeError is a ValueError
-        obj, end = _decode(text)
-        if end != len(text):
-            raise ValueError("data after the JSON value")
-    except ValueError:
-        raise MalformedStream(f"data line is not JSON: {_shown(payload)!r}") from None
-    return obj
-
-
-def check_usage(usage: Any, payload: bytes | bytearray) -> None:
-    """MalformedStream unless usage is an object whose token counts are integers >= 0 (or absent)."""
-    if not isinstance(usage, dict):
-        raise MalformedStream(f"usage is not an object: {_shown(payload)!r}")
-    for key in ("completion_tokens", "prompt_tokens"):
-        count = usage.get(key)
-        if count is not None and (type(count) is not int or count < 0):
-            raise MalformedStream(f"usage.{key} is not a count: {_shown(payload)!r}")

@@ -37,7 +37,8 @@ import gevent
 from geventhttpclient.client import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
-from llmload.loadgen.stream.sse import MalformedStream, StreamAccumulator, StreamErrorEvent, check_usage
+from llmload.loadgen.stream.decode import MalformedStream, StreamErrorEvent, check_usage
+from llmload.loadgen.stream.sse import StreamAccumulator
 from llmload.loadgen.transport.connections import Lease, UserConnections
 from llmload.loadgen.transport.preflight import tls_context
 from llmload.loadgen.transport.receive_stamps import ReceiveClock, stamp_receive_times
