@@ -18,8 +18,8 @@ from llmload.loadgen.monitor.health_sampler import start_sampling
 from llmload.loadgen.monitor.run_monitor import RunMonitor
 from llmload.loadgen.monitor.soak_monitor import SoakMonitor
 from llmload.loadgen.options import register_options, run_config
+from llmload.loadgen.run.error_log import RunErrors
 from llmload.loadgen.run.ladder import register_messages
-from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.shutdown import install as install_shutdown
 from llmload.loadgen.webui.tokens_tab import register_web_ui
 
@@ -43,6 +43,6 @@ def _on_init(environment: Any, **_: Any) -> None:
     if options is not None and getattr(options, "headless", False) and not getattr(options, "worker", False):
         try:  # fail fast on a bad ladder file, before any user starts; the run takes it (begin_run)
             environment.llmload_config = run_config(options)
-        except ConfigError as e:  # before any file of the run: logged, no run file (run_errors)
+        except ConfigError as e:  # before any file of the run: logged, no run file (error_log)
             RunErrors(environment).record("bad_config", str(e), exit_codes.BAD_INPUT)
             sys.exit(exit_codes.BAD_INPUT)

@@ -39,7 +39,7 @@ def server_rows(metrics: Sequence[ServerRungMetrics]) -> list[list[str]]:
     ]
 
 
-def server_notes(server: ServerMetrics) -> list[str]:
+def server_table_notes(server: ServerMetrics) -> list[str]:
     """Lines printed under the server table: what it shows, the overlap mark, the warnings."""
     notes = [f"server metrics ({server.family}); running, waiting, kv usage: means over the rung's scrapes"]
     if any(m.overlap for m in server.rungs):
@@ -50,4 +50,4 @@ def server_notes(server: ServerMetrics) -> list[str]:
 def render_server_metrics(server: ServerMetrics, fmt: str = "table") -> str:
     """The per-stage server table (table or markdown) followed by its notes."""
     table = report_grid(SERVER_COLUMNS, server_rows(server.rungs), fmt)
-    return "\n".join([table, *server_notes(server)])
+    return "\n".join([table, *server_table_notes(server)])

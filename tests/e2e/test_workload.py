@@ -15,7 +15,7 @@ from llmload.core.config import ConfigError, SweepConfig, load_config
 from llmload.core.files.records import RequestRecord, read_records
 from llmload.core.workload.prompt_files import load_prompt_file
 from llmload.loadgen.transport.token_counts import ServerTokenCounts
-from llmload.loadgen.workload.prompts import WORDS, Workload, calibrate, tag_words, workload_for
+from llmload.loadgen.workload.prompts import WORDS, Workload, calibrate_prompts, tag_words, workload_for
 from llmload.sim.truth import load_truth
 
 pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
@@ -96,7 +96,7 @@ def test_workload_for_reuses_a_workload_only_for_the_same_inputs():
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 def test_calibration_against_the_server(sim_start, endpoint):
     sim = sim_start(base_ms=1)
-    cal = calibrate(ServerTokenCounts(sim.url, "sim-model", endpoint == "chat", {}))
+    cal = calibrate_prompts(ServerTokenCounts(sim.url, "sim-model", endpoint == "chat", {}))
     # the simulator's tokenizer: words of up to 6 letters are one token, longer ones two
     # (llmload.sim.tokens); every prompt costs BOS + the anchor word (+ 3 chat template tokens)
     assert cal.vocab == tuple(w for w in WORDS[1:] if len(w) <= 6)

@@ -13,7 +13,7 @@ import pytest
 from llmload.core.config import SweepConfig
 from llmload.loadgen.transport.token_counts import ServerTokenCounts
 from llmload.loadgen.workload.payload import endpoint_path
-from llmload.loadgen.workload.prompts import calibrate
+from llmload.loadgen.workload.prompts import calibrate_prompts
 from llmload.loadgen.workload.trace import TraceWorkload
 
 pytestmark = pytest.mark.real
@@ -47,7 +47,7 @@ def test_trace_prompts_cost_input_length_and_share_the_blocks_hash_ids_say(llama
             for i, (n, ids) in enumerate(LINES)
         )
     )
-    cal = calibrate(ServerTokenCounts(llama_server.url, llama_server.model, endpoint == "chat", {}))
+    cal = calibrate_prompts(ServerTokenCounts(llama_server.url, llama_server.model, endpoint == "chat", {}))
     prompts = TraceWorkload(
         SweepConfig(mode="trace", trace_file=str(trace)), cal.vocab, cal.overhead
     ).prepare()

@@ -22,8 +22,8 @@ from llmload.core.config import load_config
 from llmload.core.files.records import RecordWriter, write_records
 from llmload.core.files.run_errors import KINDS, UNKNOWN, RunError, errors_of
 from llmload.core.files.run_files import RunFiles
+from llmload.loadgen.run.error_log import RunErrors
 from llmload.loadgen.run.record_sinks import RungReconciler
-from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.run.run_state import RunState
 from llmload.loadgen.run.stage_protocol import StageProtocol
 

@@ -178,7 +178,7 @@ def measure_rung(rung: int, users: int, records: Iterable[RequestRecord]) -> Run
     )
 
 
-def _server_view(samples: Sequence[Sample], window: Window) -> tuple[float | None, float | None]:
+def _peak_batch(samples: Sequence[Sample], window: Window) -> tuple[float | None, float | None]:
     """(the most running, the most waiting while running was at that most) in the window."""
     inside = [s.values for s in samples if window.start <= s.t <= window.end and "running" in s.values]
     if not inside:
@@ -215,7 +215,7 @@ def measure_run(
     out = []
     for index in sorted(by_rung):
         measured = measure_rung(index, users[index], by_rung[index])
-        running, waiting = _server_view(samples, windows[index]) if index in windows else (None, None)
+        running, waiting = _peak_batch(samples, windows[index]) if index in windows else (None, None)
         changes: dict[str, Any] = {"counters_accept": (accept_by_rung or {}).get(index)}
         if running is not None:
             changes |= {"batch": running, "batch_source": "server", "server_waiting": waiting}

@@ -58,7 +58,7 @@ MIN_DRIFT_WINDOWS = 3
 
 
 @dataclass(slots=True)
-class Window:
+class SoakWindow:
     """One window's figures (see the module docstring); latencies in ms, None without values."""
 
     index: int
@@ -147,7 +147,7 @@ class SoakReport:
     t0: float
     duration: float | None
     finished: bool  # the run reached its duration (run file says finished)
-    windows: list[Window]
+    windows: list[SoakWindow]
     tail_requests: int
     drifts: dict[str, Drift]
     checks: list[Check]
@@ -232,9 +232,9 @@ def run_soak_config(prefix: str, info: dict[str, Any] | None, config_path: str |
 
 def _fill_windows(
     records_path: Path, t0: float, window_s: float, end: float | None
-) -> tuple[dict[int, Window], float | None, int]:
+) -> tuple[dict[int, SoakWindow], float | None, int]:
     """Per-window accumulators of every measured record ending after t0, the latest end, skipped lines."""
-    windows: dict[int, Window] = {}
+    windows: dict[int, SoakWindow] = {}
     last_end: float | None = None
     skipped = 0
     for _, parsed, micros in iter_indexed_record_lines(records_path):
@@ -250,7 +250,7 @@ def _fill_windows(
             i = -1  # the tail
         w = windows.get(i)
         if w is None:
-            w = windows[i] = Window(i, t0 + i * window_s, t0 + (i + 1) * window_s)
+            w = windows[i] = SoakWindow(i, t0 + i * window_s, t0 + (i + 1) * window_s)
         w.tally.add(rec, data, micros)
     return windows, last_end, skipped
 
@@ -264,7 +264,7 @@ def _first_start(records_path: Path) -> float | None:
     return min(starts, default=None)
 
 
-def attach_health(windows: Iterable[Window], samples: list[dict[str, Any]]) -> None:
+def attach_health(windows: Iterable[SoakWindow], samples: list[dict[str, Any]]) -> None:
     """Per window: summed per-process mean CPU %, summed per-process max RSS (MB), max lag (ms)."""
     by_window: dict[int, list[dict[str, Any]]] = defaultdict(list)
     wins = list(windows)
@@ -290,7 +290,7 @@ def attach_health(windows: Iterable[Window], samples: list[dict[str, Any]]) -> N
 
 
 # --- drift and checks -----------------------------------------------------------------------------
-def window_drift(windows: list[Window], metric: str, settle: int, confidence: float) -> Drift:
+def window_drift(windows: list[SoakWindow], metric: str, settle: int, confidence: float) -> Drift:
     """The trend of agg tok/s ("tok_s") or TTFT p50 ("ttft") over windows[settle:]."""
     points = [
         (
@@ -412,7 +412,7 @@ def soak_report(prefix: str | Path, *, config_path: str | None = None) -> SoakRe
             end = min(last_end, deadline) if deadline is not None else last_end
         n = int((end - t0) // soak.window_s + 1e-9)
         windows = [
-            by_index.get(i) or Window(i, t0 + i * soak.window_s, t0 + (i + 1) * soak.window_s)
+            by_index.get(i) or SoakWindow(i, t0 + i * soak.window_s, t0 + (i + 1) * soak.window_s)
             for i in range(n)
         ]
         tail = sum(w.requests for i, w in by_index.items() if not 0 <= i < n)

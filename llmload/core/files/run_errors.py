@@ -3,7 +3,7 @@
 Owns the vocabulary: `KINDS` (each a short stable identifier and what it means), `RunError` (one
 entry: kind, message, the exit code it set or None), its JSON form, and `errors_of`, which reads
 the `errors` list of a parsed run file. The Locust side records them
-(`llmload.loadgen.run.run_errors`); programs read them from the file, never from Locust's log, whose
+(`llmload.loadgen.run.error_log`); programs read them from the file, never from Locust's log, whose
 wording is for people.
 
 A kind outside `KINDS` is refused where an error is made (`RunError` raises ValueError: a new kind

@@ -10,7 +10,7 @@ On the master (or the local process), when a run whose configuration has a `soak
   other row of its older half, so the charts still span the whole run at a coarser step.
 At `quitting` (a finished run, or one stopped by SIGTERM/SIGINT) the run is judged from its files
 (`llmload.analysis.soak.verdict`), the outputs are written next to them, the verdict is logged (one that
-is not a pass, and its reasons, as errors of the run: `llmload.loadgen.run.run_errors`), and
+is not a pass, and its reasons, as errors of the run: `llmload.loadgen.run.error_log`), and
 `environment.process_exit_code` is set: 0 pass, 1 breached, 2 not run, 4 incomplete. It is set to
 0 explicitly on a pass, since Locust otherwise exits 1 when any request failed.
 """

@@ -20,7 +20,7 @@ from llmload.analysis.run.reconcile import Tally, check_inputs, check_rung
 from llmload.core.config import SweepConfig
 from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE
-from llmload.loadgen.run.run_errors import RunErrors
+from llmload.loadgen.run.error_log import RunErrors
 from llmload.loadgen.run.stage_protocol import StageProgress, StageProtocol
 
 RecordSink = Callable[[RequestRecord], None]

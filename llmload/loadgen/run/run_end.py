@@ -1,6 +1,6 @@
 """How a ladder run ends on the master (or the local process): its exit code and its last wait.
 
-Owns `RunEnd`: each run's errors (`begin`: a `llmload.loadgen.run.run_errors.RunErrors`, kept after the
+Owns `RunEnd`: each run's errors (`begin`: a `llmload.loadgen.run.error_log.RunErrors`, kept after the
 run closed for what is said at quitting), the exit code of a run that could not start or stalled
 (`fail`), of a rung whose accounts do not add up (`rung_failed`), and of a run stopped before its
 last rung (`on_quitting`: the interrupted code, whatever Locust's own would be; a soak run's code
@@ -25,7 +25,7 @@ from locust.runners import MasterRunner
 from llmload.core import exit_codes
 from llmload.core.command_line import errno_text, path_text
 from llmload.core.names import REQUEST_TYPE
-from llmload.loadgen.run.run_errors import RunErrors
+from llmload.loadgen.run.error_log import RunErrors
 from llmload.loadgen.run.run_state import RunState
 from llmload.loadgen.run.stage_protocol import StageProgress
 

@@ -37,14 +37,14 @@ from llmload.core.workload.prompt_files import load_prompt_file
 from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.run.capacity_probes import CapacityProbes
 from llmload.loadgen.run.clock_sync import ClockSync
+from llmload.loadgen.run.error_log import RunErrors
 from llmload.loadgen.run.record_sinks import FirstBadRequest, RecordCounter, RecordSink, RungReconciler
-from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.run.run_state import RecordHook, RunState
 from llmload.loadgen.run.stage_plan import check_users_per_process, plan_stages, stall_limit
 from llmload.loadgen.run.stage_protocol import StageProtocol
 from llmload.loadgen.transport.preflight import auth_headers, preflight, probe_continuous_usage, tls_context
 from llmload.loadgen.transport.token_counts import ServerTokenCounts
-from llmload.loadgen.workload.prompts import calibrate, workload_for
+from llmload.loadgen.workload.prompts import calibrate_prompts, workload_for
 
 log = logging.getLogger("llmload")
 NO_WORKERS = (
@@ -219,7 +219,7 @@ def prepare_workload(
         return None, None, None
     endpoint = sent_endpoint(env, config)
     headers = auth_headers(api_key(env.parsed_options))
-    cal = calibrate(ServerTokenCounts(env.host or "", model, endpoint == "chat", headers, ctx, sent))
+    cal = calibrate_prompts(ServerTokenCounts(env.host or "", model, endpoint == "chat", headers, ctx, sent))
     if config.prompt_tokens is None:
         log.info(
             "llmload: %d one-token words (by %s), %d tokens every prompt costs (by %s)",

@@ -5,7 +5,7 @@ Owns `RunState`: the run's configuration, model and files, its stages and their 
 every record and on the run file, so a file holding two runs, or a run file of another run, is told
 apart from one run), and the list of sinks each record goes to (`receive`); and `<prefix>_run.json`
 (`write_run_file`, through `write_run_json`), rewritten whole at every stage boundary, once more,
-finished, at the end, and at every error the run records (`llmload.loadgen.run.run_errors`: its `errors`).
+finished, at the end, and at every error the run records (`llmload.loadgen.run.error_log`: its `errors`).
 A run is made by `llmload.loadgen.run.run_start.begin_run`; its sinks are
 `llmload.loadgen.run.record_sinks`'s, the capacity search's (`llmload.loadgen.run.capacity_probes`) and the
 web UI's (`LadderShape.record_hooks`).
@@ -23,9 +23,9 @@ from llmload.core.files.records import RecordWriter, RequestRecord, new_run_id
 from llmload.core.files.run_files import RunFiles, write_run_json
 from llmload.loadgen.run.capacity_probes import CapacityProbes
 from llmload.loadgen.run.clock_sync import ClockSync
+from llmload.loadgen.run.error_log import RunErrors
 from llmload.loadgen.run.messages import Stage, config_to_dict
 from llmload.loadgen.run.record_sinks import RecordSink, RungReconciler
-from llmload.loadgen.run.run_errors import RunErrors
 from llmload.loadgen.run.stage_plan import expected_requests
 from llmload.loadgen.run.stage_protocol import StageProgress, StageProtocol, start_spread
 

@@ -1,5 +1,5 @@
 """The server's count of a text's tokens, the two ways synthetic prompts are calibrated
-(`llmload.loadgen.workload.prompts.calibrate`): its `/tokenize` endpoint (vLLM
+(`llmload.loadgen.workload.prompts.calibrate_prompts`): its `/tokenize` endpoint (vLLM
 `{"prompt"|"messages"}` -> `count`, llama.cpp `{"content"}` -> `tokens`), and `usage.prompt_tokens`
 of a one-token request (each appended to `sent`: the run records it, phase "calibration").
 

@@ -4,7 +4,7 @@ Sources (config keys):
 - `prompt`: one fixed prompt (the default).
 - `prompt_tokens: N`: synthetic prompts whose length as the server counts it
   (`usage.prompt_tokens`, BOS and chat template included) is N. Calibrated once, on the master
-  (`calibrate`): every word of a plain English vocabulary is tokenized after a fixed anchor word
+  (`calibrate_prompts`): every word of a plain English vocabulary is tokenized after a fixed anchor word
   (with `/tokenize` where the server has it, else `usage.prompt_tokens` of one-token requests:
   the transport asks, `llmload.loadgen.transport.token_counts`), and only the
   words that cost exactly one token there are used. Every synthetic prompt is the anchor followed
@@ -122,7 +122,7 @@ class TokenCounts(Protocol):
     def usage(self, text: str) -> int: ...
 
 
-def calibrate(counts: TokenCounts) -> Calibration:
+def calibrate_prompts(counts: TokenCounts) -> Calibration:
     """Find the words that cost one token on the server, and the overhead of every prompt (see
     the module docstring), counting with `counts`."""
     host = counts.host.rstrip("/")

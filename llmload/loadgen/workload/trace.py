@@ -9,7 +9,7 @@ every record (`queue_wait` in the metrics).
 Each line becomes a request with `max_tokens = output_length` (and the run's `ignore_eos`, on by
 default) and a prompt: its `input_text` verbatim, else synthetic text that costs exactly
 `input_length` tokens on the server. It is built from the run's calibration
-(`llmload.loadgen.workload.prompts.calibrate`): the anchor word, then words that each cost one token
+(`llmload.loadgen.workload.prompts.calibrate_prompts`): the anchor word, then words that each cost one token
 after it (`Calibration.vocab`), so the prompt costs `overhead` (BOS, chat template, the anchor)
 plus one token per word. Token block i (tokens 512*i .. 512*i + 511, BOS included) is the text of
 hash_ids[i]: block 0 is the overhead then 512 - overhead words, every later block 512 words, the
