@@ -24,6 +24,7 @@ the M matched differ).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,9 +119,8 @@ class OutputIdentity:
         }
 
 
-def _config(res: RunResult) -> dict[str, Any]:
-    config = (res.run_info or {}).get("config")
-    return config if isinstance(config, dict) else {}
+def _config(res: RunResult) -> Mapping[str, Any]:
+    return res.run_info.config if res.run_info else {}
 
 
 def _config_reasons(base: RunResult, cand: RunResult) -> list[str]:

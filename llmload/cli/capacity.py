@@ -28,17 +28,17 @@ import sys
 from pathlib import Path
 
 from llmload.analysis.capacity import CapacityResult, replay
-from llmload.analysis.run.postprocess import read_run_info
 from llmload.analysis.run.sweep_rows import group_rungs
 from llmload.cli.sweep import OVERWRITE_HELP, _sim_flag, check_input, ended_by, records_at
 from llmload.cli.sweep_run import default_run_dir, run_sweep
 from llmload.core.checks import file_name, file_path, folder_path
 from llmload.core.command_line import ArgumentParser, command, one_line
-from llmload.core.config import ENDPOINTS, ConfigError, load_config, parse_config
+from llmload.core.config import ENDPOINTS, ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED
 from llmload.core.files.output_paths import check_output_file, claim_run_folder, fresh_folder
 from llmload.core.files.records import RecordFileError, read_records
 from llmload.core.files.run_files import RunFiles
+from llmload.core.files.run_info import read_run_info
 from llmload.core.stop_signals import STOPS
 from llmload.output.capacity import FORMATS, capacity_plot, render_capacity
 
@@ -46,10 +46,10 @@ from llmload.output.capacity import FORMATS, capacity_plot, render_capacity
 def capacity_of_run(prefix: str | Path | RunFiles) -> CapacityResult:
     """The search's answer from a run's records and run file (its config names the SLOs)."""
     files = prefix if isinstance(prefix, RunFiles) else RunFiles(Path(prefix))
-    info = read_run_info(files.prefix)
-    if info is None or "config" not in info:
+    info = read_run_info(files)
+    if info is None or not info.has_config:
         raise RecordFileError(f"{files.run}: no run file: cannot tell the run's SLOs")
-    config = parse_config(info["config"], source=str(files.run))
+    config = info.sweep_config()
     if config.mode != "capacity":
         raise ConfigError(f"{files.run}: the run is 'mode: {config.mode}', not a capacity search")
     records, _ = read_records(files.records)

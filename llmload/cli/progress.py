@@ -15,15 +15,15 @@ and `progress.close()` when it has exited (or `with Progress(prefix) as progress
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from llmload.analysis.run.rung_tally import SweepTally
 from llmload.core.files.jsonl import loads
 from llmload.core.files.run_files import RunFiles
+from llmload.core.files.run_info import read_run_file
 from llmload.core.names import MEASURE_PHASE, WARMUP_RUNG
 from llmload.output.table import fmt_num
 
@@ -73,30 +73,21 @@ class Progress:
             except (ValueError, TypeError, KeyError):
                 continue  # not a record: the post-processor skips it too (and says so)
 
-    def _read_run(self) -> dict[str, Any] | None:
-        """The run file, or None before the ladder wrote it (it is replaced whole, never partial)."""
-        try:
-            run = json.loads(self.run_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return run if isinstance(run, dict) and run.get("stages") else None
-
     def line(self) -> str | None:
         """The progress line for what has been read so far; None before the first stage began."""
-        run = self._read_run()
-        if run is None:
+        run = read_run_file(self.run_path)[0]  # None before the ladder wrote it (written whole)
+        if run is None or not run.stages:
             return None
-        stage = run["stages"][-1]
-        expected = stage.get("expected_requests")
-        if stage["rung"] == WARMUP_RUNG:
+        stage = run.stages[-1]
+        expected = stage.expected_requests
+        if stage.rung == WARMUP_RUNG:
             head, done, rates = "warm-up", self.tally.warmup_requests, ""  # no rates: not measured
-        elif stage.get("phase", MEASURE_PHASE) != MEASURE_PHASE:  # a determinism probe
-            head, done, rates = stage["name"], None, ""
+        elif stage.phase != MEASURE_PHASE:  # a determinism probe
+            head, done, rates = stage.name, None, ""
         else:
-            rungs = run.get("config", {}).get("rungs") or ()
-            measured = [s for s in run["stages"] if s["rung"] != WARMUP_RUNG and _measured(s)]
-            head = f"{stage['name']} ({len(measured)}/{len(rungs)})" if rungs else stage["name"]
-            tally = self.tally.rungs.get(stage["rung"])
+            rungs = run.config.get("rungs") or ()
+            head = f"{stage.name} ({len(run.measured_stages)}/{len(rungs)})" if rungs else stage.name
+            tally = self.tally.rungs.get(stage.rung)
             done = tally.requests if tally else 0
             row = tally.row() if tally else None
             rates = (
@@ -105,7 +96,7 @@ class Progress:
                 else ""
             )
         of = f"/{expected}" if expected is not None else ""
-        state = "  done" if run.get("finished") else ""
+        state = "  done" if run.finished else ""
         if done is None:
             return f"{head}  {expected} requests{state}"
         return f"{head}  {done}{of} requests{rates}{state}"
@@ -131,11 +122,6 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
             self._shown = ""
-
-
-def _measured(stage: dict[str, Any]) -> bool:
-    """Whether a run file's stage is a measured rung (runs before phases were written: every one)."""
-    return bool(stage.get("phase", MEASURE_PHASE) == MEASURE_PHASE)
 
 
 def _columns(stream: TextIO) -> int:

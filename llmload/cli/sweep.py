@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from llmload.analysis.identity.determinism import diverged
-from llmload.analysis.run.postprocess import RunResult, load_run, missing_rungs, read_run_info
+from llmload.analysis.run.postprocess import RunResult, load_run, missing_rungs
 from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, default_run_dir, locust_command, run_sweep
 from llmload.core.checks import file_name, file_path, folder_path
 from llmload.core.command_line import ArgumentParser, command, one_line
@@ -44,8 +44,9 @@ from llmload.core.config import ENDPOINTS, ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT, DIVERGED, EXIT_CODES, INTERRUPTED, OK, WRITE_FAILED
 from llmload.core.files.output_paths import check_output_folder, claim_run_folder, fresh_folder
 from llmload.core.files.records import RecordFileError
-from llmload.core.files.run_errors import KINDS, RunError, errors_of
-from llmload.core.files.run_files import RunFiles
+from llmload.core.files.run_errors import KINDS, RunError
+from llmload.core.files.run_files import SIM_LOG, RunFiles
+from llmload.core.files.run_info import read_run_info
 from llmload.core.schema import shown
 from llmload.core.stop_signals import STOPS
 from llmload.loadgen.argparse_adapter import parser_actions
@@ -194,7 +195,8 @@ def run_errors(run: SweepRun) -> list[RunError]:
     told = [
         RunError(t.kind, t.message, t.exit_code) for t in run.told if t.source == "locust" and t.kind in KINDS
     ]
-    written = errors_of(read_run_info(run.files.prefix)) if run_file_is_this_runs(run) else []
+    info = read_run_info(run.files) if run_file_is_this_runs(run) else None
+    written = info.errors if info is not None else ()
     return told + [e for e in written if e not in told]
 
 
@@ -205,7 +207,7 @@ def ended_by(run: SweepRun) -> tuple[int, str] | None:
     failed = [t.message for t in run.told if t.exit_code == WRITE_FAILED]
     if failed:
         return WRITE_FAILED, failed[0]
-    sim_log = run.log.parent / "sim.log"
+    sim_log = run.log.parent / SIM_LOG
     said = [t.message for t in run.told if t.source == "llmload sim"]
     exit_code = run.simulator_exit
     code = exit_code if exit_code in (BAD_INPUT, WRITE_FAILED) else INTERRUPTED
@@ -223,7 +225,7 @@ def ended_by(run: SweepRun) -> tuple[int, str] | None:
 def unmeasured(run: SweepRun) -> RunResult | None:
     """A run stopped before its first record, as a table of its ladder (its run file's) with every
     rung marked started or not run; None without a run file of this run."""
-    info = read_run_info(run.files.prefix) if run_file_is_this_runs(run) else None
+    info = read_run_info(run.files) if run_file_is_this_runs(run) else None
     missing = missing_rungs(info, [])
     return RunResult(str(run.files.prefix), None, [], [], None, [], info, missing) if missing else None
 

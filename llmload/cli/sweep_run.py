@@ -38,6 +38,7 @@ from typing import Any
 
 from llmload.cli.progress import Progress
 from llmload.core.exit_codes import INTERRUPTED, WRITE_FAILED
+from llmload.core.files import run_files
 from llmload.core.files.run_files import RunFiles
 from llmload.core.status_pipe import Status, StatusPipe
 from llmload.core.stop_signals import (
@@ -128,8 +129,10 @@ def serve(
     if host:
         yield host, None
         return
-    truth = run_dir / "sim_truth.jsonl"
-    server = SimulatorProcess(truth_log=truth, log_path=run_dir / "sim.log", extra_args=sim_args, **sim)
+    truth = run_dir / run_files.SIM_TRUTH
+    server = SimulatorProcess(
+        truth_log=truth, log_path=run_dir / run_files.SIM_LOG, extra_args=sim_args, **sim
+    )
     server.process.dies_with_parent = True
     if status is not None:
         server.process.env = status.child_env()
@@ -304,7 +307,7 @@ def run_sweep(
     run_dir.mkdir(parents=True, exist_ok=True)
     prefix = run_dir / "run"
     files = records or RunFiles(prefix)
-    log = run_dir / "locust.log"
+    log = run_dir / run_files.LOCUST_LOG
     returncode, truth_log, stopped_by, time_limit, started_at = INTERRUPTED, None, None, None, None
     simulator_exit, simulator_failure = None, None
     with STOPS as signals, StatusPipe() as status:

@@ -79,6 +79,7 @@ from llmload.core.files import run_files
 from llmload.core.files.output_paths import check_output_folder
 from llmload.core.files.records import RecordFileError
 from llmload.core.files.run_files import RunFiles
+from llmload.core.files.run_info import RunInfo
 from llmload.core.schema import shown
 from llmload.core.stop_signals import STOPS
 from llmload.output.twin_report import (
@@ -288,26 +289,28 @@ def _show_decision(args: argparse.Namespace, decision: Decision, run_dir: Path |
 
 def write_decision(run_dir: Path, decision: Decision, source: str) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "decision.json").write_text(render_json(decision.as_dict()) + "\n")
-    (run_dir / "decision.html").write_text(decision_html(decision, f"llmload twin: the decision on {source}"))
+    (run_dir / run_files.DECISION).write_text(render_json(decision.as_dict()) + "\n")
+    (run_dir / run_files.DECISION_HTML).write_text(
+        decision_html(decision, f"llmload twin: the decision on {source}")
+    )
 
 
 # --- the run and its fit ----------------------------------------------------------------------
 
 
-def load_measured(source: str) -> tuple[RunResult, dict[str, Any]]:
+def load_measured(source: str) -> tuple[RunResult, RunInfo]:
     files = RunFiles.find(source)
     result = load_run(files, with_metrics=True, start_child=PythonChild)
     info = result.run_info
-    if not info or not isinstance(info.get("config"), dict):
+    if not info or not info.has_config:
         raise RecordFileError(f"{files.run}: no run file: the twin replays the ladder it names")
-    config = parse_config(info["config"], source=str(files.run))
+    config = info.sweep_config()
     if config.mode == "capacity":
         raise ConfigError(f"{files.run}: a capacity search is not a ladder to replay; give a sweep")
     return result, info
 
 
-def fit_run(result: RunResult, info: dict[str, Any]) -> TwinFit:
+def fit_run(result: RunResult, info: RunInfo) -> TwinFit:
     server = load_server_metrics(result.prefix, info, result.iter_records())
     path = metrics_path(result.prefix)
     scrapes = [s.values for s in read_samples(path)[1]] if path.exists() else []
@@ -318,10 +321,10 @@ def fit_run(result: RunResult, info: dict[str, Any]) -> TwinFit:
     )
 
 
-def ladder_of(info: dict[str, Any], rungs: list[int | float] | None, source: str) -> dict[str, Any]:
+def ladder_of(info: RunInfo, rungs: list[int | float] | None, source: str) -> dict[str, Any]:
     """The run's own ladder (its run file's config), with other rungs when asked; checked (a bad
     --rungs is named as the flag)."""
-    config = dict(info["config"])
+    config = dict(info.config)
     if rungs is not None:
         config["rungs"] = rungs
     try:
@@ -407,7 +410,7 @@ def calibrate(
     )
     if not wait_all([start_sweep(folder, {**ladder, "warmup_requests": 0}, sim_pairs(fast, model))]):
         raise Stopped
-    truth_path = folder / "run" / "sim_truth.jsonl"
+    truth_path = folder / "run" / run_files.SIM_TRUTH
     truth = load_truth(truth_path)[0] if truth_path.exists() else {}
     draws = [
         (r.output_tokens, int(truth[r.request_id]["accept_seed"]))
@@ -494,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT
     sim_file = run_dir / "twin_sim.yaml"
-    model = info.get("model")
+    model = info.model
     if args.fit_only:
         write_yaml(sim_file, dict(fit.params.sim_settings()))
         return _print_fit(args.format, fit, sim_file)

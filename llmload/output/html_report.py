@@ -27,7 +27,7 @@ from llmload.analysis.run.records_pass import StartChild
 from llmload.analysis.run.server_metrics import ServerMetrics, load_server_metrics
 from llmload.analysis.twin.decision import Decision
 from llmload.core.config import ConfigError
-from llmload.core.files.run_files import RunFiles
+from llmload.core.files.run_files import DECISION, RunFiles
 from llmload.core.run_environment import read_environment
 from llmload.output.gpu_report import gpu_extra
 from llmload.output.server_report import render_server_metrics
@@ -56,17 +56,17 @@ def _img(path: Path, alt: str) -> str:
 
 
 def summary_items(result: RunResult, env: Mapping[str, Any] | None) -> dict[str, Any]:
-    info = result.run_info or {}
-    stages = info.get("stages", [])
+    info = result.run_info
+    stages = info.stages if info else ()
     server = (env or {}).get("server_version")
     return {
-        "target": info.get("host") or (env or {}).get("target", "-"),
-        "model": info.get("model", "-"),
+        "target": (info.host if info else None) or (env or {}).get("target", "-"),
+        "model": info.model or "-" if info else "-",
         "server version": f"{server['version']} (GET {server['endpoint']})" if server else "not reported",
         "rungs": ", ".join(str(r.users) for r in result.rungs),
-        "started": _when(stages[0]["started"] if stages else None),
-        "finished": _when(stages[-1].get("finished") if stages else None),
-        "run complete": info.get("finished", "unknown"),
+        "started": _when(stages[0].started if stages else None),
+        "finished": _when(stages[-1].finished if stages else None),
+        "run complete": "unknown" if info is None or info.finished is None else info.finished,
     }
 
 
@@ -126,7 +126,7 @@ def render_html(
     if warnings:
         items = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
         parts += ["<h2>Warnings</h2>", f"<ul class='warn'>{items}</ul>"]
-    config = (result.run_info or {}).get("config")
+    config = dict(result.run_info.config) if result.run_info else None
     parts += [
         "<h2>Configuration</h2>",
         _pre(yaml.safe_dump(config, sort_keys=False) if config else "not recorded"),
@@ -135,13 +135,10 @@ def render_html(
     return "\n".join(parts)
 
 
-DECISION_FILE = "decision.json"
-
-
 def read_decision(path: Path, what: str) -> Decision:
     """`llmload twin`'s decision.json at `path` (or in the folder `path`); ConfigError (one line,
     naming `what` and the file) when it cannot be read or is not a decision."""
-    file = path / DECISION_FILE if path.is_dir() else path
+    file = path / DECISION if path.is_dir() else path
     try:
         doc = json.loads(file.read_bytes())
         return Decision.from_dict(doc)
@@ -166,7 +163,7 @@ def write_report(
     from llmload.output.plots import write_plots  # matplotlib is imported only when a report is made
 
     prefix = str(RunFiles.find(path).prefix)
-    beside = Path(prefix).parent / DECISION_FILE
+    beside = Path(prefix).parent / DECISION
     stated = decision
     if stated is None and beside.is_file():
         stated = read_decision(beside, "the run's")

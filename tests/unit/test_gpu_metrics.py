@@ -22,6 +22,7 @@ from llmload.analysis.run.gpu_metrics import (
 from llmload.analysis.run.server_metrics import Sample, Window
 from llmload.analysis.run.sweep_rows import SweepRow
 from llmload.core.config import ConfigError, load_config
+from llmload.core.files.run_info import RunInfo
 from llmload.core.prometheus_text import parse_prometheus
 from llmload.loadgen.options import run_config
 from llmload.output.gpu_report import gpu_extra, gpu_notes
@@ -107,13 +108,17 @@ def test_no_scrape_around_a_rung_gives_no_figures():
     assert g.energy_j is None and g.tok_per_j is None and g.power_w is None and g.util_pct is None
 
 
-RUN_INFO = {"host": "http://127.0.0.1:8000", "config": {"gpu_metrics": "/gpu/metrics"}}
+RUN_INFO = RunInfo(
+    Path("run_run.json"), (), host="http://127.0.0.1:8000", config={"gpu_metrics": "/gpu/metrics"}
+)
 WALLS = [(Window(0, 1, 3.0, 5.0), 10)]
 
 
 def test_an_exporter_that_gave_nothing_is_one_note_saying_what_to_do(tmp_path: Path):
     prefix = tmp_path / "run"
-    assert load_gpu_metrics(prefix, {"config": {}}, WALLS) is None  # not asked: nothing
+    assert (
+        load_gpu_metrics(prefix, RunInfo(Path("run_run.json"), (), {}), WALLS) is None
+    )  # not asked: nothing
     down = load_gpu_metrics(prefix, RUN_INFO, WALLS)  # asked, no file
     assert isinstance(down, GpuMetrics) and down.rungs == {}
     assert "http://127.0.0.1:8000/gpu/metrics did not answer" in (down.note or "")

@@ -15,10 +15,11 @@ import pytest
 
 from llmload.analysis.run.gpu_metrics import gpu_metrics_path, gpu_values, load_gpu_metrics
 from llmload.analysis.run.server_metrics import Window
+from llmload.core.files.run_info import RunInfo
 from llmload.loadgen.monitor.nvml import NvmlSampler
 from llmload.loadgen.options import run_config
 
-RUN_INFO = {"config": {"gpu_metrics": "nvml"}}
+RUN_INFO = RunInfo(Path("run_run.json"), (), config={"gpu_metrics": "nvml"})
 
 
 def _lines(path: Path) -> list[dict]:

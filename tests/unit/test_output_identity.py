@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from test_determinism import WORDS, record
@@ -14,10 +15,11 @@ from llmload.analysis.output_identity import CHANGED, IDENTICAL, UNMATCHED, outp
 from llmload.analysis.run.postprocess import RunResult
 from llmload.analysis.run.sweep_rows import Rung
 from llmload.core.files.records import RequestRecord
+from llmload.core.files.run_info import RunInfo
 
 
 def run(records: list[RequestRecord], config: dict[str, Any] | None = None) -> RunResult:
-    info = None if config is None else {"config": config, "stages": []}
+    info = None if config is None else RunInfo(Path("x_run.json"), (), config)
     return RunResult("x", records, [], [], None, [], info)
 
 

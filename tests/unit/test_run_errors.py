@@ -14,7 +14,6 @@ import pytest
 from fixtures.paths import REPO
 from fixtures.runs import make_record
 
-from llmload.analysis.run.postprocess import read_run_info
 from llmload.cli.sweep import report
 from llmload.cli.sweep_run import SweepRun
 from llmload.core import exit_codes
@@ -22,6 +21,7 @@ from llmload.core.config import load_config
 from llmload.core.files.records import RecordWriter, write_records
 from llmload.core.files.run_errors import KINDS, UNKNOWN, RunError, errors_of
 from llmload.core.files.run_files import RunFiles
+from llmload.core.files.run_info import read_run_info
 from llmload.loadgen.run.error_log import RunErrors
 from llmload.loadgen.run.record_sinks import RungReconciler
 from llmload.loadgen.run.run_state import RunState
@@ -31,8 +31,10 @@ PREFLIGHT = "http://127.0.0.1:9/v1/models: cannot reach the server: [Errno 111] 
 
 
 def read_back(prefix: Path) -> list[tuple[str, str, int | None]]:
-    """What a reader finds in the run file: through analysis' run-file reader, as the sweep reads."""
-    return [(e.kind, e.message, e.exit_code) for e in errors_of(read_run_info(prefix))]
+    """What a reader finds in the run file: through the one run-file reader, as the sweep reads."""
+    info = read_run_info(prefix)
+    assert info is not None
+    return [(e.kind, e.message, e.exit_code) for e in info.errors]
 
 
 def test_before_the_run_exists_errors_make_a_run_file_of_their_own(tmp_path):
@@ -42,7 +44,7 @@ def test_before_the_run_exists_errors_make_a_run_file_of_their_own(tmp_path):
     errors.record("preflight", PREFLIGHT, exit_codes.BAD_INPUT)
     assert env.process_exit_code == exit_codes.BAD_INPUT
     assert read_back(prefix) == [("preflight", PREFLIGHT, 2)]
-    assert read_run_info(prefix)["stages"] == []  # a run file the table reads: no rung started
+    assert read_run_info(prefix).stages == ()  # a run file the table reads: no rung started
 
 
 def test_errors_keep_their_order_each_once_and_log_once(tmp_path, caplog):
@@ -84,8 +86,8 @@ def test_once_the_run_exists_its_own_run_file_carries_them_finished_stays_finish
     state.write_run_file(finished=True)
     errors.record("soak", "soak verdict BREACHED (exit code 1)", 1)  # at quitting, after the end
     info = read_run_info(files.prefix)
-    assert info["run_id"] == state.run_id and info["finished"] is True and info["model"] == "m"
-    assert [e.message for e in errors_of(info)] == [
+    assert info.run_id == state.run_id and info.finished is True and info.model == "m"
+    assert [e.message for e in info.errors] == [
         "the server answered HTTP 400 (bad request): early",
         "soak verdict BREACHED (exit code 1)",
     ]

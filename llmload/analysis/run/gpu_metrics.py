@@ -40,6 +40,7 @@ from llmload.analysis.run.server_metrics import Sample, Window, counter_delta, g
 from llmload.core.config import NVML
 from llmload.core.files.jsonl import iter_jsonl
 from llmload.core.files.run_files import RunFiles
+from llmload.core.files.run_info import RunInfo
 from llmload.core.names import rung_name
 from llmload.core.stats import mean
 
@@ -230,16 +231,15 @@ class GpuMetrics:
 
 
 def load_gpu_metrics(
-    prefix: str | Path, run_info: Mapping[str, Any] | None, rungs: Sequence[tuple[Window, int]]
+    prefix: str | Path, run_info: RunInfo | None, rungs: Sequence[tuple[Window, int]]
 ) -> GpuMetrics | None:
     """The run's GPU figures; None when the run did not ask for them (no `gpu_metrics`). `rungs`:
     each measured rung's window (its first request's start to its last one's end: the sweep
     table's wall_s) and output tokens (the table's `tokens`)."""
-    info = run_info or {}
-    configured = (info.get("config") or {}).get("gpu_metrics")
-    if not configured:
+    configured = run_info.config.get("gpu_metrics") if run_info is not None else None
+    if not configured or run_info is None:
         return None
-    url = gpu_url(str(configured), str(info.get("host") or ""))
+    url = gpu_url(str(configured), run_info.host or "")
     found = read_gpu_scrapes(gpu_metrics_path(prefix))
     if not found.samples:
         return GpuMetrics(url, {}, _absent_note(url, found))

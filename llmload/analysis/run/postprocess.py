@@ -17,11 +17,9 @@ optional). Shared by `llmload table`, `llmload sweep` and the reports.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from llmload.analysis.identity.determinism import RungDivergence, divergence
 from llmload.analysis.run.gpu_metrics import GpuMetrics, load_gpu_metrics
@@ -36,6 +34,7 @@ from llmload.analysis.run.sweep_rows import MissingRung, Rung, SweepRow, group_r
 from llmload.core.files.chunk_index import index_path
 from llmload.core.files.records import RecordFileError, RequestRecord, iter_record_lines
 from llmload.core.files.run_files import RunFiles
+from llmload.core.files.run_info import RunInfo, read_run_file
 from llmload.core.names import DETERMINISM_PHASE, WARMUP_RUNG
 from llmload.core.stats import DEFAULT_PERCENTILES
 
@@ -50,7 +49,7 @@ class RunResult:
     rows: list[SweepRow]
     metrics: list[RungMetrics] | None
     warnings: list[str]
-    run_info: dict[str, Any] | None  # the parsed <prefix>_run.json, when present
+    run_info: RunInfo | None  # the run file (<prefix>_run.json), when present and this run's
     missing: list[MissingRung] = field(default_factory=list)  # ladder rungs without any record
     divergence: list[RungDivergence] = field(default_factory=list)  # greedy-determinism check
     records_file: Path | None = None  # the records, when not at <prefix>_records.jsonl
@@ -78,43 +77,18 @@ class RunResult:
         return group_rungs(self.iter_records())
 
 
-def read_run_info(prefix: str | Path) -> dict[str, Any] | None:
-    """The ladder's run file, or None if absent or unreadable (`run_file`)."""
-    return run_file(prefix)[0]
-
-
-def run_file(prefix: str | Path) -> tuple[dict[str, Any] | None, str | None]:
-    """(the ladder's run file, None) or, when it is absent, (None, None); when it is there but
-    not a run file (not JSON, not an object, no list of stages), (None, a warning naming it)."""
-    path = RunFiles(Path(prefix)).run
-    try:
-        text = path.read_bytes()
-    except FileNotFoundError:
-        return None, None
-    except OSError as e:
-        return None, f"{path}: cannot read the run file ({e.strerror or e}): ignored"
-    try:
-        info = json.loads(text)
-    except (ValueError, RecursionError):
-        return None, f"{path}: not JSON, not a run file: ignored (which rungs finished is unknown)"
-    stages = info.get("stages") if isinstance(info, dict) else None
-    if not isinstance(stages, list) or not all(_stage_ok(s) for s in stages):
-        return None, f"{path}: no list of stages, not a run file: ignored (which rungs finished is unknown)"
-    return info, None
-
-
 def _runs_named(runs: Mapping[str | None, int]) -> str:
     return ", ".join(f"{run or '(none)'} from line {line}" for run, line in list(runs.items())[:4])
 
 
 def _check_run_file(
-    info: dict[str, Any] | None, runs: Mapping[str | None, int], path: Path
-) -> tuple[dict[str, Any] | None, str | None]:
+    info: RunInfo | None, runs: Mapping[str | None, int], path: Path
+) -> tuple[RunInfo | None, str | None]:
     """The run file kept when it is the records' run's (the same run id, or none on either side:
     runs before run ids), else dropped with a warning naming both ids."""
     if info is None:
         return None, None
-    theirs, ours = info.get("run_id"), next(iter(runs), None)
+    theirs, ours = info.run_id, next(iter(runs), None)
     if theirs == ours:
         return info, None
     return None, (
@@ -123,28 +97,20 @@ def _check_run_file(
     )
 
 
-def _stage_ok(stage: Any) -> bool:
-    return (
-        isinstance(stage, dict)
-        and all(type(stage.get(k)) is int for k in ("rung", "users"))
-        and isinstance(stage.get("finished"), float | int | None)
-    )
-
-
-def unfinished_rungs(run_info: Mapping[str, Any] | None) -> set[int]:
+def unfinished_rungs(run_info: RunInfo | None) -> set[int]:
     """Rungs the ladder started but did not finish (the run was stopped or killed mid-rung)."""
     if not run_info:
         return set()
-    return {s["rung"] for s in run_info.get("stages", []) if s.get("finished") is None and s["rung"] >= 0}
+    return {s.rung for s in run_info.stages if s.finished is None and s.rung >= 0}
 
 
-def missing_rungs(run_info: Mapping[str, Any] | None, rungs: Sequence[RungTally]) -> list[MissingRung]:
+def missing_rungs(run_info: RunInfo | None, rungs: Sequence[RungTally]) -> list[MissingRung]:
     """The ladder's rungs (from the run file's config) that have no measured record."""
-    config = (run_info or {}).get("config")
-    if not isinstance(config, dict) or not isinstance(config.get("rungs"), list):
+    config = run_info.config if run_info is not None else {}
+    ladder = config.get("rungs")
+    if not isinstance(ladder, list):
         return []
-    ladder = config["rungs"]
-    started = {s["rung"]: s["users"] for s in (run_info or {}).get("stages", [])}
+    started = {s.rung: s.users for s in run_info.stages} if run_info is not None else {}
     measured = {r.index for r in rungs}
     rate_mode = config.get("mode") == "rate"
     missing = []
@@ -175,9 +141,9 @@ def load_run(
     files = prefix if isinstance(prefix, RunFiles) else RunFiles(Path(prefix))
     prefix = str(files.prefix)
     records_path = str(files.records)
-    info, run_warning = run_file(prefix)
+    info, run_warning = read_run_file(files.run)
     if slo is None:  # the run's own `slo:` from its config file (goodput's keys: itl_ms is not one)
-        given = ((info or {}).get("config", {}).get("slo") or {}).items()
+        given = ((info.config.get("slo") if info else None) or {}).items()
         slo = {k: v for k, v in given if v is not None and k in SLO_KEYS}
     found = tally_file(
         Path(records_path),
@@ -222,14 +188,14 @@ def load_run(
 
 def _server_view(
     prefix: str,
-    info: dict[str, Any] | None,
+    info: RunInfo | None,
     found: RecordsPass,
     rows: Sequence[SweepRow],
     rungs: Sequence[RungTally],
 ) -> ServerMetrics | None:
     """Each row's prefix-cache share (`RungTally.cache`, bounded by the run's shared prefix) and
     the server's own figures of its rung (`row.server`); the server's figures of the run."""
-    shared = SharedPrefix.of(info)
+    shared = SharedPrefix.of(info.prompts if info else None)
     for row, tally in zip(rows, rungs, strict=True):
         row.cache = tally.cache(shared)
     client = {t.index: t.tokens + t.partial_tokens for t in rungs} | {WARMUP_RUNG: found.tally.warmup_tokens}

@@ -592,10 +592,9 @@ class SharedPrefix:
         return f"prompt_tokens - {self.distinct_words}"
 
     @classmethod
-    def of(cls, info: Mapping[str, Any] | None) -> SharedPrefix | None:
+    def of(cls, prompts: Mapping[str, Any] | None) -> SharedPrefix | None:
         """From a run file's `prompts` (None: the run repeats prompts on purpose, or is older)."""
-        prompts = (info or {}).get("prompts")
-        if not isinstance(prompts, dict):
+        if prompts is None:
             return None
         tokens, words = prompts.get("shared_tokens"), prompts.get("distinct_words")
         if type(tokens) is int:

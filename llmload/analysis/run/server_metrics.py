@@ -36,6 +36,7 @@ from typing import Any
 from llmload.core.files.jsonl import iter_jsonl
 from llmload.core.files.records import RequestRecord
 from llmload.core.files.run_files import RunFiles
+from llmload.core.files.run_info import RunInfo
 from llmload.core.names import MEASURE_PHASE, WARMUP_PHASE, WARMUP_RUNG, rung_name
 from llmload.core.stats import mean
 
@@ -178,15 +179,14 @@ class Window:
     end: float
 
 
-def stage_windows(run_info: Mapping[str, Any], last_t: float) -> list[Window]:
+def stage_windows(run_info: RunInfo, last_t: float) -> list[Window]:
     """The warm-up's and the measured rungs' [started, finished] windows from a run file; an
     unfinished stage ends at last_t."""
     windows = []
-    for s in run_info.get("stages", []):
-        if s.get("phase", MEASURE_PHASE) not in (MEASURE_PHASE, WARMUP_PHASE):
+    for s in run_info.stages:
+        if s.phase not in (MEASURE_PHASE, WARMUP_PHASE) or s.started is None:
             continue
-        end = s.get("finished")
-        windows.append(Window(s["rung"], s["users"], float(s["started"]), float(end or last_t)))
+        windows.append(Window(s.rung, s.users, s.started, float(s.finished or last_t)))
     return windows
 
 
@@ -319,7 +319,7 @@ class ServerMetrics:
 
 
 def load_server_metrics(
-    prefix: str | Path, run_info: Mapping[str, Any] | None, records: Iterable[RequestRecord]
+    prefix: str | Path, run_info: RunInfo | None, records: Iterable[RequestRecord]
 ) -> ServerMetrics | None:
     """Per-rung server metrics of a run, or None without a scrape file, samples or run file."""
     if not metrics_path(prefix).exists() or not run_info:
@@ -328,7 +328,7 @@ def load_server_metrics(
 
 
 def server_metrics_of(
-    prefix: str | Path, run_info: Mapping[str, Any] | None, client: Mapping[int, int], failed: Sequence[int]
+    prefix: str | Path, run_info: RunInfo | None, client: Mapping[int, int], failed: Sequence[int]
 ) -> ServerMetrics | None:
     """`load_server_metrics` with the client's tokens per rung index (and the rungs with a failed
     request) already counted (`client_tokens`, or the post-processor's tallies)."""

@@ -34,6 +34,7 @@ import numpy as np
 
 from llmload.analysis.run.server_metrics import Sample, Window, metrics_path, read_samples, stage_windows
 from llmload.core.files.records import RequestRecord
+from llmload.core.files.run_info import RunInfo
 from llmload.core.names import MEASURE_PHASE
 
 GROUP_SHARE = 0.2  # gaps under this share of the 90th-percentile gap are inside one step ...
@@ -192,7 +193,7 @@ def _peak_batch(samples: Sequence[Sample], window: Window) -> tuple[float | None
 
 def measure_run(
     records: Iterable[RequestRecord],
-    run_info: Mapping[str, Any] | None,
+    run_info: RunInfo | None,
     prefix: str | None = None,
     accept_by_rung: Mapping[int, float | None] | None = None,
 ) -> list[RungSteps]:

@@ -41,13 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from llmload.analysis.run.health import read_health
-from llmload.analysis.run.postprocess import read_run_info
 from llmload.analysis.run.rung_tally import RungTally
 from llmload.analysis.soak.drift import Trend, fit_trend
 from llmload.core import exit_codes
-from llmload.core.config import ConfigError, SoakConfig, SweepConfig, load_config, parse_config
+from llmload.core.config import ConfigError, SoakConfig, SweepConfig, load_config
 from llmload.core.files.records import RecordFileError, iter_indexed_record_lines
 from llmload.core.files.run_files import RunFiles
+from llmload.core.files.run_info import RunInfo, RunStage, read_run_info
 from llmload.core.stats import percentile
 
 # the soak verdict in the common exit codes (llmload.core.exit_codes): a breach is a failure
@@ -210,24 +210,20 @@ class SoakReport:
 
 
 # --- reading the files ----------------------------------------------------------------------------
-def _measured_stage(info: dict[str, Any] | None) -> dict[str, Any] | None:
-    stages = [s for s in (info or {}).get("stages", []) if s.get("rung", -1) >= 0]
+def _measured_stage(info: RunInfo | None) -> RunStage | None:
+    stages = [s for s in (info.stages if info else ()) if s.rung >= 0]
     return stages[0] if stages else None
 
 
-def run_soak_config(prefix: str, info: dict[str, Any] | None, config_path: str | None) -> SweepConfig:
+def run_soak_config(prefix: str, info: RunInfo | None, config_path: str | None) -> SweepConfig:
     """The run's configuration: `config_path` if given, else the one recorded in the run file."""
     if config_path:
         return load_config(config_path)
-    run_file = RunFiles(Path(prefix)).run
-    if info is None or "config" not in info:
+    if info is None or not info.has_config:
+        run_file = RunFiles(Path(prefix)).run
         raise ConfigError(f"{run_file}: missing or unreadable; name the soak config with --config")
     # only the keys a soak report needs, so other sections of a newer or older run file do not matter
-    raw = info["config"]
-    return parse_config(
-        {k: raw[k] for k in ("mode", "rungs", "duration", "soak") if k in raw},
-        source=str(run_file),
-    )
+    return info.sweep_config(("mode", "rungs", "duration", "soak"))
 
 
 def _fill_windows(
@@ -384,16 +380,16 @@ def soak_report(prefix: str | Path, *, config_path: str | None = None) -> SoakRe
         raise ConfigError(f"{config.source}: no 'soak' section; this is not a soak configuration")
     soak = config.soak
     files = RunFiles(Path(prefix))
-    records_path = Path((info or {}).get("records") or files.records)
+    records_path = Path((info.records if info else None) or files.records)
     if not records_path.exists():
         raise RecordFileError(f"{records_path}: no such records file")
     stage = _measured_stage(info)
     warnings: list[str] = []
-    t0 = stage.get("started") if stage else None
+    t0 = stage.started if stage else None
     if t0 is None:
         t0 = _first_start(records_path)
         warnings.append("no soak start time in the run file; windows start at the first measured request")
-    finished = bool(info and info.get("finished"))
+    finished = bool(info and info.finished)
     duration = config.duration
     deadline = t0 + duration if t0 is not None and duration is not None else None
     if t0 is None:

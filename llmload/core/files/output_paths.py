@@ -19,7 +19,7 @@ from typing import IO
 
 from llmload.core.checks import ConfigError
 from llmload.core.files.chunk_index import index_path
-from llmload.core.files.run_files import RUN_SUFFIXES, RunFiles
+from llmload.core.files.run_files import LOCUST_LOG, RUN_SUFFIXES, SIM_LOG, SIM_TRUTH, RunFiles
 
 
 def blocking_file(path: Path) -> Path | None:
@@ -72,7 +72,7 @@ def check_output_file(flag: str, path: Path, value: str | Path | None = None) ->
 
 
 LOCK_FILE = ".llmload.lock"  # in a run's folder: held (flock) by the command running into it
-SIMULATOR_FILES = ("sim_truth.jsonl", "sim.log", "locust.log")  # the sweep's own files beside the run's
+SIMULATOR_FILES = (SIM_TRUTH, SIM_LOG, LOCUST_LOG)  # the sweep's own files beside the run's
 
 
 class RunFolder:

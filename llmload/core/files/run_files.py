@@ -31,6 +31,13 @@ COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip")  # suffixes of files a run n
 # every file a run writes at its prefix (Locust's CSVs included): what a new run into it replaces
 RUN_SUFFIXES = (RECORDS, RECORDS + ".chunks", RUN, HEALTH, ENVIRONMENT, SERVER_METRICS, GPU_METRICS,
                 STATS_CSV, FAILURES_CSV, "_exceptions.csv", "_stats_history.csv")  # fmt: skip
+# `llmload sweep`'s own files in its --run-dir, beside the run's (a folder's names, not suffixes)
+SIM_TRUTH = "sim_truth.jsonl"  # the simulator's ground truth of every request it answered
+SIM_LOG = "sim.log"  # the simulator's log
+LOCUST_LOG = "locust.log"  # Locust's log
+# `llmload twin`'s own files in its --run-dir, beside the replays' folders
+DECISION = "decision.json"  # the decision at the production rungs (llmload.analysis.twin.decision)
+DECISION_HTML = "decision.html"
 
 
 class _Suffix:
