@@ -5,6 +5,7 @@ under the table for a rung whose offsets were known loosely (llmload.analysis.ru
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import gevent
@@ -13,6 +14,8 @@ import pytest
 from llmload.analysis.run.clocks import clock_notes, rung_clock_uncertainty
 from llmload.core import clock
 from llmload.core.clock import ClockSample, best_sample
+from llmload.core.files.run_info import RunInfo, RunStage
+from llmload.core.names import MEASURE_PHASE
 from llmload.loadgen.run import clock_sync
 from llmload.loadgen.run.clock_sync import MSG_CLOCK_OFFSET, MSG_CLOCK_PROBE, ClockSync, WorkerClockError
 
@@ -115,8 +118,8 @@ def test_a_probe_lost_before_the_worker_listens_is_sent_again(monkeypatch):
     assert estimates["late"].offset_ms == pytest.approx(10.0, abs=1.0)
 
 
-def run_info(histories: dict, stages: list) -> dict:
-    return {"clock_offsets": histories, "stages": stages}
+def run_info(histories: dict, stages: tuple[RunStage, ...]) -> RunInfo:
+    return RunInfo(Path("run_run.json"), stages, {}, clock_offsets=histories)
 
 
 def entry(t: float, uncertainty_ms: float | None) -> dict:
@@ -125,10 +128,10 @@ def entry(t: float, uncertainty_ms: float | None) -> dict:
     return {"t": t, "offset_ms": offset, "uncertainty_ms": uncertainty_ms, "rtt_ms": rtt}
 
 
-STAGES = [
-    {"name": "rung01 c1", "phase": "measure", "started": 10.0, "finished": 20.0},
-    {"name": "rung02 c4", "phase": "measure", "started": 30.0, "finished": 40.0},
-]
+STAGES = (
+    RunStage(0, 1, MEASURE_PHASE, "rung01 c1", started=10.0, finished=20.0),
+    RunStage(1, 4, MEASURE_PHASE, "rung02 c4", started=30.0, finished=40.0),
+)
 
 
 def test_only_the_offsets_in_force_during_a_rung_count():
@@ -145,7 +148,7 @@ def test_a_rung_with_loose_clocks_is_noted_and_a_tight_one_is_not():
     assert note.startswith("rung02 c4: worker w2's clock was known only to +-2.5 ms")
     assert "run the workers nearer the master" in note
     assert clock_notes(run_info({"w1": tight}, STAGES)) == []
-    assert clock_notes({"stages": STAGES}) == [] and clock_notes(None) == []
+    assert clock_notes(run_info({}, STAGES)) == [] and clock_notes(None) == []
 
 
 def test_a_rung_whose_worker_answered_no_probe_is_noted():

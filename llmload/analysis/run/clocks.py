@@ -16,6 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from llmload.core.files.run_info import RunInfo
+from llmload.core.names import MEASURE_PHASE
+
 NOTE_UNCERTAINTY_MS = 1.0  # a rung whose worker offsets are uncertain by more is noted
 
 
@@ -42,23 +45,22 @@ def rung_clock_uncertainty(
     return worst
 
 
-def clock_notes(run_info: Mapping[str, Any] | None) -> list[str]:
+def clock_notes(run_info: RunInfo | None) -> list[str]:
     """One note for each rung of a distributed run whose worker clocks were known to worse than
     NOTE_UNCERTAINTY_MS (none for a local run, or a run file without measurements)."""
-    offsets = (run_info or {}).get("clock_offsets") or {}
-    if not isinstance(offsets, Mapping) or not offsets:
+    if run_info is None or not run_info.clock_offsets:
         return []
     notes = []
-    for stage in (run_info or {}).get("stages") or []:
-        if stage.get("phase") != "measure" or stage.get("started") is None:
+    for stage in run_info.stages:
+        if stage.phase != MEASURE_PHASE or stage.started is None:
             continue
-        end = stage.get("finished") or float("inf")
-        worst, worker = rung_clock_uncertainty(offsets, stage["started"], end)
+        end = stage.finished or float("inf")
+        worst, worker = rung_clock_uncertainty(run_info.clock_offsets, stage.started, end)
         if worst is None or worst <= NOTE_UNCERTAINTY_MS:
             continue
         known = "not measured" if worst == float("inf") else f"known only to +-{worst:.1f} ms"
         notes.append(
-            f"{stage.get('name', 'a rung')}: worker {worker}'s clock was {known} (its clock probes' "
+            f"{stage.name}: worker {worker}'s clock was {known} (its clock probes' "
             "round trips to the master): the rung's start and its times across workers may be off "
             "by that much; run the workers nearer the master, or less loaded"
         )

@@ -12,8 +12,8 @@ null `finished`) is no RunInfo, and the reader says why in one line.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,8 @@ class RunInfo:
     finished: bool | None = None  # None: a run file that does not say
     prompts: Mapping[str, Any] | None = None  # the calibrated prompts' shared prefix, when known
     errors: tuple[RunError, ...] = ()
+    # per worker, the master's measurements of its clock as written (llmload.loadgen.run.clock_sync)
+    clock_offsets: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
     @property
     def has_config(self) -> bool:
@@ -101,6 +103,7 @@ def read_run_file(path: Path) -> tuple[RunInfo | None, str | None]:
         finished=finished if isinstance(finished, bool) else None,
         prompts=prompts if isinstance(prompts, dict) else None,
         errors=tuple(errors_of(data)),
+        clock_offsets=_clock_offsets(data.get("clock_offsets")),
     ), None
 
 
@@ -135,6 +138,18 @@ def _stage(stage: Mapping[str, Any]) -> RunStage:
         finished=None if finished is None else float(finished),
         expected_requests=expected if type(expected) is int else None,
     )
+
+
+def _clock_offsets(value: Any) -> dict[str, list[Mapping[str, Any]]]:
+    """`clock_offsets` when it is one (per worker name, a list of measurements each with its
+    time `t`), else none."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        str(worker): history
+        for worker, history in value.items()
+        if isinstance(history, list) and all(isinstance(h, dict) and _number(h.get("t")) for h in history)
+    }
 
 
 def _text(value: Any) -> str | None:
