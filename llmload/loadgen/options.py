@@ -8,7 +8,9 @@ returns the validated configuration of the run.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import socket
 import unicodedata
 from argparse import Namespace
 from pathlib import Path
@@ -17,7 +19,7 @@ from urllib.parse import urlsplit
 
 from llmload.core.config import ConfigError, SweepConfig, load_config
 from llmload.core.files.output_paths import check_output_file
-from llmload.core.schema import add_flags, flag_overrides
+from llmload.core.schema import add_flags, flag_overrides, shown
 from llmload.loadgen.argparse_adapter import parser_actions
 
 
@@ -78,6 +80,68 @@ def add_arguments(parser: Any) -> None:
         include_in_web_ui=False,
         help="seconds between /metrics scrapes, besides one at every rung boundary; 0: off (default: 1)",
     )
+    group.add_argument(
+        "--metrics-port",
+        type=metrics_port,
+        default=0,
+        env_var="LOCUST_METRICS_PORT",
+        include_in_web_ui=False,
+        help="serve the run's live metrics for Prometheus at http://<master>:PORT/metrics; "
+        "default: off",
+    )
+    group.add_argument(
+        "--otlp",
+        type=otlp_url,
+        default="",
+        env_var="LOCUST_OTLP",
+        include_in_web_ui=False,
+        help="push the run's live metrics to this OTLP/HTTP collector URL (pip install 'llmload[otlp]'); "
+        "default: off",
+    )
+
+
+def metrics_port(text: str) -> int:
+    """--metrics-port: a port in 1-65535 that this machine can serve now (0 or empty: off)."""
+    try:
+        port = int(text.strip() or "0")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number (1-65535), got {shown(text)}") from None
+    if port == 0:
+        return 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port}: a port is 1-65535")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("", port))
+        except OSError as e:
+            raise argparse.ArgumentTypeError(f"port {port} cannot be served: {e.strerror or e}") from None
+    return port
+
+
+def otlp_url(text: str) -> str:
+    """--otlp: an http(s) URL with a host (empty: off), and the OpenTelemetry extra installed."""
+    if not text:
+        return text
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - ValueError when not a number or out of range
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: {e}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"expected http(s)://HOST[:PORT][/PATH], got {shown(text)}")
+    if not otlp_exporter_installed():
+        raise argparse.ArgumentTypeError(
+            "the OpenTelemetry SDK is not installed: pip install 'llmload[otlp]'"
+        )
+    return text
+
+
+def otlp_exporter_installed() -> bool:
+    """Whether OpenTelemetry's SDK and its OTLP/HTTP exporter (the extra `llmload[otlp]`) are installed."""
+    try:
+        return importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is not None
+    except ModuleNotFoundError:
+        return False
 
 
 class _PlainArguments:

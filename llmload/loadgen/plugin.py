@@ -15,6 +15,7 @@ from llmload.core import exit_codes
 from llmload.core.config import ConfigError
 from llmload.loadgen.csv_watch import watch_csv_writer
 from llmload.loadgen.monitor.health_sampler import start_sampling
+from llmload.loadgen.monitor.live_metrics import LiveMetrics
 from llmload.loadgen.monitor.run_monitor import RunMonitor
 from llmload.loadgen.monitor.soak_monitor import SoakMonitor
 from llmload.loadgen.options import register_options, run_config
@@ -38,11 +39,20 @@ def _on_init(environment: Any, **_: Any) -> None:
     if not getattr(environment.parsed_options, "worker", False):
         watch_csv_writer(environment)  # Locust's CSVs failing (a full disk) stop the run at once
     SoakMonitor.install(environment)  # soak runs: the verdict is the exit code
+    try:  # --metrics-port, --otlp: the run's live metrics (llmload.loadgen.monitor.live_metrics)
+        LiveMetrics.install(environment)
+    except ConfigError as e:  # the port taken since the command line was parsed
+        refuse(environment, e)
     register_web_ui(environment)  # the Tokens tab, when this process serves the web UI
     options = environment.parsed_options
     if options is not None and getattr(options, "headless", False) and not getattr(options, "worker", False):
         try:  # fail fast on a bad ladder file, before any user starts; the run takes it (begin_run)
             environment.llmload_config = run_config(options)
-        except ConfigError as e:  # before any file of the run: logged, no run file (error_log)
-            RunErrors(environment).record("bad_config", str(e), exit_codes.BAD_INPUT)
-            sys.exit(exit_codes.BAD_INPUT)
+        except ConfigError as e:
+            refuse(environment, e)
+
+
+def refuse(environment: Any, error: ConfigError) -> None:
+    """Bad input found before any file of the run: logged, no run file (error_log), exit 2."""
+    RunErrors(environment).record("bad_config", str(error), exit_codes.BAD_INPUT)
+    sys.exit(exit_codes.BAD_INPUT)

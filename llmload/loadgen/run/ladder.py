@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar, Self
 
 from locust import LoadTestShape
@@ -93,6 +94,8 @@ class LadderShape(LoadTestShape):
         # sinks every run's records go to after its own (`RunState.sinks`), e.g. the web UI's tab
         self.record_hooks: list[RecordHook] = []
         self.clocks: ClockSync | None = None  # the workers' clocks (a master's; made by register_messages)
+        # what else sees each health sample of a users' process, after the run's file (live metrics)
+        self.health_hooks: list[Callable[[RunState, dict[str, Any]], None]] = []
 
     @property
     def _runner(self) -> Any:
@@ -114,6 +117,9 @@ class LadderShape(LoadTestShape):
                 self.run.health.write(msg.data)
             except OSError as e:
                 self.end.cannot_write(e)
+                return
+            for hook in self.health_hooks:
+                hook(self.run, msg.data)
 
     def on_user_ready(self, environment: Any, msg: Any, **_: Any) -> None:
         if self.run is not None:

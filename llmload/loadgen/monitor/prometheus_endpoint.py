@@ -1,0 +1,87 @@
+"""The live metrics as a Prometheus `/metrics` endpoint (`--metrics-port`), served by gevent.
+
+`PrometheusEndpoint` is an exporter of `llmload.loadgen.monitor.live_series`: it declares every
+series of `SERIES` in its own prometheus-client registry (counters and histograms incremented by
+the tally, the gauges read from the tally at each scrape) and serves the registry's text with
+gevent's WSGI server on all interfaces (as Locust's web UI), so a Prometheus in a cluster can
+scrape the master. It keeps the time of each scrape (`scrapes`), so the end of a run can wait for
+the first scrape after it (`llmload.loadgen.monitor.live_metrics`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from gevent.pywsgi import WSGIServer
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from llmload.loadgen.monitor.live_series import SERIES, GaugeValue, Labels, Series
+
+KEEP_SCRAPES = 16  # the times of the last scrapes kept (the end of a run reads the last two)
+disable_created_metrics()  # no `_created` series beside each counter: Prometheus has the start time
+
+
+class _Gauges(Collector):
+    """The tally's gauges, read at each scrape."""
+
+    def __init__(self, read: Callable[[], list[GaugeValue]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterable[Metric]:
+        families: dict[str, GaugeMetricFamily] = {}
+        for series in SERIES:
+            if series.kind == "gauge":
+                families[series.name] = GaugeMetricFamily(series.name, series.help, labels=series.labels)
+        for series, labels, value in self.read():
+            families[series.name].add_metric([labels[name] for name in series.labels], value)
+        return list(families.values())
+
+
+class PrometheusEndpoint:
+    """The registry of the live series and its HTTP server (started by `serve`)."""
+
+    def __init__(self, gauges: Callable[[], list[GaugeValue]]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.metrics: dict[str, Any] = {}
+        for series in SERIES:
+            if series.kind == "counter":
+                self.metrics[series.name] = Counter(
+                    series.base, series.help, series.labels, registry=self.registry
+                )
+            elif series.kind == "histogram":
+                self.metrics[series.name] = Histogram(
+                    series.name, series.help, series.labels, registry=self.registry, buckets=series.buckets
+                )
+        self.registry.register(_Gauges(gauges))
+        self.scrapes: list[float] = []
+        self.server: WSGIServer | None = None
+
+    def add(self, series: Series, labels: Labels, amount: float) -> None:
+        self.metrics[series.name].labels(**labels).inc(amount)
+
+    def observe(self, series: Series, labels: Labels, values: Sequence[float]) -> None:
+        if values:
+            histogram = self.metrics[series.name].labels(**labels)
+            for value in values:
+                histogram.observe(value)
+
+    def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterator[bytes]:
+        answer = self._metrics_app(environ, start_response)
+        self.scrapes = [*self.scrapes[-KEEP_SCRAPES + 1 :], time.time()]
+        return iter(answer)
+
+    def serve(self, port: int) -> None:
+        """Serve /metrics on `port` of every interface; OSError when the port cannot be bound."""
+        self._metrics_app = make_wsgi_app(self.registry)
+        server = WSGIServer(("", port), self._app, log=None, error_log=None)
+        server.start()
+        self.server = server
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop(timeout=1)
+            self.server = None
