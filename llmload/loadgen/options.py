@@ -101,15 +101,15 @@ def add_arguments(parser: Any) -> None:
 
 
 def metrics_port(text: str) -> int:
-    """--metrics-port: a port in 1-65535 that this machine can serve now (0 or empty: off)."""
+    """--metrics-port: a port in 1-65535 that this machine can serve now (0: off)."""
     try:
-        port = int(text.strip() or "0")
+        port = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a port number (1-65535), got {shown(text)}") from None
     if port == 0:
         return 0
     if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port}: a port is 1-65535")
+        raise argparse.ArgumentTypeError(f"{shown(text)}: a port is 1-65535")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         try:
             probe.bind(("", port))

@@ -151,3 +151,13 @@ def test_image_holds_what_the_cronjob_runs():
     assert copied == ["."]  # the whole checkout (.dockerignore leaves out the venv, reports, .git)
     ignored = (REPO / ".dockerignore").read_text().split()
     assert not {"locustfiles", "config", "llmload"} & set(ignored)
+
+
+def test_cronjob_soak_serves_its_live_metrics_on_a_port_it_exposes():
+    template = cronjob_docs()["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]
+    (c,) = template["spec"]["containers"]
+    args = shlex.split(c["args"][0].replace("$(date +%Y%m%d-%H%M%S)", "DATE"))
+    port = int(args[args.index("--metrics-port") + 1])
+    assert {p["name"]: p["containerPort"] for p in c["ports"]}["metrics"] == port
+    annotations = template["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(port) and annotations["prometheus.io/scrape"] == "true"

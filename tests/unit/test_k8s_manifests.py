@@ -126,3 +126,15 @@ def test_image_and_collect_recipe_reference_real_paths():
     reports = str(Path(arg_value(container(find("Deployment", "llmload-master"))["args"], "--csv")).parent)
     assert f":{reports}" in collect and f"{reports}/run_run.json" in collect
     assert "llmload table" in collect
+
+
+def test_the_master_serves_its_live_metrics_on_a_port_it_exposes():
+    deployment = find("Deployment", "llmload-master")
+    c = container(deployment)
+    port = int(arg_value(c["args"], "--metrics-port"))
+    assert {p["name"]: p["containerPort"] for p in c["ports"]}["metrics"] == port
+    service_ports = {p["name"]: p for p in find("Service", "llmload-master")["spec"]["ports"]}
+    assert service_ports["metrics"]["port"] == port and service_ports["metrics"]["targetPort"] == "metrics"
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(port) and annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/path"] == "/metrics"
