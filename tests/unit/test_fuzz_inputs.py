@@ -823,6 +823,7 @@ SLO_FLAGS = ["--slo-ttft-ms", "--slo-tpot-ms", "--slo-e2el-ms"]
 SWEEP_FLAGS = ["--host", "--ladder", "--run-dir", "--sim", "--sim-file", "--endpoint", "--format",
                "--fail-on-divergence", "--rungs", "--max-tokens", "--requests-per-user", "--records",
                "--csv", "--html", "--api-key", "--slo-ttft-ms", "--users", "--overwrite", "--gpu-metrics",
+               "--metrics-port", "--otlp",
                "--"]  # fmt: skip
 SIM_FLAGS = [f"--{o}" for o in SIM_OPTIONS if o != "help"]
 # name -> (positional arguments, flags, the exit codes of an accepted command line)
@@ -895,7 +896,8 @@ def number_flags(main: Callable[[list[str]], int]) -> set[str]:
     return found
 
 
-LADDER_NUMBER_FLAGS = {"--rungs", "--max-tokens", "--requests-per-user"}  # sweep's and capacity's, to Locust
+# sweep's and capacity's, to Locust
+LADDER_NUMBER_FLAGS = {"--rungs", "--max-tokens", "--requests-per-user", "--metrics-port"}
 
 
 @pytest.mark.parametrize("name", list(COMMAND_LINES))
