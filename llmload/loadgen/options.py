@@ -86,8 +86,7 @@ def add_arguments(parser: Any) -> None:
         default=0,
         env_var="LOCUST_METRICS_PORT",
         include_in_web_ui=False,
-        help="serve the run's live metrics for Prometheus at http://<master>:PORT/metrics; "
-        "default: off",
+        help="serve the run's live metrics for Prometheus at http://<master>:PORT/metrics; default: off",
     )
     group.add_argument(
         "--otlp",

@@ -8,9 +8,10 @@
 every health sample (`LadderShape.health_hooks`). The series live as long as the process, one
 label per run, so a web UI's second run adds its own.
 
-When the process quits, an endpoint that was scraped regularly waits for the first scrape after
-the end (at most two of its scrape intervals, and `LINGER_MAX_S`), so the last rung's final
-counts reach Prometheus; the OTLP push exports once more.
+When the process quits, the endpoint waits for the first scrape after the end by each scraper
+that scraped it regularly until then (told apart by address and user agent; at most two of the
+slowest one's intervals, and `LINGER_MAX_S`), so the last rung's final counts reach Prometheus;
+the OTLP push exports once more.
 """
 
 from __future__ import annotations
@@ -95,11 +96,16 @@ class LiveMetrics(LadderHook):
             self.push.close()
 
     def last_scrape(self, ended: float) -> None:
-        """Wait for the endpoint's first scrape after `ended`, if it is scraped regularly."""
+        """Wait for the first scrape after `ended` by each scraper that still scrapes regularly."""
         assert self.endpoint is not None
         scrapes = self.endpoint.scrapes
-        if len(scrapes) < 2:  # nobody watches it
+        intervals = {
+            who: times[-1] - times[-2]
+            for who, times in scrapes.items()
+            if len(times) >= 2 and ended - times[-1] <= 2.0 * (times[-1] - times[-2]) + 1.0
+        }
+        if not intervals:  # nobody watches it
             return
-        deadline = ended + min(2.0 * (scrapes[-1] - scrapes[-2]) + 1.0, LINGER_MAX_S)
-        while self.endpoint.scrapes[-1] < ended and time.time() < deadline:
+        deadline = ended + min(2.0 * max(intervals.values()) + 1.0, LINGER_MAX_S)
+        while any(scrapes[who][-1] < ended for who in intervals) and time.time() < deadline:
             gevent.sleep(POLL_S)

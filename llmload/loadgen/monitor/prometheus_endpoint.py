@@ -4,8 +4,9 @@
 series of `SERIES` in its own prometheus-client registry (counters and histograms incremented by
 the tally, the gauges read from the tally at each scrape) and serves the registry's text with
 gevent's WSGI server on all interfaces (as Locust's web UI), so a Prometheus in a cluster can
-scrape the master. It keeps the time of each scrape (`scrapes`), so the end of a run can wait for
-the first scrape after it (`llmload.loadgen.monitor.live_metrics`).
+scrape the master. It keeps the times of each scraper's last scrapes (`scrapes`, by address and
+user agent), so the end of a run can wait for their first scrape after it
+(`llmload.loadgen.monitor.live_metrics`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from prometheus_client.registry import Collector
 
 from llmload.loadgen.monitor.live_series import SERIES, GaugeValue, Labels, Series
 
-KEEP_SCRAPES = 16  # the times of the last scrapes kept (the end of a run reads the last two)
-disable_created_metrics()  # no `_created` series beside each counter: Prometheus has the start time
+KEEP_SCRAPES = 4  # the times of each scraper's last scrapes kept (the end of a run reads two)
+KEEP_SCRAPERS = 64  # the scrapers remembered (the oldest is forgotten first)
+disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` series: Prometheus has the start
 
 
 class _Gauges(Collector):
@@ -57,7 +59,7 @@ class PrometheusEndpoint:
                     series.name, series.help, series.labels, registry=self.registry, buckets=series.buckets
                 )
         self.registry.register(_Gauges(gauges))
-        self.scrapes: list[float] = []
+        self.scrapes: dict[tuple[str, str], list[float]] = {}
         self.server: WSGIServer | None = None
 
     def add(self, series: Series, labels: Labels, amount: float) -> None:
@@ -71,7 +73,11 @@ class PrometheusEndpoint:
 
     def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterator[bytes]:
         answer = self._metrics_app(environ, start_response)
-        self.scrapes = [*self.scrapes[-KEEP_SCRAPES + 1 :], time.time()]
+        who = (str(environ.get("REMOTE_ADDR", "")), str(environ.get("HTTP_USER_AGENT", "")))
+        times = self.scrapes.pop(who, [])  # re-inserted last: the dict keeps the scrapers by recency
+        self.scrapes[who] = [*times[-KEEP_SCRAPES + 1 :], time.time()]
+        if len(self.scrapes) > KEEP_SCRAPERS:
+            del self.scrapes[next(iter(self.scrapes))]
         return iter(answer)
 
     def serve(self, port: int) -> None:
