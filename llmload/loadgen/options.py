@@ -80,23 +80,31 @@ def add_arguments(parser: Any) -> None:
         include_in_web_ui=False,
         help="seconds between /metrics scrapes, besides one at every rung boundary; 0: off (default: 1)",
     )
-    group.add_argument(
-        "--metrics-port",
-        type=metrics_port,
-        default=0,
-        env_var="LOCUST_METRICS_PORT",
-        include_in_web_ui=False,
-        help="serve the run's live metrics for Prometheus at http://<master>:PORT/metrics; default: off",
-    )
-    group.add_argument(
-        "--otlp",
-        type=otlp_url,
-        default="",
-        env_var="LOCUST_OTLP",
-        include_in_web_ui=False,
-        help="push the run's live metrics to this OTLP/HTTP collector URL (pip install 'llmload[otlp]'); "
-        "default: off",
-    )
+    live = {  # the run's live metrics (llmload.loadgen.monitor.live_metrics)
+        "--metrics-port": (
+            "PORT",
+            metrics_port,
+            0,
+            "serve the run's live metrics for Prometheus at http://<master>:PORT/metrics",
+        ),
+        "--otlp": (
+            "URL",
+            otlp_url,
+            "",
+            "push the run's live metrics to this OTLP/HTTP collector URL (pip install 'llmload[otlp]')",
+        ),
+    }
+    for flag, (metavar, check, off, what) in live.items():
+        env_var = "LOCUST_" + flag.removeprefix("--").upper().replace("-", "_")
+        group.add_argument(
+            flag,
+            metavar=metavar,
+            type=check,
+            default=off,
+            env_var=env_var,
+            include_in_web_ui=False,
+            help=f"{what}; default: off",
+        )
 
 
 def metrics_port(text: str) -> int:
