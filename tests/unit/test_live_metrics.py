@@ -9,6 +9,7 @@ import argparse
 import math
 import socket
 import threading
+import time
 import urllib.request
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -240,3 +241,31 @@ def test_an_otlp_value_that_is_no_url_is_refused(text):
     with pytest.raises(argparse.ArgumentTypeError):
         otlp_url(text)
     assert otlp_url("http://127.0.0.1:4318") == "http://127.0.0.1:4318"
+
+
+def test_the_end_of_a_run_waits_for_each_regular_scrapers_next_scrape():
+    """Two scrapers (Prometheus every 1 s, a script every 0.25 s) and one that stopped long ago:
+    the wait ends at the later of the two regular scrapers' next scrapes; with nobody scraping
+    regularly it does not wait."""
+    endpoint = PrometheusEndpoint(lambda: [])
+    ended = time.time()
+    prometheus, script, gone = ("127.0.0.1", "Prometheus/2"), ("127.0.0.1", "curl"), ("10.0.0.1", "x")
+    endpoint.scrapes = {
+        gone: [ended - 100, ended - 99],
+        prometheus: [ended - 1.5, ended - 0.5],
+        script: [ended - 0.3, ended - 0.05],
+    }
+
+    def scrape(who: tuple[str, str], after: float) -> None:
+        gevent.sleep(after)
+        endpoint.scrapes[who].append(time.time())
+
+    gevent.spawn(scrape, script, 0.1)
+    gevent.spawn(scrape, prometheus, 0.4)
+    endpoint.wait_for_scrapes(ended, 60)
+    waited = time.time() - ended
+    assert 0.4 <= waited < 1.0, waited
+    endpoint.scrapes = {gone: [ended - 100, ended - 99]}
+    started = time.time()
+    endpoint.wait_for_scrapes(time.time(), 60)
+    assert time.time() - started < 0.05

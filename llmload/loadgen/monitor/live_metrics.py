@@ -8,7 +8,7 @@
 every health sample (`LadderShape.health_hooks`). The series live as long as the process, one
 label per run, so a web UI's second run adds its own.
 
-When the process quits, the endpoint waits for the first scrape after the end by each scraper
+When the process quits, the endpoint waits for the first scrape after the end by each scraper (`wait_for_scrapes`)
 that scraped it regularly until then (told apart by address and user agent; at most two of the
 slowest one's intervals, and `LINGER_MAX_S`), so the last rung's final counts reach Prometheus;
 the OTLP push exports once more.
@@ -19,8 +19,6 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar, Self
 
-import gevent
-
 from llmload.core.config import ConfigError
 from llmload.core.files.records import RequestRecord
 from llmload.loadgen.monitor.live_series import Exporter, LiveTally
@@ -30,7 +28,6 @@ from llmload.loadgen.run.ladder import LadderHook
 from llmload.loadgen.run.run_state import RunState
 
 LINGER_MAX_S = 60.0  # the longest wait for a last scrape (Prometheus scrapes every 15-60 s)
-POLL_S = 0.05
 
 
 class LiveMetrics(LadderHook):
@@ -90,22 +87,7 @@ class LiveMetrics(LadderHook):
 
     def on_quitting(self, **_: Any) -> None:
         if self.endpoint is not None:
-            self.last_scrape(time.time())
+            self.endpoint.wait_for_scrapes(time.time(), LINGER_MAX_S)
             self.endpoint.stop()
         if self.push is not None:
             self.push.close()
-
-    def last_scrape(self, ended: float) -> None:
-        """Wait for the first scrape after `ended` by each scraper that still scrapes regularly."""
-        assert self.endpoint is not None
-        scrapes = self.endpoint.scrapes
-        intervals = {
-            who: times[-1] - times[-2]
-            for who, times in scrapes.items()
-            if len(times) >= 2 and ended - times[-1] <= 2.0 * (times[-1] - times[-2]) + 1.0
-        }
-        if not intervals:  # nobody watches it
-            return
-        deadline = ended + min(2.0 * max(intervals.values()) + 1.0, LINGER_MAX_S)
-        while any(scrapes[who][-1] < ended for who in intervals) and time.time() < deadline:
-            gevent.sleep(POLL_S)

@@ -5,8 +5,8 @@ series of `SERIES` in its own prometheus-client registry (counters and histogram
 the tally, the gauges read from the tally at each scrape) and serves the registry's text with
 gevent's WSGI server on all interfaces (as Locust's web UI), so a Prometheus in a cluster can
 scrape the master. It keeps the times of each scraper's last scrapes (`scrapes`, by address and
-user agent), so the end of a run can wait for their first scrape after it
-(`llmload.loadgen.monitor.live_metrics`).
+user agent), so the end of a run can wait for the first scrape after it by each scraper that was
+scraping regularly (`wait_for_scrapes`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+import gevent
 from gevent.pywsgi import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -24,6 +25,7 @@ from llmload.loadgen.monitor.live_series import SERIES, GaugeValue, Labels, Seri
 
 KEEP_SCRAPES = 4  # the times of each scraper's last scrapes kept (the end of a run reads two)
 KEEP_SCRAPERS = 64  # the scrapers remembered (the oldest is forgotten first)
+POLL_S = 0.05
 disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` series: Prometheus has the start
 
 
@@ -91,3 +93,18 @@ class PrometheusEndpoint:
         if self.server is not None:
             self.server.stop(timeout=1)
             self.server = None
+
+    def wait_for_scrapes(self, ended: float, longest: float) -> None:
+        """Wait for the first scrape after `ended` by each scraper still scraping regularly (its
+        last scrape within two of its intervals, plus a second, of `ended`): at most two of the
+        slowest one's intervals plus a second, and `longest` seconds; not at all without one."""
+        intervals = {
+            who: times[-1] - times[-2]
+            for who, times in self.scrapes.items()
+            if len(times) >= 2 and ended - times[-1] <= 2.0 * (times[-1] - times[-2]) + 1.0
+        }
+        if not intervals:
+            return
+        deadline = ended + min(2.0 * max(intervals.values()) + 1.0, longest)
+        while any(self.scrapes[who][-1] < ended for who in intervals) and time.time() < deadline:
+            gevent.sleep(POLL_S)
