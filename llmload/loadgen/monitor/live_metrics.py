@@ -8,10 +8,10 @@
 every health sample (`LadderShape.health_hooks`). The series live as long as the process, one
 label per run, so a web UI's second run adds its own.
 
-When the process quits, the endpoint waits for the first scrape after the end by each scraper (`wait_for_scrapes`)
-that scraped it regularly until then (told apart by address and user agent; at most two of the
-slowest one's intervals, and `LINGER_MAX_S`), so the last rung's final counts reach Prometheus;
-the OTLP push exports once more.
+When the process quits, the endpoint waits (`PrometheusEndpoint.wait_for_scrapes`) for the first
+scrape after the end by each scraper that scraped it regularly until then (told apart by address
+and user agent; at most two of the slowest one's intervals, and `LINGER_MAX_S`), so the last
+rung's final counts reach Prometheus; the OTLP push exports once more.
 """
 
 from __future__ import annotations
