@@ -19,6 +19,7 @@ from collections import Counter
 
 import pytest
 from fixtures.connections import MAX_TOKENS, Paired, drive, pair
+from fixtures.fleet import self_signed_cert
 
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.cli.sweep_run import run_sweep
@@ -117,14 +118,8 @@ def tls_sim(tmp_path):
     """The simulator over HTTPS with a self-signed certificate for 127.0.0.1: (url, truth log, CA file)."""
     if shutil.which("openssl") is None:
         pytest.skip("openssl CLI not installed")
-    cert, key, port_file, truth = (tmp_path / n for n in ("cert.pem", "key.pem", "port", "truth.jsonl"))
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key)]
-        + ["-out", str(cert), "-subj", f"/CN={LOOPBACK}", "-addext", f"subjectAltName=IP:{LOOPBACK}"],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    cert, key = self_signed_cert(tmp_path)
+    port_file, truth = tmp_path / "port", tmp_path / "truth.jsonl"
     flags = sim_flags(ssl_certfile=cert, ssl_keyfile=key, truth_log=truth, port_file=port_file, **FAST)
     with (tmp_path / "sim.log").open("wb") as log:
         proc = subprocess.Popen(

@@ -11,12 +11,10 @@ and for the ladder advancing rung after rung on the master."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from fixtures.fleet import RUN_TIMEOUT_S, run_master_and_workers
 from fixtures.noise import assert_planted_slowdown_caught, assert_within_noise
 from test_sweep_e2e import check_against_truth
 
@@ -24,48 +22,14 @@ from llmload.analysis.run.health import read_health
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.analysis.run.sweep_rows import group_rungs
-from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep, target
+from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.files.records import read_records
 from llmload.core.files.run_files import RunFiles
-from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 
 LADDER = [1, 4, 8, 10]
 MAX_TOKENS = 128
 ARGS = ["--max-tokens", str(MAX_TOKENS)]
-RUN_TIMEOUT_S = 180.0
-
-
-def run_master_and_workers(run_dir: Path, workers: int, args: Sequence[str]) -> SweepRun:
-    """A headless master on a free loopback port and `workers` worker processes, against a fresh
-    simulator; every process is stopped by its PID, every wait is bounded."""
-    port = free_port()
-    locustfile = LOCUSTFILES["completions"]
-    prefix = run_dir / "run"
-    log = run_dir / "locust.log"
-    master_args = ["--master", "--master-bind-host", LOOPBACK, "--master-bind-port", str(port)]
-    master_args += ["--expect-workers", str(workers), "--expect-workers-max-wait", "60", *args]
-    worker_cmd = [sys.executable, "-m", "locust", "-f", str(locustfile), "--worker"]
-    worker_cmd += ["--master-host", LOOPBACK, "--master-port", str(port)]
-    procs: list[subprocess.Popen[bytes]] = []
-    with target(None, run_dir, {}) as (url, truth), log.open("wb") as out:
-        try:
-            master = subprocess.Popen(
-                locust_command(url, prefix, locustfile, master_args), stdout=out, stderr=subprocess.STDOUT
-            )
-            procs.append(master)
-            for i in range(workers):
-                with (run_dir / f"worker{i}.log").open("wb") as wlog:
-                    procs.append(subprocess.Popen(worker_cmd, stdout=wlog, stderr=subprocess.STDOUT))
-            returncode = master.wait(timeout=RUN_TIMEOUT_S)
-            for worker in procs[1:]:
-                worker.wait(timeout=30)  # workers quit when the master does
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(timeout=10)
-    return SweepRun(prefix, returncode, truth, log)
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +99,7 @@ def test_two_local_processes_give_the_same_table(tmp_path, single):
 
 
 def test_master_and_two_workers_give_the_same_table(tmp_path, single):
-    run = run_master_and_workers(tmp_path, workers=2, args=ARGS)
+    run = run_master_and_workers(tmp_path, [None, None], ARGS)
     check_same_table(run, single, tmp_path / "planted")
     check_merged_records(run, workers=2)
     check_ladder_advanced(run)

@@ -16,26 +16,21 @@ the skewed worker's users start 200 ms early (docs/scaling.md says what was meas
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from fixtures.fleet import run_master_and_workers, self_signed_cert
 
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
-from llmload.cli.sweep_run import LOCUSTFILES, locust_command, target
 from llmload.core.files.records import read_records
 from llmload.core.files.run_files import RunFiles
-from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 LADDER = [1, 4, 8, 10]
 MAX_TOKENS = 128
-RUN_TIMEOUT_S = 180.0
 
 pytestmark = pytest.mark.skipif(
     not FAKETIME_LIB.exists() or shutil.which("openssl") is None,
@@ -45,57 +40,24 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1: (cert, key)."""
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key)]
-        + ["-out", str(cert), "-subj", f"/CN={LOOPBACK}", "-addext", f"subjectAltName=IP:{LOOPBACK}"],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return cert, key
+    return self_signed_cert(tmp_path_factory.mktemp("tls"))
 
 
 def run_fleet(run_dir: Path, cert: tuple[Path, Path], skews_s: list[float]) -> tuple[Path, Path]:
-    """A headless master and one worker per skew (its clock moved that far by libfaketime; 0: not
-    moved) against a fresh simulator over TLS; (run prefix, truth log). Every process is stopped
-    by its PID, every wait bounded."""
-    port = free_port()
-    locustfile = LOCUSTFILES["completions"]
-    prefix = run_dir / "run"
+    """A master and one worker per skew (its clock moved that far by libfaketime; 0: not moved)
+    against a fresh simulator over TLS: (run prefix, truth log)."""
     tls = ["--ca-bundle", str(cert[0])]
-    master_args = ["--master", "--master-bind-host", LOOPBACK, "--master-bind-port", str(port)]
-    master_args += ["--expect-workers", str(len(skews_s)), "--expect-workers-max-wait", "60"]
-    master_args += ["--max-tokens", str(MAX_TOKENS), *tls]
-    worker_cmd = [sys.executable, "-m", "locust", "-f", str(locustfile), "--worker", *tls]
-    worker_cmd += ["--master-host", LOOPBACK, "--master-port", str(port)]
-    sim_args = ["--ssl-certfile", str(cert[0]), "--ssl-keyfile", str(cert[1])]
-    procs: list[subprocess.Popen[bytes]] = []
-    with target(None, run_dir, {}, sim_args) as (url, truth), (run_dir / "locust.log").open("wb") as out:
-        assert truth is not None
-        try:
-            master = subprocess.Popen(
-                locust_command(url, prefix, locustfile, master_args), stdout=out, stderr=subprocess.STDOUT
-            )
-            procs.append(master)
-            for i, skew in enumerate(skews_s):
-                env = dict(os.environ)
-                if skew:
-                    env |= {"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": f"{skew:+g}"}
-                    env |= {"FAKETIME_DONT_RESET": "1", "FAKETIME_NO_CACHE": "1"}
-                with (run_dir / f"worker{i}.log").open("wb") as wlog:
-                    procs.append(subprocess.Popen(worker_cmd, stdout=wlog, stderr=subprocess.STDOUT, env=env))
-            assert master.wait(timeout=RUN_TIMEOUT_S) == 0, (run_dir / "locust.log").read_text()[-3000:]
-            for worker in procs[1:]:
-                worker.wait(timeout=30)  # workers quit when the master does
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(timeout=10)
-    return prefix, truth
+    skewed = {"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME_DONT_RESET": "1", "FAKETIME_NO_CACHE": "1"}
+    run = run_master_and_workers(
+        run_dir,
+        [{**skewed, "FAKETIME": f"{skew:+g}"} if skew else None for skew in skews_s],
+        ["--max-tokens", str(MAX_TOKENS), *tls],
+        worker_args=tls,
+        sim_args=["--ssl-certfile", str(cert[0]), "--ssl-keyfile", str(cert[1])],
+    )
+    assert run.returncode == 0, run.log.read_text()[-3000:]
+    assert run.truth_log is not None
+    return run.prefix, run.truth_log
 
 
 @pytest.fixture(scope="module")
@@ -166,33 +128,13 @@ def test_the_run_file_holds_each_workers_offset(fleets, name, skews):
 
 def test_a_worker_that_answers_no_clock_probe_is_refused_at_start(tmp_path):
     """One line naming the worker and the cause, exit 2, the kind in the run file; nothing sent."""
-    port = free_port()
-    prefix = tmp_path / "run"
-    master_args = ["--master", "--master-bind-host", LOOPBACK, "--master-bind-port", str(port)]
-    master_args += ["--expect-workers", "1", "--expect-workers-max-wait", "60"]
     mute = Path(__file__).parents[1] / "fixtures" / "mute_clock_locustfile.py"
-    worker_cmd = [sys.executable, "-m", "locust", "-f", str(mute), "--worker"]
-    worker_cmd += ["--master-host", LOOPBACK, "--master-port", str(port)]
-    with target(None, tmp_path, {}) as (url, truth), (tmp_path / "locust.log").open("wb") as out:
-        master = subprocess.Popen(
-            locust_command(url, prefix, LOCUSTFILES["completions"], master_args),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        with (tmp_path / "worker.log").open("wb") as wlog:
-            worker = subprocess.Popen(worker_cmd, stdout=wlog, stderr=subprocess.STDOUT)
-        try:
-            assert master.wait(timeout=60) == 2
-            worker.wait(timeout=30)
-        finally:
-            for proc in (master, worker):
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(timeout=10)
-        assert truth is not None and not load_truth(truth)[0]  # no request reached the server
-    log = (tmp_path / "locust.log").read_text()
+    run = run_master_and_workers(tmp_path, [None], worker_locustfile=mute, timeout=60)
+    assert run.returncode == 2
+    assert run.truth_log is not None and not load_truth(run.truth_log)[0]  # no request reached the server
+    log = run.log.read_text()
     last = [line for line in log.splitlines() if line.startswith("llmload: error:")]
     assert len(last) == 1 and "answered no clock probe within 5 s" in last[0], log[-2000:]
     assert "Traceback" not in log
-    (error,) = json.loads(RunFiles(prefix).run.read_text())["errors"]
+    (error,) = json.loads(RunFiles(run.prefix).run.read_text())["errors"]
     assert error["kind"] == "worker_clock" and error["exit_code"] == 2
