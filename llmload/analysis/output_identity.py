@@ -48,7 +48,8 @@ class RungOutputs:
     unit: str  # "token" or "chunk"
     cand_unmatched: int  # checkable candidate requests without a base request at their place
     base_unmatched: int
-    reasoning_only: int = 0  # differing pairs whose answers agree: only the reasoning changed
+    reasoning_only: int = 0  # differing pairs whose answers and tool calls agree: the reasoning changed
+    tool_calls_changed: int = 0  # differing pairs whose tool calls (names or arguments) differ
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +63,7 @@ class RungOutputs:
             "cand_unmatched": self.cand_unmatched,
             "base_unmatched": self.base_unmatched,
             "reasoning_only": self.reasoning_only,
+            "tool_calls_changed": self.tool_calls_changed,
         }
 
 
@@ -85,6 +87,10 @@ class OutputIdentity:
         return sum(r.reasoning_only for r in self.rungs)
 
     @property
+    def tool_calls_changed(self) -> int:
+        return sum(r.tool_calls_changed for r in self.rungs)
+
+    @property
     def verdict(self) -> str:
         if self.reasons:
             return UNMATCHED
@@ -99,11 +105,12 @@ class OutputIdentity:
         if self.reasons:
             return f"outputs cannot be matched, not judged: {'; '.join(self.reasons)}"
         if self.differing:
-            which = (
-                f" ({self.reasoning_only} in their reasoning only, the answer the same)"
-                if self.reasoning_only
-                else ""
-            )
+            parts = []
+            if self.reasoning_only:
+                parts.append(f"{self.reasoning_only} in their reasoning only, the answer the same")
+            if self.tool_calls_changed:
+                parts.append(f"{self.tool_calls_changed} in their tool calls")
+            which = f" ({'; '.join(parts)})" if parts else ""
             return f"outputs changed on {self.differing} of {self.compared} matched requests{which}"
         return f"outputs identical ({self.compared} of {self.compared} matched requests)"
 
@@ -114,6 +121,7 @@ class OutputIdentity:
             "compared": self.compared,
             "differing": self.differing,
             "reasoning_only": self.reasoning_only,
+            "tool_calls_changed": self.tool_calls_changed,
             "reasons": list(self.reasons),
             "rungs": [r.as_dict() for r in self.rungs],
         }
@@ -169,6 +177,7 @@ def output_identity(base: RunResult, cand: RunResult) -> OutputIdentity:
                 cand_left,
                 base_left,
                 texts.reasoning_only,
+                texts.tool_calls_changed,
             )
         )
     reasons = _config_reasons(base, cand) + _hash_reasons(runs)

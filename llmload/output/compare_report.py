@@ -87,7 +87,15 @@ def _outputs_row(r: RungOutputs) -> Sequence[str]:
     return [
         rung_name(r.rung, r.conc),
         str(r.compared),
-        f"{r.differing} ({r.reasoning_only} reasoning only)" if r.reasoning_only else str(r.differing),
+        _differing_cell(r),
         median,
         f"{r.cand_unmatched}/{r.base_unmatched}",
     ]
+
+
+def _differing_cell(r: RungOutputs) -> str:
+    """A rung's differing requests, and which part of them changed when it is not the answer."""
+    parts = [f"{r.reasoning_only} reasoning only"] if r.reasoning_only else []
+    if r.tool_calls_changed:
+        parts.append(f"{r.tool_calls_changed} tool calls")
+    return f"{r.differing} ({', '.join(parts)})" if parts else str(r.differing)

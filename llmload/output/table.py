@@ -411,9 +411,9 @@ def _latency_rows(metrics: Sequence[RungMetrics], percentiles: Sequence[float]) 
     for m in metrics:
         for name in LATENCY_NAMES:
             s = m.latencies[name]
-            if s is None and name in ("queue_wait", "connect", "tls", "think"):
+            if s is None and name in ("queue_wait", "connect", "tls", "think", "ttftc"):
                 continue  # only rate-mode rungs wait for a client slot; reused connections cost nothing;
-                # only a reasoning model thinks
+                # only a reasoning model thinks; only a reply with a tool call has a first one
             label = "itl (per chunk)" if name == "itl" and m.itl_per_chunk else name
             cells = _summary_cells(s, percentiles).values()
             body.append([rung_name(m.rung, m.conc), label, str(0 if s is None else s.count), *cells])
@@ -479,6 +479,7 @@ def render_metrics(
     slo = metrics[0].slo if metrics else {}
     if slo:
         parts.append("goodput SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in slo.items()))
+    parts += [tool_call_note(m) for m in metrics if m.tool_calls]
     per_chunk = [rung_name(m.rung, m.conc) for m in metrics if m.itl_per_chunk]
     if per_chunk:
         parts.append(
@@ -488,6 +489,17 @@ def render_metrics(
             "(continuous_usage) gives ITL per token"
         )
     return "\n\n".join(parts)
+
+
+def tool_call_note(m: RungMetrics) -> str:
+    """What a rung's replies with tool calls did (docs/metrics.md)."""
+    t = m.tool_calls or {}
+    return (
+        f"tool calls on {rung_name(m.rung, m.conc)}: {t['requests']} of {m.completed} completed replies "
+        f"made {t['calls']} tool calls ({t['parallel']} replies of several calls), {t['invalid']} with "
+        "arguments that are not a JSON object (counted, not failed); each delta of a call's name or "
+        "arguments is a chunk, ttftc the time to the first"
+    )
 
 
 @dataclass(frozen=True, slots=True)

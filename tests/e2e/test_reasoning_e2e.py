@@ -18,12 +18,12 @@ import json
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import gevent
 import pytest
+from fixtures.drive_client import drive
 
 from llmload.analysis.output_identity import output_identity
 from llmload.analysis.run.metrics import itl_ms
@@ -31,11 +31,7 @@ from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.reconcile import issues
 from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.sweep_run import run_sweep
-from llmload.core.config import SweepConfig
 from llmload.core.files.records import RequestRecord, read_records
-from llmload.loadgen.request.client import RequestContext, send_request
-from llmload.loadgen.transport.exchange import Transport
-from llmload.loadgen.workload.payload import build_payload, endpoint_path
 from llmload.output.table import render
 from llmload.sim.truth import load_truth
 
@@ -83,27 +79,6 @@ class Fake:
         return {t["id"]: t for t in map(json.loads, self.truth.read_text().splitlines())}
 
 
-def drive(url: str, endpoint: str, requests: int = 3) -> list[RequestRecord]:
-    """`requests` streamed requests, one after another, through llmload's request client."""
-    config = SweepConfig(endpoint=endpoint, max_tokens=N + M)
-    payload = build_payload(config, "fake", config.prompt, N + M)
-    transport = Transport.open(url, connect_s=5, read_s=30, connection="keep-alive")
-    records: list[RequestRecord] = []
-    for _ in range(requests):
-        ctx = RequestContext(uuid.uuid4().hex, 0, 1, "measure", endpoint, True, N + M, "t", prompt_hash="p")
-        send_request(
-            transport,
-            endpoint_path(endpoint),
-            payload,
-            {"Content-Type": "application/json"},
-            ctx,
-            total_timeout=30,
-            report=records.append,
-        )
-    transport.close()
-    return records
-
-
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[Callable[..., Fake]]:
     started: list[Fake] = []
@@ -138,7 +113,7 @@ def check_against(rec: RequestRecord, writes: list[float], counted: bool) -> Non
 @pytest.mark.parametrize("shape", ["reasoning", "reasoning_content", "tags", "responses"])
 def test_fake_server_each_shape(fake, shape):
     server = fake(shape)
-    records = gevent.spawn(drive, server.url, ENDPOINT_OF[shape]).get(timeout=60)
+    records = gevent.spawn(drive, server.url, ENDPOINT_OF[shape], N + M).get(timeout=60)
     writes = server.writes()
     for rec in records:
         check_against(rec, writes[rec.request_id]["writes"], counted=shape == "tags")
@@ -160,7 +135,7 @@ def test_fake_server_each_shape(fake, shape):
 )
 def test_fake_server_bad_streams_are_counted_and_named(fake, shape, bad, outcome, odd):
     server = fake(shape, bad)
-    records = gevent.spawn(drive, server.url, ENDPOINT_OF[shape], 2).get(timeout=60)
+    records = gevent.spawn(drive, server.url, ENDPOINT_OF[shape], N + M, 2).get(timeout=60)
     assert all(rec.outcome == outcome for rec in records), [(r.outcome, r.error) for r in records]
     assert all(rec.odd_stream == odd for rec in records)
     if bad == "error_event":

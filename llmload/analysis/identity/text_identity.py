@@ -8,15 +8,16 @@ builds its (record, reference) pairs; `compare_pairs` counts the differing texts
 each one first differs.
 
 Records carry `prompt_hash`, `text_hash` (64-bit BLAKE2b of the generated answer text),
-`reasoning_hash` (the same of a reasoning model's reasoning text: two texts differ when either
-hash differs, and a pair whose answers agree differs in its reasoning only) and
-`chunk_hashes` (16 bits of CRC-32 per content chunk, four hex digits each; see
-llmload.loadgen.request.client). The first differing token of two texts is the index (0-based) of the
+`reasoning_hash` (the same of a reasoning model's reasoning text), `tool_hash` (the same of the
+reply's tool calls, their names and arguments: llmload.loadgen.stream.tool_calls) and `chunk_hashes`
+(16 bits of CRC-32 per content chunk, four hex digits each; see llmload.loadgen.request.client). Two
+replies differ when any of the three hashes differs; a pair whose answers and tool calls agree
+differs in its reasoning only. The first differing token of two texts is the index (0-based) of the
 first token of the first content chunk whose hash differs from the other's chunk at the same
-position (or where one text ends). Tokens before that chunk are counted from `chunk_tokens` when
-the server reported them, else as one per chunk when the request has as many chunks as tokens
-(vLLM, llama.cpp without speculative decoding); otherwise the index counts chunks and the unit
-says "chunk".
+position (or where one text ends). Tokens before that chunk are counted from `chunk_tokens` when the
+server reported them, else as one per chunk when the request has as many chunks as tokens (vLLM,
+llama.cpp without speculative decoding); otherwise the index counts chunks and the unit says
+"chunk".
 """
 
 from __future__ import annotations
@@ -78,8 +79,17 @@ class TextComparison:
 
     @property
     def reasoning_only(self) -> int:
-        """Differing pairs whose answers agree: only the reasoning text changed."""
-        return sum(rec.text_hash == ref.text_hash for rec, ref in self.pairs if differs(rec, ref))
+        """Differing pairs whose answers and tool calls agree: only the reasoning text changed."""
+        return sum(
+            rec.text_hash == ref.text_hash and rec.tool_hash == ref.tool_hash
+            for rec, ref in self.pairs
+            if differs(rec, ref)
+        )
+
+    @property
+    def tool_calls_changed(self) -> int:
+        """Pairs whose tool calls differ (a call's name or arguments, or a call more or less)."""
+        return sum(rec.tool_hash != ref.tool_hash for rec, ref in self.pairs)
 
     @property
     def unit(self) -> str:
@@ -95,8 +105,12 @@ def compare_pairs(pairs: Iterable[Pair]) -> TextComparison:
 
 
 def differs(rec: RequestRecord, ref: RequestRecord) -> bool:
-    """Whether two requests' greedy texts differ: their answers, or their reasoning."""
-    return rec.text_hash != ref.text_hash or rec.reasoning_hash != ref.reasoning_hash
+    """Whether two requests' greedy replies differ: their answers, reasoning or tool calls."""
+    return (
+        rec.text_hash != ref.text_hash
+        or rec.reasoning_hash != ref.reasoning_hash
+        or rec.tool_hash != ref.tool_hash
+    )
 
 
 def places(records: Iterable[RequestRecord]) -> dict[Place, RequestRecord]:

@@ -8,6 +8,9 @@ Latencies come from completed (outcome "ok") requests and are summarized from ra
   t_start: the first answer (not reasoning) text, AIPerf's TTFO and guidellm's
   time_to_first_output_token. None for a request that never answered (all reasoning, cut by
   max_tokens): the rung counts those as `unanswered`.
+- TTFTC (time to the first tool call; our name: AIPerf and guidellm define none) =
+  t_first_tool_call - t_start: the first message carrying a piece of a tool call (its function's
+  name or arguments: llmload.loadgen.stream.tool_calls). None for a reply without a tool call.
 - think = t_first_content - t_first_reasoning: from the first reasoning token to the first
   answer token, for requests that reasoned and answered.
   None of these exists for a non-streamed request (`stream: false`): its one body arrives at the end, so
@@ -60,7 +63,7 @@ from llmload.core.files.records import RequestRecord
 from llmload.core.stats import Summary
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
-LATENCY_NAMES = ("ttft", "ttfo", "think", "tpot", "itl", "e2el", "queue_wait", "connect", "tls")
+LATENCY_NAMES = ("ttft", "ttfo", "ttftc", "think", "tpot", "itl", "e2el", "queue_wait", "connect", "tls")
 LATENCY_ALIASES = {"ttft_content": "ttfo"}  # an older name -> the figure it names
 VLLM_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2el"}  # ours -> vLLM's name
 
@@ -90,6 +93,13 @@ def ttfo_ms(rec: RequestRecord) -> float | None:
 
 
 ttft_content_ms = ttfo_ms  # its older name
+
+
+def ttftc_ms(rec: RequestRecord) -> float | None:
+    """Time to the first tool call (module docstring); None without one, or not streamed."""
+    if rec.t_first_tool_call is None or not rec.stream:
+        return None
+    return (rec.t_first_tool_call - rec.t_start) * 1000.0
 
 
 def think_ms(rec: RequestRecord) -> float | None:
@@ -203,6 +213,7 @@ class RungMetrics:
     input_tokens: Summary | None = None  # usage.prompt_tokens of completed requests
     wall_s: float = 0.0
     reasoning: dict[str, Any] | None = None  # reasoning models: rung_tally.RungTally.reasoning_summary
+    tool_calls: dict[str, int] | None = None  # replies with tool calls: rung_tally.RungTally.tool_summary
 
     def as_dict(self) -> dict[str, Any]:
         skip = ("latencies", "input_tokens")

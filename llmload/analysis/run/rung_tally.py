@@ -49,6 +49,7 @@ from llmload.analysis.run.metrics import (
     tpot_ms,
     ttfo_ms,
     ttft_ms,
+    ttftc_ms,
     unanswered,
 )
 from llmload.analysis.run.reconcile import Tally
@@ -70,7 +71,14 @@ from llmload.core.stats import (
 )
 
 # per-request latencies (ms) of completed requests (those of every measured request: `RungTally.add`)
-_COMPLETED_VALUES = {"ttft": ttft_ms, "ttfo": ttfo_ms, "think": think_ms, "tpot": tpot_ms, "e2el": e2el_ms}
+_COMPLETED_VALUES = {
+    "ttft": ttft_ms,
+    "ttfo": ttfo_ms,
+    "ttftc": ttftc_ms,
+    "think": think_ms,
+    "tpot": tpot_ms,
+    "e2el": e2el_ms,
+}
 
 
 def _floats() -> array[float]:
@@ -263,6 +271,9 @@ class RungTally:
     reasoning_counted: int = 0
     unanswered: int = 0
     odd: Counter[str] = field(default_factory=Counter)
+    # replies with tool calls (completed requests): how many, their calls, replies of several calls,
+    # calls whose arguments are not a JSON object (llmload.loadgen.stream.tool_calls)
+    tools: Counter[str] = field(default_factory=Counter)
     # completed streams of two or more chunks: send, first and last chunk (epoch s), mean gap (s),
     # four floats each: whether requests waited for a place in the batch (steps.waited_requests)
     spans: array[float] = field(default_factory=_floats)
@@ -317,6 +328,13 @@ class RungTally:
         self.tokens += rec.output_tokens
         if rec.reasoning_tokens is not None or rec.t_first_reasoning is not None:
             self._add_reasoning(rec)
+        if rec.tool_calls:
+            self.tools.update(
+                requests=1,
+                calls=rec.tool_calls,
+                parallel=rec.tool_calls > 1,
+                invalid=rec.tool_calls_invalid or 0,
+            )
         if rec.tokens_estimated:
             self.estimated = True
         if rec.prompt_tokens is None:
@@ -356,6 +374,14 @@ class RungTally:
             self.reasoning_requests += 1
             self.reasoning_counted += rec.reasoning_counted
             self.unanswered += unanswered(rec)
+
+    def tool_summary(self) -> dict[str, int] | None:
+        """The rung's replies with tool calls (definitions: docs/metrics.md): `requests` (completed
+        requests whose reply made a tool call), `calls`, `parallel` (replies of several calls) and
+        `invalid` (calls whose arguments are not a JSON object); None when no reply made one."""
+        if not self.tools["requests"]:
+            return None
+        return {key: self.tools[key] for key in ("requests", "calls", "parallel", "invalid")}
 
     def reasoning_summary(self) -> dict[str, Any] | None:
         """A reasoning model's figures of the rung (definitions: docs/reasoning.md), None when no
@@ -510,6 +536,7 @@ class RungTally:
         self.reasoning_counted += other.reasoning_counted
         self.unanswered += other.unanswered
         self.odd.update(other.odd)
+        self.tools.update(other.tools)
 
     def cache(self, shared: SharedPrefix | None = None) -> dict[str, Any] | None:
         """The prefix cache's share of the rung's prompts, from the requests whose usage said
@@ -568,6 +595,7 @@ class RungTally:
             input_tokens=summarize_counts(cast("Mapping[float, int]", self.counts.inputs.sent), percentiles),
             wall_s=self.wall_s,
             reasoning=self.reasoning_summary(),
+            tool_calls=self.tool_summary(),
         )
 
 

@@ -55,6 +55,9 @@ class RequestRecord:
     t_first: float | None = None  # first SSE message with non-empty `choices` (vLLM's TTFT)
     t_first_content: float | None = None  # first message with answer text (not reasoning): TTFO
     t_first_reasoning: float | None = None  # first message with reasoning text (a reasoning model)
+    t_first_tool_call: float | None = (
+        None  # first message with a piece of a tool call (its name or arguments)
+    )
     chunk_times: list[float] = field(default_factory=list)  # s after t_start of each content chunk
     t_scheduled: float | None = None  # rate mode: the arrival the schedule gave it (t_start - this = wait)
     stamps: str = "user"  # "kernel": message times are kernel receive stamps; "user": read times
@@ -75,6 +78,9 @@ class RequestRecord:
     # reasoning (llmload.loadgen.stream.reasoning): None when the server neither counted nor streamed any
     reasoning_tokens: int | None = None  # the server's count (completion_tokens_details), else counted
     reasoning_counted: bool = False  # True when the server gave no count: counted from the chunks
+    # tool calls (llmload.loadgen.stream.tool_calls): None when the reply made none
+    tool_calls: int | None = None  # the calls the reply made (parallel calls: more than one)
+    tool_calls_invalid: int | None = None  # of them, calls whose arguments are not a JSON object
     # outcome
     finish_reason: str | None = None
     outcome: str = OUTCOME_OK  # "ok" or a failure kind, e.g. "http_500", "timeout", "dropped"
@@ -92,6 +98,7 @@ class RequestRecord:
     prompt_hash: str | None = None  # BLAKE2b-64 of the prompt sent, hex
     text_hash: str | None = None  # BLAKE2b-64 of the generated answer text, hex
     reasoning_hash: str | None = None  # BLAKE2b-64 of the reasoning text, hex; None: no reasoning text
+    tool_hash: str | None = None  # BLAKE2b-64 of the tool calls' names and arguments, hex; None: no call
     chunk_hashes: str | None = None  # 16 bits of CRC-32 of each content chunk's text, 4 hex digits each
     text: str | None = None  # the generated text, with `record_text: true`
     # trace replay and multi-turn sessions

@@ -175,11 +175,13 @@ def _attempt(
         output_tokens, estimated = len(acc.chunk_times), True
     end = acc.t_last if (outcome == OUTCOME_OK and acc.t_last is not None) else t_fail
     texts = acc.texts  # kept for the greedy-determinism check or a session's reply
-    text_hash, chunk_hashes, reasoning_hash, answer = None, None, None, None
+    text_hash, chunk_hashes, reasoning_hash, tool_hash, answer = None, None, None, None, None
+    tools = acc.tools
     if texts is not None:
         answer, reasoning = acc.answer_and_reasoning()
         text_hash, chunk_hashes = text_digests(texts, answer)
         reasoning_hash = digest(reasoning) if reasoning else None
+        tool_hash = digest(tools.text()) if tools is not None else None
     reasoning_tokens, reasoning_counted = acc.reasoning_tokens()
     record = new_record(
         **{name: getattr(ctx, name) for name in _FROM_CONTEXT},
@@ -188,6 +190,7 @@ def _attempt(
         t_first=None if acc.t_first is None else t_wall + acc.t_first,
         t_first_content=None if acc.t_first_content is None else t_wall + acc.t_first_content,
         t_first_reasoning=None if acc.t_first_reasoning is None else t_wall + acc.t_first_reasoning,
+        t_first_tool_call=None if acc.t_first_tool is None else t_wall + acc.t_first_tool,
         # to the microsecond: numpy rounds the whole list at once, and the array's own round skips
         # np.round's dispatch (same numbers as round() a time; timed in docs/measurements.md)
         chunk_times=np.asarray(acc.chunk_times, dtype=np.float64).round(6).tolist(),
@@ -204,6 +207,8 @@ def _attempt(
         cached_tokens=acc.cached_tokens,
         reasoning_tokens=reasoning_tokens,
         reasoning_counted=reasoning_counted,
+        tool_calls=None if tools is None else tools.count,
+        tool_calls_invalid=None if tools is None else tools.invalid(),
         finish_reason=acc.finish_reason,
         outcome=outcome,
         error=error,
@@ -218,6 +223,7 @@ def _attempt(
         conn_port=None if lease is None else lease.port,
         text_hash=text_hash,
         reasoning_hash=reasoning_hash,
+        tool_hash=tool_hash,
         chunk_hashes=chunk_hashes,
         text=answer if ctx.record_text else None,
     )

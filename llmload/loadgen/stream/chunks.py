@@ -1,8 +1,8 @@
-"""One streamed answer's token chunks as they are counted, by kind (answer text, reasoning text),
-and what they add up to: `TokenChunks`, the state every accumulator fills (the parsing of a
-stream's messages is theirs: llmload.loadgen.stream.sse, .responses) and reads back as the
-request's tokens, times and texts. The definitions of these figures are in the docstring of
-llmload.loadgen.stream.sse.
+"""One streamed answer's token chunks as they are counted, by kind (answer text, reasoning text,
+tool-call pieces: llmload.loadgen.stream.tool_calls), and what they add up to: `TokenChunks`, the
+state every accumulator fills (the parsing of a stream's messages is theirs:
+llmload.loadgen.stream.sse, .responses) and reads back as the request's tokens, times and texts.
+The definitions of these figures are in the docstring of llmload.loadgen.stream.sse.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from llmload.loadgen.stream.reasoning import (
     REASONING_AFTER_ANSWER,
     TAGS_UNKNOWN,
     THOUGHT,
+    TOOL,
     reported_reasoning,
     split_texts,
 )
+from llmload.loadgen.stream.tool_calls import ToolCalls
 
 
 class TokenChunks:
@@ -50,6 +52,9 @@ class TokenChunks:
         "_tags",
         "_kind",
         "_rfield",
+        "t_first_tool",
+        "tools",
+        "_tool_spans",
     )
 
     def __init__(self, chat: bool = False, keep_text: bool = False) -> None:
@@ -77,6 +82,9 @@ class TokenChunks:
         self._tags = TAGS_UNKNOWN  # `<think>` tags in the text (llmload.loadgen.stream.reasoning)
         self._kind = ANSWER  # what the chunk just counted carried (for the template to learn)
         self._rfield = "reasoning_content"  # where the reasoning text sits (its template's field)
+        self.t_first_tool: float | None = None  # the first token chunk with a piece of a tool call
+        self.tools: ToolCalls | None = None  # the reply's tool calls, once one began
+        self._tool_spans: list[tuple[int, int]] = []  # with keep_text: tool chunks, their last characters
 
     def _count_chunk(self, t: float, text: str, tokens: int | None, reasoning: int = 0) -> None:
         """A token chunk at t: its text (its first `reasoning` characters reasoning), its tokens
@@ -106,6 +114,20 @@ class TokenChunks:
         else:
             self.reasoning_chunks += 1
             self._kind = THOUGHT
+
+    def _on_tool(self, t: float, piece: str) -> None:
+        """A token chunk at t ends with `piece`, a piece of a tool call (its text is not the answer's)."""
+        if self.t_first_tool is None:
+            self.t_first_tool = t
+        self._kind = TOOL
+        if self.texts is not None:
+            self._tool_spans.append((len(self.texts), len(piece)))
+
+    def _tool_calls(self) -> ToolCalls:
+        """The reply's tool calls, begun at the first piece."""
+        if self.tools is None:
+            self.tools = ToolCalls()
+        return self.tools
 
     def _reasoning_began(self) -> None:
         """The stream's first reasoning chunk was just counted (a fast path may learn its shape)."""
@@ -156,8 +178,14 @@ class TokenChunks:
         return self.answer_and_reasoning()[0]
 
     def answer_and_reasoning(self) -> tuple[str, str]:
-        """(answer, reasoning) text of the reply (built with `keep_text`)."""
-        return split_texts(self.texts or (), self._spans)
+        """(answer, reasoning) text of the reply (built with `keep_text`): a tool call's pieces
+        are neither (ToolCalls.text)."""
+        texts = self.texts or []
+        if self._tool_spans:
+            texts = list(texts)
+            for i, chars in self._tool_spans:
+                texts[i] = texts[i][: len(texts[i]) - chars]
+        return split_texts(texts, self._spans)
 
     def reasoning_tokens(self) -> tuple[int | None, bool]:
         """(reasoning tokens, counted by the client): the server's count when it sent one

@@ -29,8 +29,9 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 THINK_CLOSE_BYTES = THINK_CLOSE.encode()
 # the tag state of a text stream: its first text not seen yet, inside `<think>`, no tags (or closed)
 TAGS_UNKNOWN, TAGS_OPEN, TAGS_NONE = 0, 1, 2
-# what a token chunk carried (StreamAccumulator: the kind of the chunk just counted)
-ANSWER, THOUGHT, BOTH = 0, 1, 2
+# what a token chunk carried (StreamAccumulator: the kind of the chunk just counted; TOOL: a piece
+# of a tool call, llmload.loadgen.stream.tool_calls)
+ANSWER, THOUGHT, BOTH, TOOL = 0, 1, 2, 3
 # odd things in a stream that do not fail its request (the record's `odd_stream`, one name each)
 REASONING_AFTER_ANSWER = "reasoning_after_answer"
 BAD_REASONING_COUNT = "reasoning_tokens_not_a_count"

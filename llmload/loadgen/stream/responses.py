@@ -10,8 +10,11 @@ the response and its usage):
 - a token chunk is a delta event with text: `response.output_text.delta` (answer),
   `response.reasoning_text.delta` (reasoning; OpenAI's models stream a summary of their
   reasoning instead, `response.reasoning_summary_text.delta`, taken as reasoning too),
-  `response.refusal.delta` and `response.function_call_arguments.delta` (answer: tokens the
-  model generated). t_first is the first of them, t_last the last (there are no `choices`).
+  `response.refusal.delta` (answer: tokens the model generated); a tool call's pieces, its name
+  (`response.output_item.added` of a `function_call` item) and its arguments
+  (`response.function_call_arguments.delta`), are token chunks of a tool call
+  (llmload.loadgen.stream.tool_calls). t_first is the first of them, t_last the last (there are
+  no `choices`).
 - `response.completed` or `response.incomplete` ends the stream: its `response.usage` becomes
   the usage the rest of llmload reads (`input_tokens` as prompt_tokens, `output_tokens` as
   completion_tokens, `input_tokens_details.cached_tokens`, `output_tokens_details.
@@ -30,12 +33,12 @@ from __future__ import annotations
 from typing import Any
 
 from llmload.loadgen.stream.decode import MalformedStream, StreamErrorEvent, check_usage, decode_data, shown
-from llmload.loadgen.stream.reasoning import ANSWER
+from llmload.loadgen.stream.reasoning import ANSWER, THOUGHT, TOOL
 from llmload.loadgen.stream.sse import StreamAccumulator
 
-ANSWER_DELTAS = frozenset(
-    {"response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta"}
-)
+ANSWER_DELTAS = frozenset({"response.output_text.delta", "response.refusal.delta"})
+ARGUMENTS_DELTA = "response.function_call_arguments.delta"
+ITEM_ADDED = "response.output_item.added"
 REASONING_DELTAS = frozenset({"response.reasoning_text.delta", "response.reasoning_summary_text.delta"})
 ENDS = frozenset({"response.completed", "response.incomplete"})
 FAILURES = frozenset({"error", "response.failed"})
@@ -123,7 +126,9 @@ class ResponsesAccumulator(StreamAccumulator):
             if not isinstance(delta, str):
                 raise MalformedStream(f"{kind}: delta is not a string: {shown(payload)!r}")
             if delta:
-                self._token(t, delta, kind in REASONING_DELTAS)
+                self._token(t, delta, THOUGHT if kind in REASONING_DELTAS else ANSWER)
+        elif kind in (ARGUMENTS_DELTA, ITEM_ADDED):
+            self._tool_event(obj, kind, payload, t)
         elif kind in ENDS:
             response = obj.get("response")
             if not isinstance(response, dict):
@@ -141,16 +146,33 @@ class ResponsesAccumulator(StreamAccumulator):
                 self.odd.append(name)
         return False
 
-    def _token(self, t: float, delta: str, reasoning: bool) -> None:
-        """A delta event with text at t: a token chunk of answer or reasoning."""
+    def _tool_event(self, obj: dict[str, Any], kind: str, payload: bytes | bytearray, t: float) -> None:
+        """A function call's arguments piece, or an output item (a function call's name)."""
+        index = obj.get("output_index", 0)
+        if type(index) is not int:
+            raise MalformedStream(f"{kind}: output_index is not an integer: {shown(payload)!r}")
+        if kind == ARGUMENTS_DELTA:
+            piece = self._tool_calls().add(index, None, obj.get("delta"))
+        else:
+            item = obj.get("item")
+            if not isinstance(item, dict) or item.get("type") != "function_call":
+                return  # another item: a message, reasoning, a built-in tool's call
+            piece = self._tool_calls().add(index, item.get("name"), item.get("arguments"))
+        if piece:
+            self._token(t, piece, TOOL)
+
+    def _token(self, t: float, delta: str, kind: int) -> None:
+        """A delta event with text at t: a token chunk of answer, reasoning or a tool call."""
         if self.t_first is None:
             self.t_first = t
         self.t_last = t
         self._usage_per_chunk = False
-        if reasoning:
+        if kind == THOUGHT:
             self._on_reasoning(t, False)
+        elif kind == TOOL:
+            self._on_tool(t, delta)
         else:
             self._kind = ANSWER
             if self.t_first_content is None:
                 self.t_first_content = t
-        self._count_chunk(t, delta, None, len(delta) if reasoning else 0)
+        self._count_chunk(t, delta, None, len(delta) if kind == THOUGHT else 0)

@@ -28,6 +28,9 @@ Definitions (as vLLM `bench serve`, see docs/metrics.md):
 - `reasoning_chunks` / `mixed_chunks`: token chunks that carried reasoning only / reasoning and
   answer text; `odd`: names of odd things in the stream that did not fail it (reasoning after
   the answer began).
+- a tool call (llmload.loadgen.stream.tool_calls): a chat delta whose `tool_calls` carry a piece
+  of a call's name or arguments is a token chunk (its text is the call's, not the answer's);
+  t_first_tool: the first of them; `tools`: the reply's calls.
 - `uncertain`: token chunk index -> seconds by which its time may be late, for chunks that
   shared a read with a message written at a later instant (`feed_read`: not the closing
   messages a server writes with its last token); `ttft_uncertain`: the same for t_first.
@@ -154,7 +157,7 @@ class StreamAccumulator(TemplatePath):
         if self.t_first is None:
             self.t_first = t
         self.t_last = t
-        reasoning = None
+        reasoning = tool = None
         if self.chat:
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
@@ -163,6 +166,8 @@ class StreamAccumulator(TemplatePath):
             role_only = text is None or (not text and "role" in delta)
             if "reasoning_content" in delta or "reasoning" in delta:
                 reasoning = self._delta_reasoning(delta)
+            if delta.get("tool_calls"):
+                tool = self._tool_calls().add_chat(delta["tool_calls"], str(delta)[:80])
         else:
             text = choice.get("text")
             role_only = text is None
@@ -177,7 +182,7 @@ class StreamAccumulator(TemplatePath):
         if reasoning:
             self._on_reasoning(t, bool(text))
             text = reasoning + (text or "")
-        elif not (text or (not role_only and not finish)):
+        elif not (text or tool or (not role_only and not finish)):
             if finish and not role_only:
                 self._closing = (t, usage)
             return
@@ -185,6 +190,9 @@ class StreamAccumulator(TemplatePath):
             self._kind = ANSWER
             if text and self.t_first_content is None:
                 self.t_first_content = t
+        if tool:
+            self._on_tool(t, tool)
+            text = (text or "") + tool
         thought_chars = len(reasoning) if reasoning else 0
         if usage and self._usage_per_chunk:
             tokens = int(usage.get("completion_tokens") or 0)
