@@ -62,7 +62,7 @@ VLLM = lines(
 def test_vllm_tool_call_each_delta_a_chunk(fast):
     acc = parse(VLLM, fast)
     assert acc.done and acc.chunk_times == [1.0, 2.0, 3.0, 4.0, 5.0] and acc.completion_tokens == 5
-    assert acc.t_first == 0.0 and acc.t_first_tool == 1.0 and acc.t_first_content is None
+    assert acc.t_first == 0.0 and acc.t_first_tool_call == 1.0 and acc.t_first_content is None
     assert acc.finish_reason == "tool_calls" and acc.tools is not None
     assert (acc.tools.count, acc.tools.invalid()) == (1, 0)
     assert acc.tools.text() == 'get_weather({"city": "Paris"})'
@@ -141,7 +141,7 @@ def test_responses_function_call_name_and_arguments_are_chunks_and_hashed():
     acc = ResponsesAccumulator(keep_text=True)
     for t, line in enumerate(responses_events("get_weather", ['{"c":', '"P"}'])):
         acc.feed(line, float(t))
-    assert acc.chunk_times == [1.0, 2.0, 3.0] and acc.t_first_tool == 1.0 and acc.t_first_content is None
+    assert acc.chunk_times == [1.0, 2.0, 3.0] and acc.t_first_tool_call == 1.0 and acc.t_first_content is None
     assert acc.tools is not None and acc.tools.text() == 'get_weather({"c":"P"})' and acc.odd == []
     other = ResponsesAccumulator(keep_text=True)
     for t, line in enumerate(responses_events("get_time", ['{"c":', '"P"}'])):

@@ -190,7 +190,7 @@ def _attempt(
         t_first=None if acc.t_first is None else t_wall + acc.t_first,
         t_first_content=None if acc.t_first_content is None else t_wall + acc.t_first_content,
         t_first_reasoning=None if acc.t_first_reasoning is None else t_wall + acc.t_first_reasoning,
-        t_first_tool_call=None if acc.t_first_tool is None else t_wall + acc.t_first_tool,
+        t_first_tool_call=None if acc.t_first_tool_call is None else t_wall + acc.t_first_tool_call,
         # to the microsecond: numpy rounds the whole list at once, and the array's own round skips
         # np.round's dispatch (same numbers as round() a time; timed in docs/measurements.md)
         chunk_times=np.asarray(acc.chunk_times, dtype=np.float64).round(6).tolist(),

@@ -52,7 +52,7 @@ class TokenChunks:
         "_tags",
         "_kind",
         "_rfield",
-        "t_first_tool",
+        "t_first_tool_call",
         "tools",
         "_tool_spans",
     )
@@ -82,7 +82,7 @@ class TokenChunks:
         self._tags = TAGS_UNKNOWN  # `<think>` tags in the text (llmload.loadgen.stream.reasoning)
         self._kind = ANSWER  # what the chunk just counted carried (for the template to learn)
         self._rfield = "reasoning_content"  # where the reasoning text sits (its template's field)
-        self.t_first_tool: float | None = None  # the first token chunk with a piece of a tool call
+        self.t_first_tool_call: float | None = None  # the first token chunk with a piece of a tool call
         self.tools: ToolCalls | None = None  # the reply's tool calls, once one began
         self._tool_spans: list[tuple[int, int]] = []  # with keep_text: tool chunks, their last characters
 
@@ -117,8 +117,8 @@ class TokenChunks:
 
     def _on_tool(self, t: float, piece: str) -> None:
         """A token chunk at t ends with `piece`, a piece of a tool call (its text is not the answer's)."""
-        if self.t_first_tool is None:
-            self.t_first_tool = t
+        if self.t_first_tool_call is None:
+            self.t_first_tool_call = t
         self._kind = TOOL
         if self.texts is not None:
             self._tool_spans.append((len(self.texts), len(piece)))

@@ -30,7 +30,7 @@ Definitions (as vLLM `bench serve`, see docs/metrics.md):
   the answer began).
 - a tool call (llmload.loadgen.stream.tool_calls): a chat delta whose `tool_calls` carry a piece
   of a call's name or arguments is a token chunk (its text is the call's, not the answer's);
-  t_first_tool: the first of them; `tools`: the reply's calls.
+  t_first_tool_call: the first of them; `tools`: the reply's calls.
 - `uncertain`: token chunk index -> seconds by which its time may be late, for chunks that
   shared a read with a message written at a later instant (`feed_read`: not the closing
   messages a server writes with its last token); `ttft_uncertain`: the same for t_first.
