@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmload.loadgen.stream.decode import MalformedStream
 from llmload.loadgen.stream.reasoning import (
     ANSWER,
     BAD_REASONING_COUNT,
@@ -122,6 +123,14 @@ class TokenChunks:
         self._kind = TOOL
         if self.texts is not None:
             self._tool_spans.append((len(self.texts), len(piece)))
+
+    def whole_tool_calls(self, calls: Any, t: float) -> None:
+        """A non-streamed reply's `message.tool_calls`, each call whole (named by its place), at t."""
+        if not isinstance(calls, list):
+            raise MalformedStream(f"message.tool_calls is not a list: {str(calls)[:80]!r}")
+        numbered = [{**call, "index": i} if isinstance(call, dict) else call for i, call in enumerate(calls)]
+        self._tool_calls().add_chat(numbered, str(calls)[:80])
+        self.t_first_tool_call = t
 
     def _tool_calls(self) -> ToolCalls:
         """The reply's tool calls, begun at the first piece."""

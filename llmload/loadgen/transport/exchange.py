@@ -192,8 +192,10 @@ def _read_body(resp: Any, acc: StreamAccumulator, clock: ReceiveClock) -> None:
     acc.finish_reason = finish
     acc.t_first = acc.t_first_content = acc.t_last = t
     acc.chunk_times.append(t)
+    message = choices[0].get("message") or {}
+    if isinstance(message, dict) and message.get("tool_calls"):
+        acc.whole_tool_calls(message["tool_calls"], t)  # MalformedStream: calls of the wrong shape
     if acc.texts is not None:
-        message = choices[0].get("message") or {}
         acc.texts.append(str(choices[0].get("text") or message.get("content") or ""))
     acc.done = True
 
