@@ -33,11 +33,11 @@ from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.records_pass import StartChild
 from llmload.analysis.run.server_metrics import load_server_metrics
 from llmload.analysis.run.steps import RungSteps, measure_run
+from llmload.analysis.step_fit import step_line
 from llmload.core.config import ConfigError
 from llmload.core.files import run_files
 from llmload.core.files.run_files import RunFiles
 from llmload.core.schema import shown
-from llmload.core.stats import mean
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,14 +309,12 @@ def budget_rows(
 
 
 def fit_step_model(rows: Sequence[BudgetRow]) -> tuple[float, float] | None:
-    """Least-squares (a, b) of step_ms = a + b * batch over the rungs; None with < 2 batch sizes."""
+    """(a, b) of step_ms = a + b * batch over the rungs, the one step line
+    (llmload.analysis.step_fit.step_line); None with < 2 batch sizes."""
     xs = [r.batch or float(r.conc) for r in rows]
-    ys = [r.step_ms for r in rows]
     if len(set(xs)) < 2:
         return None
-    mx, my = mean(xs), mean(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-    return my - b * mx, b
+    return step_line(xs, [r.step_ms for r in rows])[0]
 
 
 def run_points(prefix: str, start_child: StartChild | None = None) -> list[SweepPoint]:

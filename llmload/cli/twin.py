@@ -53,9 +53,9 @@ from llmload.analysis.budget import (
 )
 from llmload.analysis.run.postprocess import RunResult, load_run
 from llmload.analysis.run.server_metrics import load_server_metrics, metrics_path, read_samples
-from llmload.analysis.run.steps import RungSteps, measure_run
+from llmload.analysis.run.steps import RungSteps, measure_run, stepped
 from llmload.analysis.twin.decision import NOT_WORTH, WORTH, Decision, RungDecision, decide, production
-from llmload.analysis.twin.fit import TwinFit, TwinFitError, TwinParams, fit_accept_len, fit_twin, usable
+from llmload.analysis.twin.fit import TwinFit, TwinFitError, TwinParams, fit_accept_len, fit_twin
 from llmload.analysis.twin.replay import (
     Change,
     Verdict,
@@ -415,7 +415,7 @@ def calibrate(
     draws = [
         (r.output_tokens, int(truth[r.request_id]["accept_seed"]))
         for r in replayed(folder).iter_records()
-        if usable(r) and isinstance(truth.get(r.request_id, {}).get("accept_seed"), int)
+        if stepped(r) and isinstance(truth.get(r.request_id, {}).get("accept_seed"), int)
     ]
     if not draws:
         return params, []

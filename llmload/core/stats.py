@@ -1,9 +1,12 @@
-"""Descriptive statistics over raw values, in pure Python (no numpy dependency).
+"""Descriptive statistics over raw values: the one percentile of llmload, and mean / std.
 
 Percentiles use linear interpolation between closest ranks, the same as numpy's default
 `method="linear"` and so the same as vLLM `bench serve` (which calls `np.percentile` on the raw
 per-request values): for sorted values x[0..n-1] and q in [0, 100], h = (n - 1) * q / 100 and
-the result is x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)]).
+the result is x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)]). Every percentile
+llmload reports or uses is this one (`percentile_of_ranks`): of a list (`percentile`), of a
+histogram (`summarize_counts`), and of a numpy array without a sort (`percentiles_of_array`,
+for the hot paths).
 `std` is the population standard deviation (numpy's default ddof=0, as vLLM reports it).
 """
 
@@ -14,6 +17,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
+
+import numpy as np
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
 
@@ -45,6 +50,14 @@ def percentile_of_ranks(n: int, q: float, at: Callable[[int], float]) -> float:
     h = (n - 1) * q / 100.0
     low = at(lo)
     return low + (h - lo) * (at(hi) - low)
+
+
+def percentiles_of_array(values: np.ndarray, wanted: Sequence[float]) -> dict[float, float]:
+    """The `wanted` percentiles of a non-empty array (`percentile`'s, bit for bit), from one
+    `np.partition` at the ranks they interpolate between (the values a sort puts there)."""
+    n = values.size
+    part = np.partition(values, sorted({r for q in wanted for r in percentile_ranks(n, q)}))
+    return {q: percentile_of_ranks(n, q, lambda rank: part[rank].item()) for q in wanted}
 
 
 def mean(values: Sequence[float]) -> float:

@@ -353,8 +353,10 @@ def _length_note(label: str, by: str, sent: Sequence[tuple[SweepRow, dict[str, A
             parts.append(f"{i['client_counted']} counted by the client: no usage")
         return f" ({'; '.join(parts)})" if parts else ""
 
-    def sent_mix(i: dict[str, Any]) -> str:
-        return f"mean {i['mean']:.1f} p50 {i['p50']} p99 {i['p99']}"
+    def sent_mix(i: dict[str, Any], asked: bool = False) -> str:
+        """The sent lengths' mean, p50 and p99 (the asked ones' with `asked`)."""
+        mean, p50, p99 = ("asked", "asked_p50", "asked_p99") if asked else ("mean", "p50", "p99")
+        return f"mean {i[mean]:.1f} p50 {i[p50]:g} p99 {i[p99]:g}"
 
     first = sent[0][1]
     if not mixed and len(asks) == 1:
@@ -363,13 +365,11 @@ def _length_note(label: str, by: str, sent: Sequence[tuple[SweepRow, dict[str, A
             for r, i in sent
         )
     if len(asks) == 1:
-        return (
-            f"{label} asked mean {first['asked']:.1f} p50 {first['asked_p50']} p99 {first['asked_p99']}, "
-            f"sent{by}: " + ", ".join(f"{rung_name(r.rung, r.conc)} {sent_mix(i)}{extra(i)}" for r, i in sent)
+        return f"{label} asked {sent_mix(first, asked=True)}, sent{by}: " + ", ".join(
+            f"{rung_name(r.rung, r.conc)} {sent_mix(i)}{extra(i)}" for r, i in sent
         )
     return f"{label} asked, sent{by}: " + ", ".join(
-        f"{rung_name(r.rung, r.conc)} asked mean {i['asked']:.1f} p50 {i['asked_p50']} p99 {i['asked_p99']}, "
-        f"sent {sent_mix(i)}{extra(i)}"
+        f"{rung_name(r.rung, r.conc)} asked {sent_mix(i, asked=True)}, sent {sent_mix(i)}{extra(i)}"
         for r, i in sent
     )
 

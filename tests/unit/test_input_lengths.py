@@ -47,7 +47,7 @@ def test_summary_and_miss():
         "min": 63,
         "max": 65,
         "p50": 64,
-        "p99": 65,
+        "p99": pytest.approx(64.97),  # linear: h = 3 x 0.99, 64 + 0.97 x (65 - 64)
         "miss_pct": 0.0,
         "asked_p50": 64,
         "asked_p99": 64,
@@ -65,7 +65,8 @@ def test_drawn_lengths_are_summarised_against_each_request_s_own_ask():
     assert summary["asked"] == pytest.approx(160 / 3) and summary["asked_p50"] == 40
     assert summary["off"] == 1  # 23 for 20; 41 for 40 is within a token
     table = render(sweep_rows(tally_rungs(records)))
-    assert "input tokens asked mean 53.3 p50 40 p99 100, sent: rung01 c2 mean 54.7 p50 41 p99 100" in table
+    # p99 of 20 40 100: h = 2 x 0.99, 40 + 0.98 x 60; of 23 41 100: 41 + 0.98 x 59
+    assert "input tokens asked mean 53.3 p50 40 p99 98.8, sent: rung01 c2 mean 54.7 p50 41 p99 98.82" in table
     assert "(1 off their ask by > 1)" in table
 
 

@@ -70,7 +70,7 @@ def test_the_output_summary_of_drawn_lengths():
     assert out == {
         "asked": sum(asked) / 7,
         "asked_p50": 32,
-        "asked_p99": 64,
+        "asked_p99": pytest.approx(63.04),  # h = 6 x 0.99 = 5.94: 48 + 0.94 x (64 - 48)
         "mean": sum(sent) / 7,
         "min": 9,
         "max": 40,
@@ -104,8 +104,10 @@ def test_the_table_note_and_json_of_drawn_outputs():
     rows = sweep_rows(tally_rungs(records))
     table = render(rows)
     assert (
-        "output tokens asked mean 28.0 p50 24 p99 40, sent by usage.completion_tokens: "
-        "rung01 c4 mean 24.5 p50 24 p99 40 (1 off their ask), rung02 c4 mean 28.0 p50 24 p99 40"
+        # asked 16 16 24 24 32 32 40 40: p50 (24 + 32) / 2; rung01 sent 12 16 16 24 24 32 32 40: p99
+        # h = 7 x 0.99 = 6.93, 32 + 0.93 x 8
+        "output tokens asked mean 28.0 p50 28 p99 40, sent by usage.completion_tokens: "
+        "rung01 c4 mean 24.5 p50 24 p99 39.44 (1 off their ask), rung02 c4 mean 28.0 p50 28 p99 40"
     ) in table
     data = json.loads(render(rows, "json"))
     assert [d["output_tokens"]["off"] for d in data] == [1, 0]
@@ -126,8 +128,10 @@ def test_fixed_outputs_served_exactly_need_no_note_and_others_say_whose_count():
 def test_each_rung_its_own_mix_when_the_asks_differ():
     records = [record(0, 16), record(1, 64)] + [record(i, 30 + i, rung=1) for i in range(3)]
     assert (
-        "output tokens asked, sent by usage.completion_tokens: rung01 c4 asked mean 40.0 p50 16 p99 64, "
-        "sent mean 40.0 p50 16 p99 64, rung02 c4 asked mean 31.0 p50 31 p99 32, sent mean 31.0 p50 31 p99 32"
+        # 16 64: p50 40, p99 16 + 0.99 x 48; 30 31 32: p99 h = 1.98, 31 + 0.98
+        "output tokens asked, sent by usage.completion_tokens: rung01 c4 asked mean 40.0 p50 40 p99 63.52, "
+        "sent mean 40.0 p50 40 p99 63.52, rung02 c4 asked mean 31.0 p50 31 p99 31.98, "
+        "sent mean 31.0 p50 31 p99 31.98"
     ) in render(sweep_rows(tally_rungs(records)))
 
 

@@ -154,9 +154,9 @@ def test_a_step_time_that_drifts_does_not_fit():
 def test_a_line_whose_base_falls_below_zero_is_fitted_through_the_origin():
     """Steps of 11.5 ms at batch 1 and 24 ms at batch 2: the free line is -1 + 12.5 x batch; the
     simulator needs base >= 0, and the least squares with base held at 0 is sum(b d) / sum(b b)."""
-    from llmload.analysis.twin.fit import _nonnegative_line
+    from llmload.analysis.step_fit import step_line
 
-    (base, per_seq), _, bound = _nonnegative_line([1, 1, 2, 2], [11.0, 12.0, 23.5, 24.5])
+    (base, per_seq), _, bound = step_line([1, 1, 2, 2], [11.0, 12.0, 23.5, 24.5])
     assert base == 0.0 and per_seq == pytest.approx((11 + 12 + 2 * 23.5 + 2 * 24.5) / 10)
     assert bound.startswith("base_ms (free fit -1.00")
 

@@ -37,7 +37,6 @@ the distinct lengths, not a million integers.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from typing import Any
 
 from llmload.core.config import ReconcileConfig
 from llmload.core.files.records import OUTCOME_OK, RequestRecord
+from llmload.core.stats import summarize_counts
 
 DISAGREE_KINDS = ("over_max_tokens", "length_short", "chunks_over_tokens", "reasoning_over_tokens")
 OFF_KINDS = ("stopped_early", "over_max_tokens", "length_short")  # an output that is not its max_tokens
@@ -218,25 +218,24 @@ def check_rung(name: str, counts: Tally, limits: ReconcileConfig, *, ignore_eos:
     return f"{name}: " + "; ".join(problems) if problems else None
 
 
-def _quantile(counts: list[tuple[int, int]], total: int, q: float) -> int:
-    """The nearest-rank q-quantile of a sorted histogram [(length, how many), ...] of `total`."""
-    rank = min(total, max(1, math.ceil(q * total)))  # 1-based
-    seen = 0
-    for value, n in counts:
-        seen += n
-        if seen >= rank:
-            return value
-    return counts[-1][0]
+def _p50_p99(counts: list[tuple[int, int]]) -> tuple[float, float]:
+    """The 50th and 99th percentiles (`llmload.core.stats`'s one percentile) of a histogram
+    [(length, how many), ...] with at least one value."""
+    found = summarize_counts(dict(counts), (50.0, 99.0))
+    if found is None:
+        raise ValueError("percentiles of no lengths")
+    return found.percentiles[50.0], found.percentiles[99.0]
 
 
 def length_summary(
     sent: Mapping[int, int], asked: Mapping[int, int], off: int = 0, client_counted: int | None = None
 ) -> dict[str, Any] | None:
-    """The lengths sent (a histogram: length -> how many; mean, min, max, p50, p99 by nearest
-    rank) and, when lengths were asked, what was asked (`asked`: the one length, or the asked
-    lengths' mean when they differ; `asked_p50`, `asked_p99`), the signed miss of the mean in
-    percent, and `off`: requests off their own ask; `client_counted` (when given): how many sent
-    lengths are the client's count (no usage). None without values. Inputs and outputs alike."""
+    """The lengths sent (a histogram: length -> how many; mean, min, max, p50, p99: the one
+    percentile, `llmload.core.stats`) and, when lengths were asked, what was asked (`asked`: the
+    one length, or the asked lengths' mean when they differ; `asked_p50`, `asked_p99`), the signed
+    miss of the mean in percent, and `off`: requests off their own ask; `client_counted` (when
+    given): how many sent lengths are the client's count (no usage). None without values. Inputs
+    and outputs alike."""
     ordered = sorted((v, n) for v, n in sent.items() if n > 0)
     total = sum(n for _, n in ordered)
     if not total:
@@ -247,8 +246,7 @@ def length_summary(
         "mean": mean,
         "min": ordered[0][0],
         "max": ordered[-1][0],
-        "p50": _quantile(ordered, total, 0.5),
-        "p99": _quantile(ordered, total, 0.99),
+        **dict(zip(("p50", "p99"), _p50_p99(ordered), strict=True)),
         "miss_pct": None,
     }
     if client_counted is not None:
@@ -260,8 +258,7 @@ def length_summary(
         fixed = len(wanted) == 1
         summary |= {
             "asked": wanted[0][0] if fixed else asked_mean,
-            "asked_p50": _quantile(wanted, asked_total, 0.5),
-            "asked_p99": _quantile(wanted, asked_total, 0.99),
+            **dict(zip(("asked_p50", "asked_p99"), _p50_p99(wanted), strict=True)),
             "miss_pct": 100.0 * (mean - asked_mean) / asked_mean if asked_mean else None,  # 0: not a length
             "off": off,
         }

@@ -64,8 +64,7 @@ from llmload.core.stats import (
     Summary,
     mean,
     percentile,
-    percentile_of_ranks,
-    percentile_ranks,
+    percentiles_of_array,
     summarize,
     summarize_counts,
 )
@@ -651,7 +650,7 @@ def summarize_array(values: np.ndarray, percentiles: Sequence[float] = DEFAULT_P
         return summarize(np.sort(values).tolist(), percentiles)
     m = math.fsum(values.tolist()) / n
     std = math.sqrt(math.fsum(map(pow, _minus(values, m).tolist(), repeat(2))) / n)
-    pct = _percentiles_of(values, (50.0, *percentiles))
+    pct = percentiles_of_array(values, (50.0, *percentiles))
     return Summary(count=n, mean=m, median=pct[50.0], std=std, percentiles={q: pct[q] for q in percentiles})
 
 
@@ -661,17 +660,9 @@ def _minus(values: np.ndarray, m: float) -> np.ndarray:
         return values - m
 
 
-def _percentiles_of(values: np.ndarray, wanted: Sequence[float]) -> dict[float, float]:
-    """The `wanted` percentiles of a non-empty array (`llmload.core.stats.percentile`), from one
-    `np.partition` at the ranks they interpolate between."""
-    n = values.size
-    part = np.partition(values, sorted({r for q in wanted for r in percentile_ranks(n, q)}))
-    return {q: percentile_of_ranks(n, q, lambda rank: part[rank].item()) for q in wanted}
-
-
 def _median(values: array[float]) -> float | None:
     """The median of the values (`percentile` of them, 50), None for no values."""
-    return _percentiles_of(np.frombuffer(values, dtype=np.float64), (50.0,))[50.0] if values else None
+    return percentiles_of_array(np.frombuffer(values, dtype=np.float64), (50.0,))[50.0] if values else None
 
 
 def percentile_or_none(values: Sequence[float], q: float) -> float | None:

@@ -36,6 +36,7 @@ from llmload.analysis.run.server_metrics import Sample, Window, metrics_path, re
 from llmload.core.files.records import RequestRecord
 from llmload.core.files.run_info import RunInfo
 from llmload.core.names import MEASURE_PHASE
+from llmload.core.stats import percentiles_of_array
 
 GROUP_SHARE = 0.2  # gaps under this share of the 90th-percentile gap are inside one step ...
 GROUPED_SHARE = 0.10  # ... when more than this share of the gaps are such
@@ -68,8 +69,11 @@ class RungSteps:
         return self.waited > 0 or bool(self.server_waiting)
 
 
-def _usable(rec: RequestRecord) -> bool:
-    return rec.ok and rec.phase == MEASURE_PHASE and rec.stream and len(rec.chunk_times) > 1
+def stepped(rec: RequestRecord) -> bool:
+    """A request whose chunks are the server's steps, the records every step figure reads (here,
+    the twin's fit and its replay): measured, completed, streamed, with at least one chunk time
+    (a one-chunk request was in one step's batch; it has no gap between steps)."""
+    return rec.ok and rec.phase == MEASURE_PHASE and rec.stream and len(rec.chunk_times) > 0
 
 
 def _step_times(times: np.ndarray, merge_below: float) -> np.ndarray:
@@ -132,13 +136,13 @@ def waited_requests(
 
 def measure_rung(rung: int, users: int, records: Iterable[RequestRecord]) -> RungSteps:
     """The rung's step, batch, tokens per step and queued requests from its records."""
-    streams = [r for r in records if _usable(r)]
+    streams = [r for r in records if stepped(r)]
     chunks = [r.t_start + np.asarray(r.chunk_times, dtype=np.float64) for r in streams]
     gaps = np.concatenate([np.diff(c) for c in chunks]) if chunks else np.empty(0)
     gaps = gaps[gaps > 0]
     merge_below = 0.0
     if gaps.size:
-        below = GROUP_SHARE * float(np.percentile(gaps, 90))
+        below = GROUP_SHARE * percentiles_of_array(gaps, (90.0,))[90.0]
         if np.count_nonzero(gaps < below) > GROUPED_SHARE * gaps.size:
             merge_below = below
     steps = [_step_times(c, merge_below) for c in chunks]

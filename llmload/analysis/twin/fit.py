@@ -57,12 +57,15 @@ from typing import Any
 
 import numpy as np
 
+from llmload.analysis.run.steps import stepped
+from llmload.analysis.step_fit import least_squares, step_line
 from llmload.core.files.records import RequestRecord
-from llmload.core.names import MEASURE_PHASE
+from llmload.core.stats import percentile
 
 MAX_DRAFT = 7  # the simulator's default draft tokens per step: the accept length's distribution
 SIM_DEFAULT_MAX_NUM_SEQS = 256
 CLUSTER_SHARE = 0.25  # chunks closer than this share of the shortest steps belong to one step
+SHORT_GAP_PCT = 10.0  # the shortest steps: this percentile of a rung's gaps between a stream's chunks
 DRIFT_PCT_PER_MIN = 3.0
 DRIFT_T = 5.0
 LINEARITY_PCT = 5.0
@@ -182,18 +185,12 @@ class _Rung:
     users: int
 
 
-def usable(rec: RequestRecord) -> bool:
-    """A measured, completed, streamed request with chunk times: what the fit reads."""
-    return rec.ok and rec.phase == MEASURE_PHASE and rec.stream and len(rec.chunk_times) > 0
-
-
 def rung_steps(rung: int, records: Sequence[RequestRecord]) -> _Rung:
     """The steps of one rung from its completed requests' chunk times (module docstring)."""
     users = max((r.users for r in records), default=0)
-    gaps = sorted(
-        b - a for rec in records for a, b in zip(rec.chunk_times, rec.chunk_times[1:], strict=False) if b > a
-    )
-    shortest = gaps[len(gaps) // 10] if gaps else 0.0
+    times = [rec.chunk_times for rec in records]
+    gaps = [b - a for chunks in times for a, b in zip(chunks, chunks[1:], strict=False) if b > a]
+    shortest = percentile(gaps, SHORT_GAP_PCT) if gaps else 0.0
     window = CLUSTER_SHARE * shortest
     events = sorted(
         (rec.t_start + t, i, j) for i, rec in enumerate(records) for j, t in enumerate(rec.chunk_times)
@@ -286,38 +283,6 @@ def fit_accept_len(requests: Sequence[tuple[int, int]], max_draft: int = MAX_DRA
 # --- the fit ----------------------------------------------------------------------------------
 
 
-def _lstsq(columns: Sequence[Sequence[float]], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray, float]:
-    """(coefficients, their standard errors, rms residual) of y on the columns."""
-    a = np.column_stack([np.asarray(c, dtype=float) for c in columns])
-    yv = np.asarray(y, dtype=float)
-    coef, *_ = np.linalg.lstsq(a, yv, rcond=None)
-    resid = yv - a @ coef
-    dof = max(len(yv) - a.shape[1], 1)
-    sigma2 = float(resid @ resid) / dof
-    try:
-        cov = sigma2 * np.linalg.inv(a.T @ a)
-        se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-    except np.linalg.LinAlgError:
-        se = np.full(a.shape[1], math.inf)
-    return coef, se, math.sqrt(float(resid @ resid) / len(yv))
-
-
-def _nonnegative_line(batch: Sequence[float], dur: Sequence[float]) -> tuple[tuple[float, float], float, str]:
-    """(base, per_seq), rms residual, and which term was held at 0 ('' none): least squares of
-    duration on batch with both terms >= 0, as the simulator needs them. When the free line's
-    term is negative the constrained optimum has it at 0 (one active bound of a two-term fit): a
-    step nearly proportional to batch (a compute-bound CPU server) reads a base of a few ms
-    below 0 by noise."""
-    (base, per_seq), _, rms = _lstsq([[1.0] * len(dur), batch], dur)
-    if base < 0:
-        (per_seq,), _, rms = _lstsq([batch], dur)
-        return (0.0, float(per_seq)), rms, f"base_ms (free fit {base:.2f})"
-    if per_seq < 0:
-        (base,), _, rms = _lstsq([[1.0] * len(dur)], dur)
-        return (float(base), 0.0), rms, f"per_seq_ms (free fit {per_seq:.3f})"
-    return (float(base), float(per_seq)), rms, ""
-
-
 def _limit_from_metrics(samples: Iterable[dict[str, float]]) -> int | None:
     """The most requests running in a scrape where some waited (None: none waited)."""
     seen = [s["running"] for s in samples if s.get("waiting", 0) > 0 and "running" in s]
@@ -336,7 +301,7 @@ def fit_twin(
     by_rung: dict[int, list[RequestRecord]] = {}
     chunked: list[tuple[int, int]] = []
     for rec in records:
-        if usable(rec):
+        if stepped(rec):
             by_rung.setdefault(rec.rung, []).append(rec)
             chunked.append((rec.output_tokens, len(rec.chunk_times)))
     if not by_rung:
@@ -354,13 +319,13 @@ def fit_twin(
     batch = [float(s.batch) for s in decode]
     dur = [float(s.duration_ms or 0.0) for s in decode]
     ones = [1.0] * len(decode)
-    (base, per_seq), rms, bound = _nonnegative_line(batch, dur)
+    (base, per_seq), rms, bound = step_line(batch, dur)
     # drift: duration on batch and time together
     t0 = min(s.end for s in decode)
     minutes = [(s.end - t0) / 60.0 for s in decode]
     drift_pct = drift_t = None
     if max(minutes) > 0:
-        coef, se, _ = _lstsq([ones, batch, minutes], dur)
+        coef, se, _ = least_squares([ones, batch, minutes], dur)
         drift_pct = float(coef[2]) / float(np.mean(dur)) * 100.0
         drift_t = float(coef[2] / se[2]) if se[2] > 0 else math.inf
     # each batch size against the line

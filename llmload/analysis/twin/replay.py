@@ -46,9 +46,9 @@ from llmload.analysis.budget import CostModel, amdahl_gain
 from llmload.analysis.compare import MIN_REQUESTS
 from llmload.analysis.run.metrics import ttft_ms
 from llmload.analysis.run.postprocess import RunResult
-from llmload.analysis.run.steps import WAIT_STEPS, RungSteps
+from llmload.analysis.run.steps import WAIT_STEPS, RungSteps, stepped
 from llmload.analysis.run.sweep_rows import Rung
-from llmload.analysis.twin.fit import MIN_STEPS_PER_BATCH, TwinFit, TwinParams, usable
+from llmload.analysis.twin.fit import MIN_STEPS_PER_BATCH, TwinFit, TwinParams
 from llmload.core.config import ConfigError
 from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE, rung_name
@@ -84,7 +84,7 @@ def run_figures(result: RunResult) -> list[RungFigures]:
     steps: dict[int, list[int]] = {}
     ttfts: dict[int, list[float]] = {}
     for rec in result.iter_records():
-        if usable(rec):
+        if stepped(rec):
             steps.setdefault(rec.rung, []).append(len(rec.chunk_times))
         first_ms = ttft_ms(rec)
         if rec.ok and rec.phase == MEASURE_PHASE and first_ms is not None:  # what the row's median is of
