@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 from fixtures.paths import REPO
@@ -132,3 +133,17 @@ def test_script_without_accept_len_for_a_table_fails(tmp_path):
     seed.write_text(SEED_CSV)
     done = budget_cli(str(seed), "--component-ms", "0.8")
     assert done.returncode == 2 and "no accept length" in done.stderr
+
+
+def test_the_budgets_line_is_the_one_step_line():
+    """The budget's step line over the rungs is the twin's (one fit: least squares, both terms
+    >= 0): steps of 11.5 ms at batch 1 and 24 ms at batch 2 give the free line -1 + 12.5 x batch,
+    so the base is held at 0 and the slope is sum(b d) / sum(b b)."""
+    rows = [
+        SimpleNamespace(batch=b, conc=b, step_ms=d) for b, d in [(1, 11.0), (1, 12.0), (2, 23.5), (2, 24.5)]
+    ]
+    base, per_seq = fit_step_model(rows)
+    assert base == 0.0 and per_seq == pytest.approx((11 + 12 + 2 * 23.5 + 2 * 24.5) / 10)
+    # a line with both terms >= 0 is the plain least squares: 10 + 3 x batch exactly
+    exact = [SimpleNamespace(batch=b, conc=b, step_ms=10 + 3 * b) for b in (1, 4, 8)]
+    assert fit_step_model(exact) == (pytest.approx(10.0), pytest.approx(3.0))

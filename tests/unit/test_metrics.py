@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from fixtures.fuzzing import examples
+from fixtures.paths import REPO
 from fixtures.runs import make_record, run_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,7 +24,7 @@ from llmload.analysis.run.rung_tally import (
     tally_records,
     tally_rungs,
 )
-from llmload.core.stats import Summary, percentile, pstdev, summarize, summarize_counts
+from llmload.core.stats import Summary, percentile, percentiles_of_array, pstdev, summarize, summarize_counts
 
 
 @pytest.mark.parametrize(
@@ -229,3 +231,37 @@ def test_numpy_summary_rejects_what_summarize_rejects():
 def test_input_token_summary_of_ints_beyond_int64():
     values = [2**70, 1, 128]  # the input lengths are a histogram (reconcile.LengthTally)
     assert summarize_counts(Counter(values), [90.0]) == summarize(values, [90.0])
+
+
+@given(
+    st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=60),
+    st.lists(
+        st.floats(0, 100) | st.sampled_from([0.0, 10.0, 50.0, 90.0, 99.0, 100.0]), min_size=1, max_size=6
+    ),
+)
+def test_the_one_percentile_is_numpys_linear_in_each_of_its_forms(values, qs):
+    """llmload's one percentile (docs/metrics.md) of a list, an array and a histogram against
+    numpy's `np.percentile` (method "linear", vLLM bench serve's): the reference, not our code."""
+    counted = summarize_counts(Counter(values), qs)
+    array = percentiles_of_array(np.array(values), qs)
+    for q in qs:
+        truth = float(np.percentile(values, q))
+        assert percentile(values, q) == pytest.approx(truth, rel=1e-12, abs=1e-9)
+        assert array[q] == pytest.approx(truth, rel=1e-12, abs=1e-9)
+        assert counted is not None and counted.percentiles[q] == pytest.approx(truth, rel=1e-12, abs=1e-9)
+
+
+def test_no_module_computes_a_percentile_of_its_own():
+    """One percentile, one home: numpy's percentile, quantile and partition, the statistics
+    module's quantiles and a rank read off a sorted list appear in llmload.core.stats alone."""
+    own = re.compile(
+        r"np\.(percentile|quantile|nanpercentile|partition)\(|statistics\.quantiles|\[len\(\w+\) // \d+\]"
+    )
+    found = [
+        f"{path.relative_to(REPO)}:{n}"
+        for path in sorted((REPO / "llmload").rglob("*.py"))
+        if path != REPO / "llmload/core/stats.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if own.search(line)
+    ]
+    assert found == []

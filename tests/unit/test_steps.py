@@ -10,6 +10,7 @@ import math
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from statistics import median
 
 import pytest
@@ -18,7 +19,7 @@ from fixtures.paths import REPO
 from llmload.analysis import compare
 from llmload.analysis.budget import CostModel, SweepPoint, budget_rows
 from llmload.analysis.run.rung_tally import tally_records
-from llmload.analysis.run.steps import measure_rung
+from llmload.analysis.run.steps import measure_rung, stepped
 from llmload.analysis.run.sweep_rows import Rung
 from llmload.analysis.twin.decision import NOT_WORTH, UNDECIDED, WORTH, RungDecision, decide
 from llmload.analysis.twin.fit import TwinParams
@@ -245,3 +246,15 @@ def test_a_rung_of_few_requests_has_no_bootstrap_and_the_wider_interval_is_kept(
     assert got[0]["agg_tok_s"] == pytest.approx((100.0, 100.0 / replay_factor, 100.0 * replay_factor))
     assert got[1]["agg_tok_s"] == pytest.approx((100.0, 100.0 * math.exp(-0.30), 100.0 * replay_factor))
     assert got[1]["tpot_p50_ms"] == got[0]["tpot_p50_ms"]  # the replay's is wider on both sides
+
+
+def test_one_record_filter_for_every_step_figure():
+    """The step figures and the twin's fit read the same records (`stepped`): measured, completed,
+    streamed, with a chunk time or more; a one-chunk request was in one step's batch."""
+    records, _ = engine(4, tokens=1)  # one token, one chunk each
+    one_chunk = records[0]
+    assert len(one_chunk.chunk_times) == 1 and stepped(one_chunk)
+    assert measure_rung(0, 4, records).streams == len(records)
+    assert not stepped(replace(one_chunk, chunk_times=[], chunks=0))
+    assert not stepped(replace(one_chunk, stream=False))
+    assert not stepped(replace(one_chunk, phase="warmup"))
