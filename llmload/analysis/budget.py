@@ -322,9 +322,9 @@ def run_points(prefix: str, start_child: StartChild | None = None) -> list[Sweep
     (llmload.analysis.run.steps) and the accept length its server's counters gave (`start_child`:
     a large records file read in two processes, `load_run`)."""
     result = load_run(prefix, start_child=start_child)
-    server = load_server_metrics(prefix, result.run_info, result.iter_records())
+    server = load_server_metrics(prefix, result.iter_records())
     accept = {m.rung: m.accept_len for m in server.measured} if server else {}
-    steps = {s.rung: s for s in measure_run(result.iter_records(), result.run_info, prefix, accept)}
+    steps = {s.rung: s for s in measure_run(result.iter_records(), prefix, accept)}
     return [SweepPoint(r.conc, r.agg_tok_s, accept.get(r.rung), steps.get(r.rung)) for r in result.rows]
 
 

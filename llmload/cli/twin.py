@@ -311,7 +311,7 @@ def load_measured(source: str) -> tuple[RunResult, RunInfo]:
 
 
 def fit_run(result: RunResult, info: RunInfo) -> TwinFit:
-    server = load_server_metrics(result.prefix, info, result.iter_records())
+    server = load_server_metrics(result.prefix, result.iter_records())
     path = metrics_path(result.prefix)
     scrapes = [s.values for s in read_samples(path)[1]] if path.exists() else []
     return fit_twin(
@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     prediction = prediction_rows(measured, run_figures(results["predict"])) if "predict" in results else None
     verdict = judge(fit, rows, prediction or ())
     steps: dict[int, RungSteps] = {}
-    for s in measure_run(result.iter_records(), info, result.prefix):
+    for s in measure_run(result.iter_records(), result.prefix):
         steps.setdefault(s.conc, s)
     boot = bootstrap_spreads(results["predict"].record_rungs()) if "predict" in results else None
     intervals = prediction_intervals(rows, prediction or [], predicted_params, boot)

@@ -168,7 +168,7 @@ def write_report(
     if stated is None and beside.is_file():
         stated = read_decision(beside, "the run's")
     result = load_run(prefix, with_metrics=True, start_child=start_child)
-    server = load_server_metrics(prefix, result.run_info, result.iter_records())
+    server = load_server_metrics(prefix, result.iter_records())
     env = read_environment(prefix)
     out = Path(out_dir) if out_dir is not None else Path(prefix).parent
     stem = Path(prefix).name

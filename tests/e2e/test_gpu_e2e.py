@@ -4,6 +4,10 @@ DCGM-shaped page, whose power model the simulator integrates exactly and writes 
 - Tokens per joule per rung within 2 % of the truth: the truth's output tokens of the rung's
   requests over the energy the truth log gives for the rung's wall time (idle draw throughout,
   plus each step's draw above idle for the part of the step inside it), two simulated GPUs.
+- One window per rung (issue 50 item 3): on a GPU of known, constant power, the json names each
+  rung's `window` once; the GPU's energy is that power over it, the server's counters are read at
+  scrapes that bracket it, and the server's generated tokens per second over it match the
+  client's agg tok/s within one scrape interval's tokens.
 - An exporter that is down: the run completes, prints its table and exactly one note, exit 0.
 - A mixed exporter (issue 53 item 4): eight GPUs, the last without the energy counter: every
   rung's power within 1 % of the truth log's, GPU 7's energy from its power, and the note names it.
@@ -97,6 +101,44 @@ def test_tokens_per_joule_match_the_simulators_power_model(tmp_path: Path) -> No
     assert "GPU power and energy" in page and "tok/J" in page
 
 
+def test_the_gpu_and_the_servers_counters_share_the_rungs_one_window(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    power = ("--sim", "idle_w=100", "--sim", "busy_w=0", "--sim", "seq_w=0")  # 100 W, busy or idle
+    _sim_gpu_sweep(run_dir, "--sim", "gpus=1", *power, "--scrape-interval", str(SCRAPE_S))
+    rows = _json_rows(run_dir)
+    requests, _ = load_truth(run_dir / "sim_truth.jsonl")
+    records = list(load_run(run_dir / "run").iter_records())
+    for row in rows:
+        window, server, gpu = row["window"], row["server"], row["gpu"]
+        assert set(window) == {"start", "end", "seconds"} and "window" not in server and "window" not in gpu
+        assert window["seconds"] == pytest.approx(row["wall_s"]) and window["seconds"] > 0
+        mine = [r for r in records if r.rung == row["rung"] and r.phase == "measure"]
+        assert window["start"] == min(r.t_start for r in mine) and window["end"] == max(r.t_end for r in mine)
+        # the GPU: its known power over the window
+        assert gpu["energy_from"] == "counter"
+        assert gpu["energy_j"] == pytest.approx(100.0 * window["seconds"], rel=0.01), (row["rung"], gpu)
+        assert gpu["power_w"] == pytest.approx(100.0, rel=0.01)
+        # the server's counter: read at scrapes that bracket the same window, all the rung's tokens
+        first, last = server["bracket"]
+        assert first <= window["start"] and last >= window["end"]
+        truth = sum(requests[r.request_id]["completion_tokens"] for r in mine)
+        assert server["generation_tokens"] == truth == row["tokens"]
+        resolution = row["agg_tok_s"] * SCRAPE_S / window["seconds"]  # one scrape interval's tokens, per s
+        assert abs(server["generation_tok_s"] - row["agg_tok_s"]) <= resolution, (row["rung"], server, row)
+
+
+SCRAPE_S = 0.5
+
+
+def _json_rows(run_dir: Path) -> list[dict]:
+    """`llmload table --format json` of the run."""
+    table = subprocess.run(
+        [sys.executable, "-m", "llmload", "table", str(run_dir / "run"), "--format", "json"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return json.loads(table.stdout)
+
+
 def test_a_gpu_without_the_energy_counter_is_counted_from_its_power(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     # GPU 7's power gauge is read at the scrapes: 256 tokens a request so each rung has some 30 of them
@@ -114,13 +156,7 @@ def test_a_gpu_without_the_energy_counter_is_counted_from_its_power(tmp_path: Pa
         true_power = _truth_energy(lines, steps, tally.first_start, tally.last_end) / row.wall_s
         assert g.gpus == 8 and g.energy_from == "counter+power" and g.from_power == ["7"]
         assert g.power_w is not None and abs(g.power_w / true_power - 1) < 0.01, (row.rung, g, true_power)
-    rows = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "llmload", "table", str(run_dir / "run"), "--format", "json"],
-            cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
-        ).stdout
-    )  # fmt: skip
-    assert all(r["gpu"]["gpu_energy_from"]["7"] == "power" for r in rows), rows
+    assert all(r["gpu"]["gpu_energy_from"]["7"] == "power" for r in _json_rows(run_dir))
 
 
 def test_an_exporter_that_is_down_is_one_note_and_the_run_completes(tmp_path: Path) -> None:

@@ -14,7 +14,6 @@ from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.server_metrics import (
     Sample,
     ServerRungMetrics,
-    Window,
     detect_family,
     load_server_metrics,
     metrics_path,
@@ -22,6 +21,7 @@ from llmload.analysis.run.server_metrics import (
     rung_server_metrics,
     token_warnings,
 )
+from llmload.analysis.run.window import rung_window
 from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
 from llmload.core.prometheus_text import parse_prometheus
@@ -95,7 +95,7 @@ def test_each_family_maps_to_the_common_quantities(family):
 def test_fixture_rungs_golden():
     """The hand-built scrape file: every counter bracket and gauge mean was set by hand."""
     result = load_run(FIXTURE)
-    server = load_server_metrics(FIXTURE, result.run_info, result.iter_records())
+    server = load_server_metrics(FIXTURE, result.iter_records())
     assert server is not None and server.family == "vllm"
     by_rung = {m.rung: m for m in server.rungs}
     assert [(m.generation_tokens, m.client_tokens, m.accept_len) for m in server.rungs] == [
@@ -117,7 +117,7 @@ def _sample(t: float, tokens: float) -> Sample:
 def test_a_bracket_covering_another_stage_is_flagged_not_warned():
     # one scrape every 5 s: each rung's bracket also covers part of the other rung
     samples = [_sample(0.0, 0), _sample(5.0, 100), _sample(10.0, 250)]
-    windows = [Window(0, 1, 1.0, 6.0), Window(1, 2, 7.0, 9.0)]
+    windows = [rung_window(0, 1, 1.0, 6.0), rung_window(1, 2, 7.0, 9.0)]
     metrics = rung_server_metrics(samples, windows, {})
     assert [(m.generation_tokens, m.overlap) for m in metrics] == [(250, True), (150, True)]
     assert token_warnings(metrics) == []
@@ -137,7 +137,7 @@ def test_server_counting_fewer_tokens_than_the_client_is_warned():
 
 def test_a_restarted_server_gives_no_delta():
     samples = [_sample(0.0, 500), _sample(10.0, 20)]
-    assert rung_server_metrics(samples, [Window(0, 1, 1.0, 9.0)], {})[0].generation_tokens is None
+    assert rung_server_metrics(samples, [rung_window(0, 1, 1.0, 9.0)], {})[0].generation_tokens is None
 
 
 @pytest.fixture(scope="module")
@@ -155,8 +155,7 @@ def scraped_run(tmp_path_factory):
 
 def test_server_tokens_equal_client_tokens_and_truth(scraped_run):
     records, _ = read_records(scraped_run.records)
-    result = load_run(scraped_run.prefix)
-    server = load_server_metrics(scraped_run.prefix, result.run_info, records)
+    server = load_server_metrics(scraped_run.prefix, records)
     assert server is not None and server.family == "vllm"
     truth, _ = load_truth(scraped_run.truth_log)
     true_tokens = sum(t["completion_tokens"] for t in truth.values())
@@ -177,7 +176,7 @@ def test_server_tokens_equal_client_tokens_and_truth(scraped_run):
 
 def test_accept_len_from_counters_matches_the_configured_one(scraped_run):
     result = load_run(scraped_run.prefix)
-    server = load_server_metrics(scraped_run.prefix, result.run_info, result.iter_records())
+    server = load_server_metrics(scraped_run.prefix, result.iter_records())
     for m in server.measured:
         assert m.accept_len == pytest.approx(4.5, rel=0.05)
 

@@ -6,9 +6,10 @@ same instants (every `--scrape-interval` and at every stage boundary), into
 `<prefix>_gpu_metrics.jsonl`: one line per scrape, `{"t", "samples": {"name{labels}": value}}` of
 the four DCGM series below, or `{"t", "error"}` (llmload.loadgen.monitor.scraper.MetricsScraper
 writes both files). A GPU is told by its `gpu` label, else its `UUID`. A rung's window is its
-wall time (its first request's start to its last one's end, the sweep table's `wall_s`); the
-scrapes that bracket it are the last at or before its start and the first at or after its end,
-taken while the server was idle (the scraper samples at every stage boundary). Per rung:
+one window (llmload.analysis.run.window: its first request's start to its last one's end, the
+sweep table's `wall_s`, the same as the server's counters'); the scrapes that bracket it are the
+last at or before its start and the first at or after its end, taken while the server was idle
+(the scraper samples at every stage boundary). Per rung:
 
 - energy_j: the sum over GPUs of each one's energy over the window: its energy counter's rise
   between the scrapes that bracket the window (mJ -> J), less the power each bracketing scrape
@@ -36,7 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmload.analysis.run.server_metrics import Sample, Window, counter_delta, gauge_mean
+from llmload.analysis.run.server_metrics import Sample, counter_delta, gauge_mean
+from llmload.analysis.run.window import RungWindow
 from llmload.core.config import NVML
 from llmload.core.files.jsonl import iter_jsonl
 from llmload.core.files.run_files import RunFiles
@@ -145,7 +147,9 @@ def _per_gpu(keys: Sequence[str], quantity: str) -> list[str]:
     return sorted(k for k in keys if k.startswith(quantity + "|"))
 
 
-def _counter_energy(samples: Sequence[Sample], times: Sequence[float], key: str, w: Window) -> float | None:
+def _counter_energy(
+    samples: Sequence[Sample], times: Sequence[float], key: str, w: RungWindow
+) -> float | None:
     """One GPU's energy over the window from its counter, J: the counter's rise between the
     bracketing scrapes, less the power each of them read times its distance from the window's edge
     (the server is idle there: a rung's scrapes are taken at its boundaries); None without the
@@ -160,7 +164,7 @@ def _counter_energy(samples: Sequence[Sample], times: Sequence[float], key: str,
     return max(0.0, delta / 1000.0 - outside)
 
 
-def _reset(samples: Sequence[Sample], times: Sequence[float], key: str, w: Window) -> bool:
+def _reset(samples: Sequence[Sample], times: Sequence[float], key: str, w: RungWindow) -> bool:
     """The counter fell between two of its scrapes from the window's bracketing scrape before to
     the one after (the GPU, its driver or its exporter restarted): a reset of that GPU alone."""
     _, bracket = counter_delta(samples, times, key, w)
@@ -171,7 +175,7 @@ def _reset(samples: Sequence[Sample], times: Sequence[float], key: str, w: Windo
 
 
 def _gpu_energy(
-    samples: Sequence[Sample], times: Sequence[float], inside: Sequence[Sample], gpu: str, w: Window
+    samples: Sequence[Sample], times: Sequence[float], inside: Sequence[Sample], gpu: str, w: RungWindow
 ) -> tuple[float, str] | None:
     """(energy J, "counter" or "power") of one GPU over the window: its counter's where it has a
     usable one, else its power gauge's mean over the scrapes inside the window x the window; None
@@ -183,7 +187,7 @@ def _gpu_energy(
     return None if power is None else (power * (w.end - w.start), POWER)
 
 
-def gpu_rung(samples: Sequence[Sample], w: Window, tokens: int) -> GpuRung:
+def gpu_rung(samples: Sequence[Sample], w: RungWindow, tokens: int) -> GpuRung:
     """One rung's GPU figures from the scrapes (in time order) and its output tokens."""
     times = [s.t for s in samples]
     inside = samples[bisect_left(times, w.start) : bisect_right(times, w.end)]
@@ -231,11 +235,10 @@ class GpuMetrics:
 
 
 def load_gpu_metrics(
-    prefix: str | Path, run_info: RunInfo | None, rungs: Sequence[tuple[Window, int]]
+    prefix: str | Path, run_info: RunInfo | None, rungs: Sequence[tuple[RungWindow, int]]
 ) -> GpuMetrics | None:
     """The run's GPU figures; None when the run did not ask for them (no `gpu_metrics`). `rungs`:
-    each measured rung's window (its first request's start to its last one's end: the sweep
-    table's wall_s) and output tokens (the table's `tokens`)."""
+    each measured rung's window (`RungTally.window`) and output tokens (the table's `tokens`)."""
     configured = run_info.config.get("gpu_metrics") if run_info is not None else None
     if not configured or run_info is None:
         return None

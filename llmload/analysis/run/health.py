@@ -22,7 +22,8 @@ cores busy, `steal`, `load1`, `cores`) and, on Linux, `wait`: the percent of the
 process's event loop was runnable but waited for a CPU; samples written before these existed lack
 them. The generator's demand is its CPU plus that wait: what it wanted, not what it got.
 
-Post-processing (`rung_health`) judges each rung from the samples of its time window. A late
+Post-processing (`rung_health`) judges each rung from the samples of its one window
+(llmload.analysis.run.window). A late
 event loop (median per-interval lag above `LAG_SATURATED_MS`) has two causes that want opposite
 remedies, told apart by who used the CPU:
 - *saturated*: the generator itself is busy (some worker's mean CPU over the rung above
@@ -233,12 +234,13 @@ def flag_saturated(
     rows: Sequence[SweepRow], rungs: Sequence[RungTally], samples: Sequence[dict[str, Any]]
 ) -> None:
     """Fill in each row's `generator` figures and `saturated` flag from the health samples
-    taken during its rung (first request sent to last response received), plus the p99 of the
+    taken during its rung's one window (`RungTally.window`), plus the p99 of the
     records' read delay (arrival in the kernel -> read by the generator, kernel stamps only)."""
     by_index = {r.index: r for r in rungs}
     for row in rows:
         rung = by_index[row.rung]
-        health = rung_health(samples, rung.first_start, rung.last_end) if samples else None
+        window = rung.window
+        health = rung_health(samples, window.start, window.end) if samples else None
         figures = health.as_dict() if health is not None else {}
         delays = rung.read_delays_ms
         if delays:

@@ -29,7 +29,7 @@ from llmload.analysis.run.metrics import SLO_KEYS, RungMetrics
 from llmload.analysis.run.production_traffic import replay_warnings
 from llmload.analysis.run.records_pass import RecordsPass, StartChild, tally_file
 from llmload.analysis.run.rung_tally import RungTally, SharedPrefix, sweep_rows
-from llmload.analysis.run.server_metrics import ServerMetrics, Window, server_metrics_of
+from llmload.analysis.run.server_metrics import ServerMetrics, server_metrics_of
 from llmload.analysis.run.sweep_rows import MissingRung, Rung, SweepRow, group_rungs
 from llmload.core.files.chunk_index import index_path
 from llmload.core.files.records import RecordFileError, RequestRecord, iter_record_lines
@@ -179,8 +179,7 @@ def load_run(
     )
     result.records_file = files.records_file
     result.server = server
-    walls = [(Window(t.index, t.users, t.first_start, t.last_end), t.tokens) for t in rungs]
-    result.gpu = load_gpu_metrics(prefix, info, walls)
+    result.gpu = load_gpu_metrics(prefix, info, [(t.window, t.tokens) for t in rungs])
     if found.tally.probe_requests:  # the greedy-determinism check's probes: compare their texts
         result.divergence = divergence(group_rungs(result.iter_records(), DETERMINISM_PHASE))
     return result
@@ -199,7 +198,8 @@ def _server_view(
     for row, tally in zip(rows, rungs, strict=True):
         row.cache = tally.cache(shared)
     client = {t.index: t.tokens + t.partial_tokens for t in rungs} | {WARMUP_RUNG: found.tally.warmup_tokens}
-    server = server_metrics_of(prefix, info, client, [t.index for t in rungs if t.failures])
+    failed = [t.index for t in rungs if t.failures]
+    server = server_metrics_of(prefix, client, failed, found.tally.windows())
     if server is not None:
         by_rung = {m.rung: m for m in server.measured}
         for row in rows:

@@ -56,9 +56,10 @@ from llmload.analysis.run.reconcile import Tally
 from llmload.analysis.run.steps import waited_requests
 from llmload.analysis.run.sweep_rows import SweepRow
 from llmload.analysis.run.uncertainty import Uncertainty
+from llmload.analysis.run.window import RungWindow, rung_window
 from llmload.core.files.chunk_index import last_micros
 from llmload.core.files.records import OUTCOME_OK, RequestRecord
-from llmload.core.names import DETERMINISM_PHASE, MEASURE_PHASE, WARMUP_PHASE
+from llmload.core.names import DETERMINISM_PHASE, MEASURE_PHASE, WARMUP_PHASE, WARMUP_RUNG
 from llmload.core.stats import (
     DEFAULT_PERCENTILES,
     Summary,
@@ -446,8 +447,13 @@ class RungTally:
         return reduce(add, self.e2e, 0.0)
 
     @property
+    def window(self) -> RungWindow:
+        """The rung's one window (llmload.analysis.run.window)."""
+        return rung_window(self.index, self.users, self.first_start, self.last_end)
+
+    @property
     def wall_s(self) -> float:
-        return self.last_end - self.first_start
+        return self.window.seconds
 
     def per_second(self, amount: float) -> float:
         """`amount` divided by the rung's wall time (0 for a zero-length rung)."""
@@ -467,6 +473,7 @@ class RungTally:
             per_req_tok_s=mean(self.rates) if self.rates else None,
             tokens=self.tokens,
             wall_s=self.wall_s,
+            window=self.window.as_dict(),
             ttft_p50_ms=_median(self.values["ttft"]),
             requests=self.requests,
             failures=sum(self.failures.values()),
@@ -717,6 +724,7 @@ class SweepTally:
         self.warmup_requests = 0
         self.probe_requests = 0  # the greedy-determinism check's probes
         self.warmup_tokens = 0  # output tokens the warm-up's requests received (server cross-check)
+        self.warmup_span = (0, math.inf, -math.inf)  # the warm-up's users, first start and last end
         self.slo = dict(slo or {})
         self.itl = itl  # tally the ITL too (the latency metrics need it; the sweep rows do not)
 
@@ -726,7 +734,11 @@ class SweepTally:
         """Tally one record (`rec`: the same record, when the caller has already built it;
         `micros`: `RungTally.add`); returns its rung's tally, None for a request of another phase."""
         if data["phase"] != MEASURE_PHASE:
-            self._other(data["phase"], data.get("output_tokens"))
+            self._other(
+                data["phase"],
+                data.get("output_tokens"),
+                (data.get("users"), data.get("t_start"), data.get("t_end")),
+            )
             return None
         rec = RequestRecord.from_dict(data) if rec is None else rec
         tally = self.rungs.get(rec.rung)
@@ -738,7 +750,7 @@ class SweepTally:
     def add_record(self, rec: RequestRecord) -> RungTally | None:
         """`add` of a record without its dict (as the ladder receives them)."""
         if rec.phase != MEASURE_PHASE:
-            self._other(rec.phase, rec.output_tokens)
+            self._other(rec.phase, rec.output_tokens, (rec.users, rec.t_start, rec.t_end))
             return None
         tally = self.rungs.get(rec.rung)
         if tally is None:
@@ -746,18 +758,32 @@ class SweepTally:
         tally.add(rec)
         return tally
 
-    def _other(self, phase: str, output_tokens: Any) -> None:
-        """Count a request of a phase that makes no rung's figures."""
+    def _other(self, phase: str, output_tokens: Any, span: tuple[Any, Any, Any]) -> None:
+        """Count a request of a phase that makes no rung's figures; `span`: its (users, t_start,
+        t_end), the warm-up's window."""
         if phase == WARMUP_PHASE:
             self.warmup_requests += 1
             self.warmup_tokens += output_tokens if type(output_tokens) is int else 0
+            if all(isinstance(v, int | float) for v in span):
+                self._warm(span)
         elif phase == DETERMINISM_PHASE:
             self.probe_requests += 1
+
+    def _warm(self, span: tuple[Any, Any, Any]) -> None:
+        users, start, end = self.warmup_span
+        self.warmup_span = (max(users, int(span[0])), min(start, float(span[1])), max(end, float(span[2])))
+
+    def windows(self) -> list[RungWindow]:
+        """The warm-up's window (when it had requests) and each measured rung's, in ladder order."""
+        users, start, end = self.warmup_span
+        warmup = [rung_window(WARMUP_RUNG, users, start, end)] if start <= end else []
+        return warmup + [self.rungs[i].window for i in sorted(self.rungs)]
 
     def merge(self, other: SweepTally) -> None:
         """Add the tallies of the records that follow ours in the file (`RungTally.merge`)."""
         self.warmup_requests += other.warmup_requests
         self.warmup_tokens += other.warmup_tokens
+        self._warm(other.warmup_span)
         self.probe_requests += other.probe_requests
         for index, theirs in other.rungs.items():
             if index in self.rungs:

@@ -6,21 +6,22 @@ During a run the master appends one line per scrape to `<prefix>_server_metrics.
 `FAMILIES`), or `{"t": ..., "error": "..."}` when a scrape failed; each line is flushed as written.
 
 One table maps the common quantities to each server family's metric names. Counters become
-per-rung deltas, gauges per-rung means, using the rung windows of `<prefix>_run.json`
-(`started` = the common start time, `finished` = when the ladder saw the rung complete):
-- a counter's delta over [started, finished] is taken between the last sample at or before
-  `started` and the first sample at or after `finished` (the bracketing samples). Requests of a
-  rung all start after `started` and end before `finished`, so the bracket holds all of them; it
-  also holds another stage's tokens only if it overlaps that stage's window, and then the rung
-  is flagged `overlap` (the scraper samples at every stage boundary so this does not happen
-  when it runs inside llmload's ladder).
-- a gauge's mean is over the samples taken inside [started, finished].
+per-rung deltas, gauges per-rung means, over each rung's one window
+(llmload.analysis.run.window: its first request's start to its last one's end):
+- a counter's delta is taken between the last sample at or before the window's start and the
+  first sample at or after its end (`bracket`, the bracketing samples: the scraper samples at
+  every stage boundary, while the server is idle). The bracket holds another stage's tokens only
+  if it overlaps that stage's window, and then the rung is flagged `overlap`.
+- generation_tok_s: the generated tokens' delta over the window's length, the server's side of
+  the sweep table's agg_tok/s (the same tokens over the same seconds, when every request
+  completed: they agree within the tokens of one scrape interval).
+- a gauge's mean is over the samples taken inside the window.
 - accept_len = 1 + d(accepted) / d(drafts) from the speculative-decoding counters (vLLM,
   llama.cpp), else the mean of an accept-length gauge (SGLang).
 - cache_hits / cache_queries: the prefix cache's counter deltas, in prompt tokens (vLLM
   `prefix_cache_hits` / `prefix_cache_queries`); cache_share = hits / queries, else the mean of
   SGLang's `cache_hit_rate` gauge. llama.cpp has no such metric (its records' `cache_n` do).
-Only the warm-up's and the measured rungs' stages have a window (the determinism probes do not).
+Only the warm-up and the measured rungs have a window (the determinism probes do not).
 Label sets of one metric are summed (counters, request counts) or averaged (ratios), so
 data-parallel ranks add up.
 """
@@ -33,10 +34,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from llmload.analysis.run.window import RecordWindows, RungWindow
 from llmload.core.files.jsonl import iter_jsonl
 from llmload.core.files.records import RequestRecord
 from llmload.core.files.run_files import RunFiles
-from llmload.core.files.run_info import RunInfo
 from llmload.core.names import MEASURE_PHASE, WARMUP_PHASE, WARMUP_RUNG, rung_name
 from llmload.core.stats import mean
 
@@ -163,6 +164,8 @@ class ServerRungMetrics:
     kv_usage: float | None
     accept_len: float | None
     overlap: bool  # the counters' bracket overlaps another stage's window
+    bracket: tuple[float, float] | None = None  # the scrapes the generated tokens' delta is taken between
+    generation_tok_s: float | None = None  # generation_tokens over the rung's window
     cache_queries: float | None = None  # prompt tokens looked up in the prefix cache (counter delta)
     cache_hits: float | None = None  # of which it served (counter delta)
     cache_share: float | None = None  # hits / queries, or SGLang's hit-rate gauge (0..1)
@@ -171,27 +174,8 @@ class ServerRungMetrics:
         return asdict(self)
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
-    rung: int
-    conc: int
-    start: float
-    end: float
-
-
-def stage_windows(run_info: RunInfo, last_t: float) -> list[Window]:
-    """The warm-up's and the measured rungs' [started, finished] windows from a run file; an
-    unfinished stage ends at last_t."""
-    windows = []
-    for s in run_info.stages:
-        if s.phase not in (MEASURE_PHASE, WARMUP_PHASE) or s.started is None:
-            continue
-        windows.append(Window(s.rung, s.users, s.started, float(s.finished or last_t)))
-    return windows
-
-
 def counter_delta(
-    samples: Sequence[Sample], times: Sequence[float], name: str, w: Window
+    samples: Sequence[Sample], times: Sequence[float], name: str, w: RungWindow
 ) -> tuple[float | None, tuple[float, float] | None]:
     """(delta, bracket) between the bracketing samples holding the counter, or (None, None)."""
     before = [s for s in samples[: bisect_right(times, w.start)] if name in s.values]
@@ -210,7 +194,7 @@ def gauge_mean(inside: Sequence[Sample], name: str) -> float | None:
 
 
 def _accept_len(
-    samples: Sequence[Sample], times: Sequence[float], w: Window, inside: Sequence[Sample]
+    samples: Sequence[Sample], times: Sequence[float], w: RungWindow, inside: Sequence[Sample]
 ) -> float | None:
     drafts, _ = counter_delta(samples, times, "spec_drafts", w)
     accepted, _ = counter_delta(samples, times, "spec_accepted", w)
@@ -219,22 +203,25 @@ def _accept_len(
     return gauge_mean(inside, "accept_len_gauge")
 
 
-def client_tokens(records: Iterable[RequestRecord]) -> tuple[dict[int, int], list[int]]:
-    """Output tokens the client received per rung index (warm-up and failed requests too), and the
-    rungs with a failed request; one pass over the records."""
+def client_tokens(records: Iterable[RequestRecord]) -> tuple[dict[int, int], list[int], list[RungWindow]]:
+    """Output tokens the client received per rung index (warm-up and failed requests too), the
+    rungs with a failed request, and the windows of the warm-up and of each measured rung; one
+    pass over the records."""
     client: dict[int, int] = {}
     failed: set[int] = set()
+    windows = RecordWindows()
     for rec in records:
         if rec.phase not in (MEASURE_PHASE, WARMUP_PHASE):
             continue
+        windows.add(rec)
         client[rec.rung] = client.get(rec.rung, 0) + rec.output_tokens
         if not rec.ok:
             failed.add(rec.rung)
-    return client, sorted(failed)
+    return client, sorted(failed), list(windows.windows().values())
 
 
 def rung_server_metrics(
-    samples: Sequence[Sample], windows: Sequence[Window], client: Mapping[int, int]
+    samples: Sequence[Sample], windows: Sequence[RungWindow], client: Mapping[int, int]
 ) -> list[ServerRungMetrics]:
     """Per-stage server figures (see the module docstring for the window rules); `client`: output
     tokens the client received per rung index (`client_tokens`)."""
@@ -258,6 +245,8 @@ def rung_server_metrics(
                 kv_usage=gauge_mean(inside, "kv_usage"),
                 accept_len=_accept_len(samples, times, w, inside),
                 overlap=overlap,
+                bracket=bracket,
+                generation_tok_s=None if tokens is None or w.seconds <= 0 else tokens / w.seconds,
                 **_cache(samples, times, w, inside),
             )
         )
@@ -265,7 +254,7 @@ def rung_server_metrics(
 
 
 def _cache(
-    samples: Sequence[Sample], times: Sequence[float], w: Window, inside: Sequence[Sample]
+    samples: Sequence[Sample], times: Sequence[float], w: RungWindow, inside: Sequence[Sample]
 ) -> dict[str, float | None]:
     """The prefix cache's figures of a window (module docstring)."""
     queries, _ = counter_delta(samples, times, "cache_queries", w)
@@ -278,7 +267,7 @@ def run_accept_len(samples: Sequence[Sample]) -> float | None:
     """Acceptance length over the whole scrape file (first to last sample)."""
     if len(samples) < 2:
         return None
-    w = Window(0, 0, samples[0].t, samples[-1].t)
+    w = RungWindow(0, 0, samples[0].t, samples[-1].t)  # the whole file, not a rung
     return _accept_len(samples, [s.t for s in samples], w, samples)
 
 
@@ -318,27 +307,25 @@ class ServerMetrics:
         return [m for m in self.rungs if m.rung != WARMUP_RUNG]
 
 
-def load_server_metrics(
-    prefix: str | Path, run_info: RunInfo | None, records: Iterable[RequestRecord]
-) -> ServerMetrics | None:
-    """Per-rung server metrics of a run, or None without a scrape file, samples or run file."""
-    if not metrics_path(prefix).exists() or not run_info:
+def load_server_metrics(prefix: str | Path, records: Iterable[RequestRecord]) -> ServerMetrics | None:
+    """Per-rung server metrics of a run, or None without a scrape file or samples."""
+    if not metrics_path(prefix).exists():
         return None
-    return server_metrics_of(prefix, run_info, *client_tokens(records))
+    return server_metrics_of(prefix, *client_tokens(records))
 
 
 def server_metrics_of(
-    prefix: str | Path, run_info: RunInfo | None, client: Mapping[int, int], failed: Sequence[int]
+    prefix: str | Path, client: Mapping[int, int], failed: Sequence[int], windows: Sequence[RungWindow]
 ) -> ServerMetrics | None:
-    """`load_server_metrics` with the client's tokens per rung index (and the rungs with a failed
-    request) already counted (`client_tokens`, or the post-processor's tallies)."""
+    """`load_server_metrics` with the client's tokens per rung index, the rungs with a failed
+    request and the windows already found (`client_tokens`, or the post-processor's tallies)."""
     path = metrics_path(prefix)
-    if not path.exists() or not run_info:
+    if not path.exists():
         return None
     family, samples = read_samples(path)
     if family is None or not samples:
         return None
-    metrics = rung_server_metrics(samples, stage_windows(run_info, samples[-1].t), client)
+    metrics = rung_server_metrics(samples, windows, client)
     gen = [s.values["generation_tokens"] for s in samples if "generation_tokens" in s.values]
     return ServerMetrics(
         family=family,

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from llmload.analysis.run.server_metrics import Sample, Window, metrics_path, read_samples, stage_windows
+from llmload.analysis.run.server_metrics import Sample, metrics_path, read_samples
+from llmload.analysis.run.window import RungWindow, record_windows
 from llmload.core.files.records import RequestRecord
-from llmload.core.files.run_info import RunInfo
 from llmload.core.names import MEASURE_PHASE
 from llmload.core.stats import percentiles_of_array
 
@@ -183,7 +183,7 @@ def measure_rung(rung: int, users: int, records: Iterable[RequestRecord]) -> Run
     )
 
 
-def _peak_batch(samples: Sequence[Sample], window: Window) -> tuple[float | None, float | None]:
+def _peak_batch(samples: Sequence[Sample], window: RungWindow) -> tuple[float | None, float | None]:
     """(the most running, the most waiting while running was at that most) in the window."""
     inside = [s.values for s in samples if window.start <= s.t <= window.end and "running" in s.values]
     if not inside:
@@ -197,12 +197,11 @@ def _peak_batch(samples: Sequence[Sample], window: Window) -> tuple[float | None
 
 def measure_run(
     records: Iterable[RequestRecord],
-    run_info: RunInfo | None,
     prefix: str | None = None,
     accept_by_rung: Mapping[int, float | None] | None = None,
 ) -> list[RungSteps]:
-    """Every measured rung's steps (`measure_rung`), with the server's running and waiting when
-    `prefix` has a scrape file and a run file, and its counters' acceptance (`accept_by_rung`)."""
+    """Every measured rung's steps (`measure_rung`), with the server's running and waiting in the
+    rung's window when `prefix` has a scrape file, and its counters' acceptance (`accept_by_rung`)."""
     by_rung: dict[int, list[RequestRecord]] = {}
     users: dict[int, int] = {}
     for rec in records:
@@ -210,13 +209,9 @@ def measure_run(
             by_rung.setdefault(rec.rung, []).append(rec)
             users[rec.rung] = max(users.get(rec.rung, 0), rec.users)
     samples: list[Sample] = []
-    windows: dict[int, Window] = {}
-    if prefix is not None and run_info:
-        path = metrics_path(prefix)
-        if path.exists():
-            samples = read_samples(path)[1]
-        if samples:
-            windows = {w.rung: w for w in stage_windows(run_info, samples[-1].t)}
+    if prefix is not None and metrics_path(prefix).exists():
+        samples = read_samples(metrics_path(prefix))[1]
+    windows = record_windows(rec for recs in by_rung.values() for rec in recs) if samples else {}
     out = []
     for index in sorted(by_rung):
         measured = measure_rung(index, users[index], by_rung[index])

@@ -7,7 +7,9 @@ a ladder may repeat a concurrency. Only measured records (phase "measure") count
 determinism probes and the calibration requests (llmload.core.names) are excluded from everything.
 
 Definitions (per rung):
-- wall_s: first t_start to last t_end over all the rung's measured requests, failed ones too.
+- wall_s: first t_start to last t_end over all the rung's measured requests, failed ones too:
+  the length of the rung's one window (llmload.analysis.run.window; `window` in json: its start,
+  end and seconds), the interval of every other per-rung figure.
 - tokens: output tokens of completed (outcome "ok") requests.
 - agg_tok_s: tokens / wall_s.
 - per_req_tok_s: mean over completed requests of output_tokens / (t_end - t_start).
@@ -117,6 +119,7 @@ class SweepRow:
     chunks_lower_bound: bool = False  # multi-token chunks without per-chunk usage
     cache: dict[str, Any] | None = None  # prefix cache share of the prompts (RungTally.cache)
     server: dict[str, Any] | None = None  # the server's figures (ServerRungMetrics.as_dict)
+    window: dict[str, float] | None = None  # the rung's one window: start, end, seconds (= wall_s)
 
 
 @dataclass(frozen=True, slots=True)

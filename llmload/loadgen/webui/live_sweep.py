@@ -14,7 +14,8 @@ keeps moving between request completions.
 
 With the server's `/metrics` scraped (llmload.loadgen.monitor.run_monitor), each row also shows
 the server's view of its rung so far (`server_view`): the means of running, waiting and KV usage
-over the scrapes inside the rung's window and the acceptance length of its counters, as `llmload
+over the scrapes inside the rung's one window (llmload.analysis.run.window; a running rung's ends
+now) and the acceptance length of its counters, as `llmload
 table --metrics` computes them at the end (llmload.analysis.run.server_metrics); '-' without them.
 
 The charts' time series (`history`) samples each rung's agg and per-request tok/s as they stand
@@ -32,10 +33,10 @@ from llmload.analysis.run.rung_tally import RungTally, SweepTally, percentile_or
 from llmload.analysis.run.server_metrics import (
     Sample,
     ServerRungMetrics,
-    Window,
     read_samples,
     rung_server_metrics,
 )
+from llmload.analysis.run.window import rung_window
 from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE, rung_name
 from llmload.loadgen.run.run_state import RunState
@@ -174,11 +175,10 @@ class LiveSweep:
         samples = self._scrapes[1]
         if run is None or not samples:
             return {}
-        now = time.time()
+        now, finished = time.time(), self._finished()
         windows = [
-            Window(p.stage.rung, p.stage.users, p.started, p.finished or now)
-            for p in run.progress
-            if p.stage.phase == MEASURE_PHASE and p.stage.start_at is not None
+            t.window if i in finished else rung_window(i, t.users, t.first_start, now)
+            for i, t in sorted(self.rungs.items())
         ]
         return {m.rung: m for m in rung_server_metrics(samples, windows, {})}
 
