@@ -77,14 +77,15 @@ def test_the_steps_found_are_the_simulators_steps(measured):
     client counted: the truth's step end is the client's first chunk of it within 15 ms (under
     half the shortest step; a loaded loop reads a chunk some ms late now and then), 2 ms at the
     median, and the durations the fit used are the truth's within 2 ms on average."""
-    from llmload.analysis.twin.fit import rung_steps, usable
+    from llmload.analysis.run.steps import stepped
+    from llmload.analysis.twin.fit import rung_steps
 
     run = measured["limited"]
     _, steps = load_truth(run.truth_log)
     result, _ = load_measured(str(run.prefix))
     by_rung: dict[int, list] = {}
     for rec in result.iter_records():
-        if usable(rec):
+        if stepped(rec):
             by_rung.setdefault(rec.rung, []).append(rec)
     lags, misses = [], []
     for index, recs in by_rung.items():
