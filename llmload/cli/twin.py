@@ -310,7 +310,7 @@ def load_measured(source: str) -> tuple[RunResult, RunInfo]:
     return result, info
 
 
-def fit_run(result: RunResult, info: RunInfo) -> TwinFit:
+def fit_run(result: RunResult) -> TwinFit:
     server = load_server_metrics(result.prefix, result.iter_records())
     path = metrics_path(result.prefix)
     scrapes = [s.values for s in read_samples(path)[1]] if path.exists() else []
@@ -483,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         if is_table(args.run):
             return table_decision(args, change)
         result, info = load_measured(args.run)
-        fit = fit_run(result, info)
+        fit = fit_run(result)
         predicted_params = apply_change(fit.params, change) if not change.empty else fit.params
         replay_ladder = ladder_of(info, None, "the run file")
         predict_ladder = (

@@ -56,7 +56,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SweepRun]:
 def test_the_fit_recovers_the_simulators_parameters(measured, name):
     truth = MODELS[name]
     result, info = load_measured(str(measured[name].prefix))
-    fit = fit_run(result, info)
+    fit = fit_run(result)
     p = fit.params
     assert fit.fits, fit.problems
     assert p.base_ms == pytest.approx(truth["base_ms"], rel=0.05)
