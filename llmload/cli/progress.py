@@ -5,7 +5,7 @@ its requests done of expected, and its agg and per-request tok/s so far.
 `<prefix>_records.jsonl` from where it stopped last time (a half-written last line waits for the
 next poll) and `<prefix>_run.json` (the stages begun so far, with their expected requests). The
 figures are those of the sweep table: `llmload.analysis.run.rung_tally` (the post-processor's
-definitions on running sums) with the table's rounding (`llmload.output.table.fmt_num`). The line
+definitions on running sums) with the table's rounding (`llmload.output.toolkit.cells.fmt_num`). The line
 is rewritten in place with `\\r` only when the stream is a terminal; piped or redirected, nothing
 is written (poll() still returns the line).
 
@@ -25,7 +25,7 @@ from llmload.core.files.jsonl import loads
 from llmload.core.files.run_files import RunFiles
 from llmload.core.files.run_info import read_run_file
 from llmload.core.names import MEASURE_PHASE, WARMUP_RUNG
-from llmload.output.table import fmt_num
+from llmload.output.toolkit.cells import fmt_num
 
 
 class Progress:

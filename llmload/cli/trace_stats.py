@@ -19,15 +19,13 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from tabulate import tabulate
-
-from llmload.analysis.trace_stats import TraceStats, trace_stats
+from llmload.analysis.trace_stats import trace_stats
 from llmload.core.checks import flag_type, number
 from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
-from llmload.core.stats import Summary
 from llmload.core.workload.trace_file import BLOCK_TOKENS, read_trace, replay_window
+from llmload.output.trace_report import render_trace_stats
 
 MAX_CACHE_BLOCKS = 10**9  # 16 billion tokens of cache at 16-token blocks
 MAX_BINS = 1_000_000  # of the request rate over time: a line of a million numbers is already unread
@@ -59,45 +57,6 @@ def _checked(parse: Callable[[str], float], ok: Callable[[float], bool], what: s
 
 
 _block_size = _checked(int, lambda v: v >= 1 and BLOCK_TOKENS % v == 0, f"a divisor of {BLOCK_TOKENS}")
-
-
-def render(stats: TraceStats) -> str:
-    """The human-readable report."""
-
-    def row(name: str, s: Summary) -> list[object]:
-        return [name, s.count, round(s.mean, 1), *(round(v, 1) for v in s.percentiles.values())]
-
-    labels = [f"p{q:g}" for q in stats.isl.percentiles]
-    lengths = tabulate(
-        [row("input_length (ISL)", stats.isl), row("output_length (OSL)", stats.osl)],
-        headers=["tokens", "count", "mean", *labels],
-    )
-    rate = " ".join(f"{r:.1f}" for r in stats.rate)
-    cache = tabulate(
-        [
-            [
-                c.capacity_blocks,
-                c.capacity_blocks * c.block_size,
-                c.cached_tokens,
-                f"{100 * c.hit_rate:.1f} %",
-            ]
-            for c in stats.cache
-        ],
-        headers=["capacity_blocks", "capacity_tokens", "cached_tokens", "hit_rate"],
-    )
-    return "\n".join(
-        [
-            f"{stats.lines} requests over {stats.duration_s:.2f} s; "
-            f"input {stats.input_tokens} tokens, output {stats.output_tokens} tokens",
-            "",
-            lengths,
-            "",
-            f"requests/s per {stats.bin_s:g} s: {rate}",
-            "",
-            f"ideal prefix cache, {stats.cache[0].block_size}-token blocks, LRU:" if stats.cache else "",
-            cache,
-        ]
-    )
 
 
 @command("llmload trace-stats")
@@ -159,5 +118,5 @@ def main(argv: list[str] | None = None) -> int:
     if args.format == "json":
         print(json.dumps(asdict(stats), indent=1))
     else:
-        print(render(stats))
+        print(render_trace_stats(stats))
     return OK

@@ -8,17 +8,10 @@ import math
 from collections.abc import Sequence
 
 from llmload.analysis.budget import BudgetRow, CostModel, fit_step_model
-from llmload.output.grid import report_grid
+from llmload.output.toolkit.cells import fmt_num, fmt_pct
+from llmload.output.toolkit.grid import grid
 
 COUNTERS_DIFFER = 0.05  # the counters' acceptance this far from the stream's is named
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.2f}"
-
-
-def _opt(value: float | None, decimals: int = 2) -> str:
-    return "-" if value is None else f"{value:.{decimals}f}"
 
 
 def speedup_label(speedup: float | None) -> str:
@@ -36,16 +29,16 @@ def _table(rows: Sequence[BudgetRow], speedup: float | None, fmt: str, wide: boo
         header += ["batch_tok", "waited", "ctr_accept", "measured"]
     body = []
     for r in rows:
-        cells = [str(r.conc), f"{r.agg_tok_s:.1f}", f"{r.batch:.1f}", f"{r.step_ms:.1f}"]
-        cells += [f"{r.accept_len:.2f}", f"{r.component_ms:.2f}", _pct(r.share)]
-        cells += [] if free else [_pct(r.gain_speedup)]
-        cells += [_pct(r.gain_free)]
+        cells = [str(r.conc), fmt_num(r.agg_tok_s), fmt_num(r.batch), fmt_num(r.step_ms)]
+        cells += [fmt_num(r.accept_len, 2), fmt_num(r.component_ms, 2), fmt_pct(r.share, 2)]
+        cells += [] if free else [fmt_pct(r.gain_speedup, 2)]
+        cells += [fmt_pct(r.gain_free, 2)]
         if wide:
             s = r.steps
-            cells += [f"{r.tokens_per_step:.1f}", "-" if s is None else str(s.waited)]
-            cells += [_opt(None if s is None else s.counters_accept), "yes" if r.measured else "no"]
+            cells += [fmt_num(r.tokens_per_step), "-" if s is None else str(s.waited)]
+            cells += [fmt_num(None if s is None else s.counters_accept, 2), "yes" if r.measured else "no"]
         body.append(cells)
-    return report_grid(header, body, fmt, colalign=["right"] * len(header))
+    return grid(header, body, fmt, align=["right"] * len(header))
 
 
 def measured_notes(rows: Sequence[BudgetRow], accept_given: bool) -> list[str]:

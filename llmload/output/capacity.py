@@ -19,13 +19,10 @@ import json
 import math
 from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
-from tabulate import tabulate
-
 from llmload.analysis.capacity import FAILURE_KEY, CapacityResult, Criterion, fmt_load
-from llmload.output.table import fmt_num
+from llmload.output.toolkit.cells import fmt_num
+from llmload.output.toolkit.figure import concurrency_axis, figure, save
+from llmload.output.toolkit.grid import grid
 
 FORMATS = ("table", "markdown", "json")
 POINT_MARK = "~"
@@ -88,7 +85,7 @@ def render_capacity(result: CapacityResult, fmt: str = "table") -> str:
         body.append(
             [str(i), fmt_load(p.load), f"{p.requests}{extended}", verdict, *[cells.get(k, "-") for k in keys]]
         )
-    table = tabulate(body, headers=header, tablefmt="github" if fmt == "markdown" else "simple")
+    table = grid(header, body, fmt, align=["decimal"] * 3 + ["left"] * (len(header) - 3))
     notes = []
     if any(p.by_point for p in result.probes):
         notes.append(
@@ -108,8 +105,7 @@ def capacity_plot(result: CapacityResult, path: Path) -> Path:
     """One panel per SLO metric: the percentile of each probe with its confidence interval as an
     error bar, against concurrency or rate, and the SLO as a horizontal line."""
     keys = [k for k in dict.fromkeys(c.key for p in result.probes for c in p.criteria) if k != FAILURE_KEY]
-    fig = Figure(figsize=(8.0, 3.2 * max(1, len(keys))), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = figure(8.0, 3.2 * max(1, len(keys)))
     for i, key in enumerate(keys):
         ax = fig.add_subplot(len(keys), 1, i + 1)
         # (load, point, lower, upper, verdict, limit) of each probe judged on this metric
@@ -142,8 +138,7 @@ def capacity_plot(result: CapacityResult, path: Path) -> Path:
             label = f"capacity {fmt_load(result.capacity)}"
             ax.axvline(result.capacity, color="tab:blue", alpha=0.4, label=label)
         if result.variable == "concurrency":
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlabel("concurrency (users)")
+            concurrency_axis(ax)
         else:
             ax.set_xlabel("request rate (requests/s)")
         ax.set_ylabel(f"{key.removesuffix('_ms')} p{result.percentile:g} (ms)")
@@ -152,6 +147,4 @@ def capacity_plot(result: CapacityResult, path: Path) -> Path:
         ax.legend(fontsize="small")
     fig.suptitle(f"Capacity search: p{result.percentile:g} with {100 * result.confidence:g} % intervals")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return path
+    return save(fig, path)

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from llmload.analysis.compare import FIGURES, IMPROVED, REGRESSED, TOO_FEW, Change, Comparison, RungComparison
 from llmload.analysis.output_identity import OutputIdentity, RungOutputs
 from llmload.core.names import rung_name
-from llmload.output.grid import report_grid
+from llmload.output.toolkit.cells import fmt_pct
+from llmload.output.toolkit.grid import grid
 
 NARROW = ("agg_tok_s", "ttft_p50_ms", "tpot_p50_ms")  # the figures of the 100-column table
 
@@ -18,9 +19,9 @@ def _cell(c: Change) -> str:
     if c.change is None:
         return "-"
     if c.low is None or c.high is None:
-        return f"{c.change * 100:+.1f}%"
+        return f"{fmt_pct(c.change, sign=True)}%"
     mark = {IMPROVED: "+", REGRESSED: "!"}.get(c.verdict, "")
-    return f"{c.change * 100:+.1f}% [{c.low * 100:+.1f},{c.high * 100:+.1f}]{mark}"
+    return f"{fmt_pct(c.change, sign=True)}% [{fmt_pct(c.low, sign=True)},{fmt_pct(c.high, sign=True)}]{mark}"
 
 
 def _verdict_cell(r: RungComparison) -> str:
@@ -57,7 +58,7 @@ def render_comparison(cmp: Comparison, fmt: str = "table", *, wide: bool = False
         body.append(
             [rung_name(r.rung, r.conc), f"{r.base_requests}/{r.cand_requests}", *cells, _verdict_cell(r)]
         )
-    lines = [report_grid(header, body, fmt)]
+    lines = [grid(header, body, fmt)]
     lines.append(
         f"change = candidate / base - 1 [{cmp.confidence * 100:g} % interval: bootstrap over requests, "
         f"{cmp.resamples} resamples, widened by repeated rungs]; a verdict needs the whole interval on "
@@ -77,7 +78,7 @@ def render_outputs(result: OutputIdentity, fmt: str = "table") -> list[str]:
     ]
     if not result.reasons:
         header = ["rung", "compared", "differing", "first_diff_p50", "unmatched cand/base"]
-        lines.append(report_grid(header, [_outputs_row(r) for r in result.rungs], fmt))
+        lines.append(grid(header, [_outputs_row(r) for r in result.rungs], fmt))
     lines.append(result.summary())
     return lines
 

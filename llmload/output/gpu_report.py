@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from llmload.analysis.run.gpu_metrics import GpuMetrics, GpuRung
 from llmload.analysis.run.sweep_rows import SweepRow
 from llmload.core.names import rung_name
-from llmload.output.grid import report_grid
-from llmload.output.table import Extra, fmt_num
+from llmload.output.table import Extra
+from llmload.output.toolkit.cells import fmt_num
+from llmload.output.toolkit.grid import grid
 
 GPU_COLUMNS = ("rung", "gpus", "energy_J", "power_W", "util_%", "mem_peak_MiB", "tok/J")
 CSV_COLUMNS = ("gpus", "gpu_energy_j", "gpu_power_w", "gpu_util_pct", "gpu_mem_peak_mib", "tok_per_j")
@@ -36,7 +37,7 @@ def gpu_extra(gpu: GpuMetrics, rows: Sequence[SweepRow]) -> Extra:
         if fmt not in ("table", "markdown") or not gpu.rungs:
             return ""
         body = [[rung_name(r.rung, r.conc), *_cells(gpu.rungs.get(r.rung))] for r in rows]
-        return report_grid(GPU_COLUMNS, body, fmt, colalign=["right"] * len(GPU_COLUMNS))
+        return grid(GPU_COLUMNS, body, fmt, align=["right"] * len(GPU_COLUMNS))
 
     return Extra(
         key="gpu",

@@ -30,6 +30,7 @@ from llmload.core.config import ConfigError
 from llmload.core.files.run_files import DECISION, RunFiles
 from llmload.core.run_environment import read_environment
 from llmload.output.gpu_report import gpu_extra
+from llmload.output.plots import write_plots
 from llmload.output.server_report import render_server_metrics
 from llmload.output.table import render, render_metrics
 from llmload.output.twin_report import DECISION_STYLE, decision_table_html
@@ -160,8 +161,6 @@ def write_report(
     """Post-process a run and write its plots and HTML page; returns (html, plots). The page
     shows `decision` (`read_decision`), else that of a decision.json beside the run's files when
     there is one. `start_child`: a large records file read in two processes (`load_run`)."""
-    from llmload.output.plots import write_plots  # matplotlib is imported only when a report is made
-
     prefix = str(RunFiles.find(path).prefix)
     beside = Path(prefix).parent / DECISION
     stated = decision

@@ -1,7 +1,7 @@
 """The report's PNG plots, drawn with matplotlib's Agg canvas (no display, no pyplot state).
 
-Only the report imports this module, so the load-generating processes never import matplotlib.
-Each plot is FIG_SIZE inches at DPI: 800 x 500 pixels.
+Each plot is FIG_SIZE inches (`llmload.output.toolkit.figure`, which imports matplotlib when a
+plot is drawn: 800 x 500 pixels).
 - throughput: aggregate and mean per-request output tok/s against concurrency;
 - latency: TTFT and TPOT p50 / p99 (ms) against concurrency;
 - pareto: throughput against interactivity, one point per rung (per-request tok/s on x,
@@ -14,50 +14,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
-
 from llmload.analysis.run.metrics import RungMetrics
 from llmload.analysis.run.sweep_rows import SweepRow
+from llmload.output.toolkit.figure import concurrency_axis, figure, save
 
 FIG_SIZE = (8.0, 5.0)
-DPI = 100
 PLOT_NAMES = ("throughput", "latency", "pareto")
-
-
-def _figure() -> Figure:
-    fig = Figure(figsize=FIG_SIZE, dpi=DPI)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _conc_axis(ax: Axes) -> None:
-    ax.set_xlabel("concurrency (users)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI, format="png")
-    return path
 
 
 def throughput_plot(rows: Sequence[SweepRow], path: Path) -> Path:
     ordered = sorted(rows, key=lambda r: (r.conc, r.rung))
-    fig = _figure()
+    fig = figure(*FIG_SIZE)
     ax = fig.add_subplot()
     conc = [r.conc for r in ordered]
     ax.plot(conc, [r.agg_tok_s for r in ordered], "o-", label="aggregate tok/s")
     per_req = [(r.conc, r.per_req_tok_s) for r in ordered if r.per_req_tok_s is not None]
     ax.plot([c for c, _ in per_req], [v for _, v in per_req], "s--", label="per-request tok/s (mean)")
-    _conc_axis(ax)
+    concurrency_axis(ax)
     ax.set_ylabel("output tokens / s")
     ax.set_title("Output throughput vs concurrency")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend()
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _latency_series(metrics: Sequence[RungMetrics], name: str, key: str) -> tuple[list[int], list[float]]:
@@ -73,21 +52,21 @@ def _latency_series(metrics: Sequence[RungMetrics], name: str, key: str) -> tupl
 
 def latency_plot(metrics: Sequence[RungMetrics], path: Path) -> Path:
     ordered = sorted(metrics, key=lambda m: (m.conc, m.rung))
-    fig = _figure()
+    fig = figure(*FIG_SIZE)
     for i, (name, title) in enumerate((("ttft", "TTFT"), ("tpot", "TPOT"))):
         ax = fig.add_subplot(1, 2, i + 1)
         for key, style in (("p50", "o-"), ("p99", "^--")):
             xs, ys = _latency_series(ordered, name, key)
             if xs:
                 ax.plot(xs, ys, style, label=f"{title} {key}")
-        _conc_axis(ax)
+        concurrency_axis(ax)
         ax.set_ylabel("ms")
         ax.set_title(f"{title} vs concurrency")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _interactivity(rows: Sequence[SweepRow]) -> list[tuple[float, SweepRow]]:
@@ -111,7 +90,7 @@ def pareto_front(rows: Sequence[SweepRow]) -> list[SweepRow]:
 
 def pareto_plot(rows: Sequence[SweepRow], path: Path) -> Path:
     points = _interactivity(rows)
-    fig = _figure()
+    fig = figure(*FIG_SIZE)
     ax = fig.add_subplot()
     ax.scatter([x for x, _ in points], [r.agg_tok_s for _, r in points], zorder=3)
     for x, r in points:
@@ -126,7 +105,7 @@ def pareto_plot(rows: Sequence[SweepRow], path: Path) -> Path:
         ax.set_ylim(0, max(r.agg_tok_s for _, r in points) * 1.15)
     ax.grid(alpha=0.3)
     ax.legend()
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def write_plots(

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from llmload.analysis.run.server_metrics import ServerMetrics, ServerRungMetrics
 from llmload.core.names import rung_name
-from llmload.output.grid import report_grid
-from llmload.output.table import fmt_num
+from llmload.output.toolkit.cells import fmt_num, fmt_pct
+from llmload.output.toolkit.grid import grid
 
 SERVER_COLUMNS = (
     "rung",
@@ -31,7 +31,7 @@ def server_rows(metrics: Sequence[ServerRungMetrics]) -> list[list[str]]:
             str(m.client_tokens),
             fmt_num(m.running, 2),
             fmt_num(m.waiting, 2),
-            fmt_num(None if m.kv_usage is None else m.kv_usage * 100, 2),
+            fmt_pct(m.kv_usage, 2),
             fmt_num(m.accept_len, 2),
             str(m.samples),
         ]
@@ -49,5 +49,5 @@ def server_table_notes(server: ServerMetrics) -> list[str]:
 
 def render_server_metrics(server: ServerMetrics, fmt: str = "table") -> str:
     """The per-stage server table (table or markdown) followed by its notes."""
-    table = report_grid(SERVER_COLUMNS, server_rows(server.rungs), fmt)
+    table = grid(SERVER_COLUMNS, server_rows(server.rungs), fmt)
     return "\n".join([table, *server_table_notes(server)])

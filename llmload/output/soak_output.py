@@ -1,8 +1,6 @@
 """A soak report's outputs: the windows as CSV and as a table, the verdict text, the PNG time
 series, and `write_outputs()` which writes `<prefix>_soak_windows.csv`, `_soak.json`, `_soak.xml`
 (JUnit) and `_soak.png` next to the run's other files.
-
-matplotlib is imported only when a PNG is drawn (Agg backend, no display needed).
 """
 
 from __future__ import annotations
@@ -14,12 +12,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
-
 from llmload.analysis.soak.verdict import SoakReport
 from llmload.core.files.run_files import RunFiles
 from llmload.output.junit import junit_xml
-from llmload.output.table import fmt_num
+from llmload.output.toolkit.cells import fmt_num
+from llmload.output.toolkit.figure import figure, save
+from llmload.output.toolkit.grid import grid
 
 COLUMNS = (
     "window",
@@ -59,7 +57,7 @@ def windows_csv(report: SoakReport) -> str:
 def render_text(report: SoakReport) -> str:
     """The windows table, the drifts, the checks and the verdict, for people."""
     rows = [[_cell(k, v) for k, v in w.row(report.t0).items()] for w in report.windows]
-    parts = [tabulate(rows, headers=COLUMNS, disable_numparse=True, stralign="right")] if rows else []
+    parts = [grid(COLUMNS, rows, "table", align="right")] if rows else []
     parts.append(
         "windows by request end time; agg_tok_s = output tokens of requests completed in it / window"
     )
@@ -74,7 +72,8 @@ def render_text(report: SoakReport) -> str:
             )
     check_rows = [[c.name, f"{c.limit:g}", fmt_num(c.observed, 3), c.status, c.detail] for c in report.checks]
     if check_rows:
-        parts.append(tabulate(check_rows, headers=["threshold", "limit", "observed", "status", "detail"]))
+        header = ["threshold", "limit", "observed", "status", "detail"]
+        parts.append(grid(header, check_rows, "table", align=["left", "decimal", "decimal", "left", "left"]))
     verdict = f"verdict: {report.status.upper()} (exit code {report.exit_code})"
     parts.append(verdict + "".join(f"\n  {r}" for r in report.reasons))
     return "\n\n".join(parts)
@@ -86,14 +85,10 @@ def _series(rows: list[dict[str, Any]], key: str) -> list[float]:
 
 def write_png(report: SoakReport, path: Path) -> Path:
     """Time series of agg tok/s (with its trend), TTFT, TPOT, failures and the generator's CPU/RSS."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = [w.row(report.t0) for w in report.windows]
     minutes = [(r["start_s"] + r["end_s"]) / 120.0 for r in rows]
-    fig, axes = plt.subplots(5, 1, figsize=(10, 13), sharex=True)
+    fig = figure(10, 13)
+    axes = fig.subplots(5, 1, sharex=True)
     ax = axes[0]
     ax.plot(minutes, _series(rows, "agg_tok_s"), "o-", label="agg tok/s")
     trend = report.drifts["tok_s"].trend
@@ -127,9 +122,7 @@ def write_png(report: SoakReport, path: Path) -> Path:
     ax.set_xlabel("minutes since the soak started (window mid-time)")
     fig.suptitle(f"soak {report.prefix}: {report.status}")
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=80)
 
 
 def write_outputs(report: SoakReport, *, png: bool = True) -> list[Path]:

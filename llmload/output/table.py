@@ -18,14 +18,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tabulate import tabulate
-
 from llmload.analysis.identity.determinism import RungDivergence
 from llmload.analysis.run.metrics import LATENCY_ALIASES, LATENCY_NAMES, RungMetrics
 from llmload.analysis.run.sweep_rows import MissingRung, SweepRow
 from llmload.core.config import SweepConfig
 from llmload.core.names import rung_name
 from llmload.core.stats import DEFAULT_PERCENTILES, Summary, percentile_label
+from llmload.output.toolkit.cells import fmt_num, fmt_pct
+from llmload.output.toolkit.grid import grid
 
 FORMATS = ("table", "markdown", "csv", "json")
 CORE_COLUMNS = ("conc", "agg_tok/s", "per_req_tok/s", "tokens", "wall_s", "ttft_p50_ms", "failures")
@@ -39,11 +39,6 @@ SATURATED_MARK = "^"
 INPUT_TOLERANCE = SweepConfig().input_tolerance  # the note's threshold: the default that fails a run
 CONNECT_NOTE_PCT = 5.0  # connections opened in a rung are noted when they raise its TTFT p50 by more
 _ESTIMATED_COLUMNS = ("agg_tok/s", "per_req_tok/s", "tokens")
-
-
-def fmt_num(value: float | None, decimals: int = 1) -> str:
-    """A number with fixed decimals; '-' for None."""
-    return "-" if value is None else f"{value:.{decimals}f}"
 
 
 CACHE_COLUMN = "cache_%"  # shown when a rung's requests said what the prefix cache served
@@ -77,9 +72,8 @@ def _header(rows: Sequence[SweepRow], wide: bool) -> tuple[str, ...]:
 
 def _reasoning_cells(row: SweepRow) -> dict[str, str]:
     r = row.reasoning or {}
-    share = r.get("share")
     return {
-        "think_%": "-" if share is None else f"{100.0 * share:.1f}",
+        "think_%": fmt_pct(r.get("share")),
         "ttfo_p50_ms": fmt_num(r.get("ttfo_p50_ms")),
     }
 
@@ -95,8 +89,7 @@ def _sweep_cells(row: SweepRow, wide: bool, reasoned: bool = False) -> dict[str,
         "failures": str(row.failures),
         **(_reasoning_cells(row) if reasoned else {}),
     }
-    share = cache_share(row)
-    cells[CACHE_COLUMN] = fmt_num(None if share is None else 100.0 * share)
+    cells[CACHE_COLUMN] = fmt_pct(cache_share(row))
     if wide:
         cells |= {
             "rung": rung_name(row.rung, row.conc),
@@ -375,25 +368,8 @@ def _length_note(label: str, by: str, sent: Sequence[tuple[SweepRow, dict[str, A
 
 
 def _grid(header: Sequence[str], body: Sequence[Sequence[str]], fmt: str) -> str:
-    # cells are preformatted strings; whitespace is kept for the mark alignment (tabulate >= 0.10)
-    right = ["right"] * len(header)
-    if fmt == "markdown":
-        return tabulate(
-            body,
-            headers=list(header),
-            tablefmt="github",
-            disable_numparse=True,
-            preserve_whitespace=True,
-            colalign=right,
-        )
-    # header as a data row: tabulate pads header widths by 2 otherwise (seed layout: 2-space gaps)
-    return tabulate(
-        [list(header), *body],
-        tablefmt="plain",
-        disable_numparse=True,
-        preserve_whitespace=True,
-        colalign=right,
-    )
+    """The sweep's tables: right-aligned, and in `table` format without a rule (2-space gaps)."""
+    return grid(header, body, fmt, align=["right"] * len(header), ruled=False)
 
 
 def _summary_keys(percentiles: Sequence[float]) -> list[str]:
@@ -439,11 +415,10 @@ REASONING_METRIC_COLUMNS = ("rung", "reasoning_tok", "think_%", "reasoned", "cou
 
 def _reasoning_metric_cells(m: RungMetrics) -> list[str]:
     r = m.reasoning or {}
-    share = r.get("share")
     return [
         rung_name(m.rung, m.conc),
         str(r.get("tokens", 0)),
-        "-" if share is None else f"{100.0 * share:.1f}",
+        fmt_pct(r.get("share")),
         str(r.get("requests", 0)),
         str(r.get("counted", 0)),
         str(r.get("unanswered", 0)),
@@ -624,7 +599,7 @@ def server_view_cells(server: Mapping[str, Any] | None) -> dict[str, str]:
     them, by key: shares in %, two decimals, '-' for a figure that is missing."""
     server = server or {}
     return {
-        k: fmt_num(None if (v := server.get(k)) is None else (100.0 * v if k in _PERCENT_KEYS else v), 2)
+        k: fmt_pct(server.get(k), 2) if k in _PERCENT_KEYS else fmt_num(server.get(k), 2)
         for k in _SERVER_KEYS
     }
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tabulate import tabulate
-
 from llmload.analysis.run.production_traffic import TurnMetrics
-from llmload.output.table import fmt_num
+from llmload.output.toolkit.cells import fmt_num, fmt_pct
+from llmload.output.toolkit.grid import grid
 
 COLUMNS = (
     "conc",
@@ -35,15 +34,9 @@ def render_turns(rows: Sequence[TurnMetrics], fmt: str = "table") -> str:
             fmt_num(r.ttft_content_ms),
             fmt_num(r.prompt_tokens),
             fmt_num(r.cached_tokens),
-            fmt_num(None if r.cached_share is None else 100.0 * r.cached_share),
+            fmt_pct(r.cached_share),
         ]
         for r in rows
     ]
-    table = tabulate(
-        body,
-        headers=list(COLUMNS),
-        tablefmt="github" if fmt == "markdown" else "simple",
-        disable_numparse=True,
-        colalign=["right"] * len(COLUMNS),
-    )
+    table = grid(COLUMNS, body, fmt, align=["right"] * len(COLUMNS))
     return f"sessions, by rung and turn (completed turns; medians, token means):\n{table}"

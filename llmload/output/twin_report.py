@@ -5,27 +5,16 @@ the verdict and the change are llmload.analysis.twin.replay's; this module only 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from llmload.analysis.run.steps import RungSteps
-from llmload.analysis.twin.decision import Decision, figure_cells, pct
+from llmload.analysis.twin.decision import Decision, RungDecision, figure_cells, pct
 from llmload.analysis.twin.fit import TwinFit, TwinParams
 from llmload.analysis.twin.replay import FIGURES, SHOWN, Change, TwinRow, amdahl_bound
-from llmload.output.grid import report_grid
-from llmload.output.table import fmt_num
-
-
-def _num(value: float | None, decimals: int = 1) -> str:
-    # a non-finite figure (a ratio over no time) is shown as missing, where fmt_num would print inf
-    return fmt_num(value if value is None or math.isfinite(value) else None, decimals)
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.1f}"
-
+from llmload.output.toolkit.cells import fmt_num, fmt_pct
+from llmload.output.toolkit.grid import grid
 
 NARROW = ("agg_tok_s", "ttft_p50_ms", "tpot_p50_ms")  # the figures of the 100-column tables
 
@@ -78,7 +67,11 @@ def _figure_cells(row: TwinRow, keys: Sequence[str]) -> list[str]:
     errors = row.errors()
     cells = []
     for k in keys:
-        cells += [_num((row.measured or {}).get(k)), _num(row.model.get(k)), _pct(errors.get(k))]
+        cells += [
+            fmt_num((row.measured or {}).get(k)),
+            fmt_num(row.model.get(k)),
+            fmt_num(errors.get(k), sign=True),
+        ]
     return cells
 
 
@@ -87,7 +80,7 @@ def replay_table(rows: Sequence[TwinRow], fmt: str, wide: bool = False) -> str:
     which completed); 100 columns unless `wide` (every figure)."""
     keys = _keys(rows, wide)
     body = [[str(r.conc) + ("!" if r.partial else ""), *_figure_cells(r, keys)] for r in rows]
-    return report_grid(_header(keys, "twin", "err%", wide), body, fmt, stralign="right")
+    return grid(_header(keys, "twin", "err%", wide), body, fmt, align="right")
 
 
 def prediction_table(
@@ -109,12 +102,17 @@ def prediction_table(
         cells = [str(r.conc) + ("*" if r.extrapolated else ""), *_figure_cells(r, keys)]
         if change.cost is not None:
             bound = amdahl_bound(r, params, change, (steps or {}).get(r.conc))
-            cells.append(_pct(None if bound is None else bound * 100.0))
+            cells.append(fmt_pct(bound, sign=True))
         body.append(cells)
-    out = report_grid(header, body, fmt, stralign="right")
+    out = grid(header, body, fmt, align="right")
     if any(r.extrapolated for r in rows):
         out += "\n*: extrapolated (a rung the run did not measure)"
     return out
+
+
+def _gain_cell(r: RungDecision) -> str:
+    """A rung's predicted gain with its interval, as the decision's line writes them."""
+    return "-" if r.gain is None else f"{pct(r.gain)} [{pct(r.low)}, {pct(r.high)}]"
 
 
 def decision_table(decision: Decision, fmt: str) -> str:
@@ -123,19 +121,18 @@ def decision_table(decision: Decision, fmt: str) -> str:
     header = ["conc", "step_ms", "bound%", "agg gain% [95%]", "ttft_p50 [95%]", "tpot_p50 [95%]", "verdict"]
     body = []
     for r in decision.rungs:
-        gain = "-" if r.gain is None else f"{pct(r.gain)} [{pct(r.low)}, {pct(r.high)}]"
         body.append(
             [
                 str(r.conc),
-                "-" if r.step_ms is None else f"{r.step_ms:.1f}",
+                fmt_num(r.step_ms),
                 pct(r.bound),
-                gain,
+                _gain_cell(r),
                 figure_cells(r.figures, "ttft_p50_ms", 0),
                 figure_cells(r.figures, "tpot_p50_ms", 1),
                 r.verdict,
             ]
         )
-    return report_grid(header, body, fmt, stralign="right") + "\n" + f"decision: {decision.line}"
+    return grid(header, body, fmt, align="right") + "\n" + f"decision: {decision.line}"
 
 
 def decision_table_html(decision: Decision) -> str:
@@ -146,8 +143,7 @@ def decision_table_html(decision: Decision) -> str:
     header += ["TPOT p50 ms [95 %]", "verdict"]
     rows = []
     for r in decision.rungs:
-        gain = "-" if r.gain is None else f"{pct(r.gain)} [{pct(r.low)}, {pct(r.high)}]"
-        cells = [str(r.conc), "-" if r.step_ms is None else f"{r.step_ms:.1f}", pct(r.bound), gain]
+        cells = [str(r.conc), fmt_num(r.step_ms), pct(r.bound), _gain_cell(r)]
         cells += [figure_cells(r.figures, "ttft_p50_ms", 0), figure_cells(r.figures, "tpot_p50_ms", 1)]
         cells.append(r.verdict)
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")

@@ -18,7 +18,7 @@ import pytest
 from fixtures.webui import LocustWebUI, column_titles, post_processed, tab_as_post_processed, template_args
 
 from llmload.core.files.records import read_records
-from llmload.output.table import fmt_num
+from llmload.output.toolkit.cells import fmt_num
 from llmload.sim.truth import load_truth
 
 pytestmark = pytest.mark.browser

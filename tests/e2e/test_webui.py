@@ -37,7 +37,7 @@ from llmload.core.files.run_files import RunFiles
 from llmload.core.names import REQUEST_TYPE, rung_name
 from llmload.loadgen.webui import live_sweep
 from llmload.loadgen.webui.live_sweep import LiveSweep
-from llmload.output.table import fmt_num
+from llmload.output.toolkit.cells import fmt_num
 from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 

@@ -1,6 +1,7 @@
 """The layer rules of docs/architecture.md hold (import-linter contracts in pyproject.toml, and the
 rule on urllib's I/O modules, which import-linter cannot tell from urllib.parse, over the syntax),
-and each check really fails when a forbidden import is planted in a copy of the package."""
+and each check really fails when a forbidden import is planted in a copy of the package;
+importing llmload never loads matplotlib (only drawing a plot does)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ LOADGEN = "loadgen rooms: plugin > webui|monitor > request > run > workload|tran
 ANALYSIS = "analysis rooms: twin > commands (budget, compare...) > run > identity"
 IO = "I/O at the edges: analysis and core never open a connection or start a process"
 URLLIB_IO = ("urllib.request", "urllib.error")  # urllib.parse is pure
+TABLES = "one table layout: only llmload.output.toolkit.grid imports tabulate"
+FIGURES = "one figure helper: only llmload.output.toolkit.figure imports matplotlib"
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -76,7 +79,12 @@ def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [
         ("analysis/run/sweep_rows.py", "import gevent", "analysis and output never import gevent or Locust"),
         ("output/table.py", "import locust", "analysis and output never import gevent or Locust"),
-        ("analysis/compare.py", "import tabulate", "analysis renders nothing: it never imports tabulate"),
+        ("analysis/compare.py", "import tabulate", TABLES),
+        ("output/table.py", "from tabulate import tabulate", TABLES),
+        ("cli/trace_stats.py", "import tabulate", TABLES),
+        ("output/capacity.py", "import matplotlib", FIGURES),
+        # an import inside a function counts too (the figure helper's own are all inside functions)
+        ("output/soak_output.py", "def _draw() -> None:\n    import matplotlib.pyplot", FIGURES),
         ("core/files/records.py", "import llmload.analysis", "core imports nothing of llmload outside core"),
         ("sim/engine.py", "import llmload.core.stats", "the simulator stands alone"),
         # one upward import across each boundary of the layer order
@@ -132,3 +140,32 @@ def test_a_planted_urllib_io_import_breaks_the_check(package_copy: Path, module:
     finally:
         path.write_text(original)
     assert len(found) == 1 and found[0].startswith(module + ":")
+
+
+# every module of the package imported in a fresh interpreter (but the __main__ modules, which run
+# their command), then the names of the matplotlib modules that came with them
+_IMPORT_ALL = """
+import importlib, pkgutil, sys
+import llmload
+for m in pkgutil.walk_packages(llmload.__path__, "llmload."):
+    if not m.name.endswith("__main__"):
+        importlib.import_module(m.name)
+print(sum(name.startswith("llmload.") for name in sys.modules))
+print(" ".join(name for name in sys.modules if name.split(".")[0] == "matplotlib"))
+"""
+
+
+def test_importing_every_module_does_not_import_matplotlib() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ALL],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    imported, matplotlib_modules = (result.stdout.splitlines() + [""])[:2]
+    assert int(imported) > 100  # the walk found the package's modules
+    assert matplotlib_modules == ""

@@ -13,7 +13,7 @@ from fixtures.runs import run_records
 from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.cli.progress import Progress
 from llmload.core.files.records import RequestRecord
-from llmload.output.table import fmt_num
+from llmload.output.toolkit.cells import fmt_num
 
 
 class Terminal(io.StringIO):

@@ -4,7 +4,7 @@ Tokens tab's rows and the figures its charts draw.
 The ladder (`LadderShape.record_hooks`) hands every record to `LiveSweep.add` after writing it, so
 the master of a distributed run sees the records of all workers. The figures come from
 `llmload.analysis.run.rung_tally` (the post-processor's definitions on running sums) with the sweep
-table's rounding (`llmload.output.table.fmt_num`), so at the end of a run they equal
+table's rounding (`llmload.output.toolkit.cells.fmt_num`), so at the end of a run they equal
 `llmload table` on the run's files, digit for digit (tests/e2e/test_webui.py checks it on real
 runs).
 
@@ -40,7 +40,8 @@ from llmload.analysis.run.window import rung_window
 from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE, rung_name
 from llmload.loadgen.run.run_state import RunState
-from llmload.output.table import fmt_num, server_view_cells
+from llmload.output.table import server_view_cells
+from llmload.output.toolkit.cells import fmt_num, fmt_pct
 
 SAMPLE_S = 2.0  # Locust's own pages poll every 2 s
 
@@ -79,7 +80,7 @@ def tab_cells(
 def _share(reasoning: dict[str, Any] | None) -> str:
     """The reasoning share of a rung's output tokens, % ('-' for a rung that did not reason)."""
     share = None if reasoning is None or not reasoning["requests"] else reasoning["share"]
-    return "-" if share is None else f"{100.0 * share:.1f}"
+    return fmt_pct(share)
 
 
 def chart_point(tally: RungTally) -> dict[str, Any]:
