@@ -93,9 +93,9 @@ def render_budget(
     top = max(rows, key=lambda r: r.conc)
     verdict = (
         f"at conc {top.conc}: {top.tokens_per_step:.0f} tokens per step, {top.step_ms:.1f} ms per step; "
-        f"{cost.name} costs {top.component_ms:.2f} ms = {top.share * 100:.2f} % of it"
+        f"{cost.name} costs {top.component_ms:.2f} ms = {fmt_pct(top.share, 2)} % of it"
     )
     if top.gain_speedup is not None and speedup is not None and not math.isinf(speedup):
-        verdict += f"; {speedup:g}x faster gains {top.gain_speedup * 100:.2f} % end to end"
-    lines.append(verdict + f" (at most {top.gain_free * 100:.2f} % if it were free)")
+        verdict += f"; {speedup:g}x faster gains {fmt_pct(top.gain_speedup, 2)} % end to end"
+    lines.append(verdict + f" (at most {fmt_pct(top.gain_free, 2)} % if it were free)")
     return "\n".join(lines)

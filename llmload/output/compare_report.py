@@ -36,7 +36,7 @@ def rung_notes(cmp: Comparison) -> list[str]:
     for r in cmp.rungs:
         name = rung_name(r.rung, r.conc)
         agg = next((c for c in r.changes if c.figure == "agg_tok_s"), None)
-        shown = f"agg_tok_s {agg.change * 100:+.1f} %" if agg is not None and agg.change is not None else ""
+        shown = "" if agg is None or agg.change is None else f"agg_tok_s {fmt_pct(agg.change, sign=True)} %"
         if r.judged.startswith(TOO_FEW):
             out.append(f"{name}: {r.judged}: {shown or 'no change measured'} (no interval, no verdict)")
         if r.withheld:

@@ -68,7 +68,7 @@ def tab_cells(
         "tokens": str(row.tokens),
         "requests": str(row.requests),
         "failures": str(row.failures),
-        "cache_pct": fmt_num(None if cache is None else 100.0 * cache["share"]),
+        "cache_pct": fmt_pct(None if cache is None else cache["share"]),
         "srv_running": view["running"],
         "srv_waiting": view["waiting"],
         "kv_usage_pct": view["kv_usage"],
