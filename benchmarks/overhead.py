@@ -69,9 +69,9 @@ from typing import Any
 import psutil
 
 from llmload.analysis.run.health import timing_errors
-from llmload.cli.sweep_run import LOCUSTFILES, locust_command
 from llmload.core.files.records import read_records
 from llmload.core.stats import percentile
+from llmload.runner.sweep_run import LOCUSTFILES, locust_command
 from llmload.servers.simulator import SimulatorProcess
 from llmload.sim.truth import load_truth
 

@@ -35,8 +35,7 @@ from llmload.analysis.run.server_metrics import load_server_metrics
 from llmload.analysis.run.steps import RungSteps, measure_run
 from llmload.analysis.step_fit import step_line
 from llmload.core.config import ConfigError
-from llmload.core.files import run_files
-from llmload.core.files.run_files import RunFiles
+from llmload.core.files.run_files import RunFiles, names_a_table
 from llmload.core.schema import shown
 
 
@@ -331,6 +330,6 @@ def run_points(prefix: str, start_child: StartChild | None = None) -> list[Sweep
 def load_points(source: str | Path, start_child: StartChild | None = None) -> list[SweepPoint]:
     """From a run (prefix, records file or run folder) or a sweep-table file (CSV, markdown, plain)."""
     path = Path(source)
-    if path.is_file() and not path.name.endswith(run_files.RECORDS):
+    if names_a_table(path):
         return parse_sweep_table(path.read_text(), str(path))
     return run_points(str(RunFiles.find(path).prefix), start_child)

@@ -23,24 +23,26 @@ exit status: locust's (0 when the run finished cleanly), 2 on bad input, 4 when 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
 from llmload.analysis.capacity import CapacityResult, replay
 from llmload.analysis.run.sweep_rows import group_rungs
-from llmload.cli.sweep import OVERWRITE_HELP, _sim_flag, check_input, ended_by, records_at
-from llmload.cli.sweep_run import default_run_dir, run_sweep
 from llmload.core.checks import file_name, file_path, folder_path
 from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import ENDPOINTS, ConfigError, load_config
-from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED
-from llmload.core.files.output_paths import check_output_file, claim_run_folder, fresh_folder
+from llmload.core.exit_codes import BAD_INPUT, OK
+from llmload.core.files.output_paths import check_output_file
 from llmload.core.files.records import RecordFileError, read_records
 from llmload.core.files.run_files import RunFiles
 from llmload.core.files.run_info import read_run_info
 from llmload.core.stop_signals import STOPS
 from llmload.output.capacity import FORMATS, capacity_plot, render_capacity
+from llmload.runner.run_outcome import STOPPED, ending
+from llmload.runner.sweep_input import OVERWRITE_HELP, claim, sim_flag, split_argv
+from llmload.runner.sweep_run import run_sweep
+
+PROG = "llmload capacity"
 
 
 def capacity_of_run(prefix: str | Path | RunFiles) -> CapacityResult:
@@ -56,13 +58,11 @@ def capacity_of_run(prefix: str | Path | RunFiles) -> CapacityResult:
     return replay(config.capacity, config.slo, group_rungs(records))
 
 
-@command("llmload capacity")
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    locust_args = argv[argv.index("--") + 1 :] if "--" in argv else []
-    own = argv[: argv.index("--")] if "--" in argv else argv
+    own, locust_args = split_argv(sys.argv[1:] if argv is None else argv)
     p = ArgumentParser(
-        prog="llmload capacity",
+        prog=PROG,
         description=__doc__.split("\n\n")[0],
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default=None, help="server URL (default: a fresh simulator)")
     p.add_argument("--run-dir", type=folder_path, default=None, help="where the run's files go")
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
-    p.add_argument("--sim", type=_sim_flag, action="append", default=[], help="simulator flag KEY=VALUE")
+    p.add_argument("--sim", type=sim_flag, action="append", default=[], help="simulator flag KEY=VALUE")
     p.add_argument(
         "--endpoint",
         choices=list(ENDPOINTS),
@@ -92,71 +92,52 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--plot", type=file_path, default=None, help="plot file (default: <prefix>_capacity.png)")
     args, passed_on = p.parse_known_args(own)
-    returncode = 0
     prefix: str | Path | RunFiles = args.prefix
-    if args.plot is not None:
-        try:
+    returncode = OK
+    try:
+        if args.plot is not None:
             check_output_file("--plot", args.plot)
-        except ConfigError as exc:
-            print(f"llmload capacity: error: {one_line(str(exc))}", file=sys.stderr)
-            return BAD_INPUT
+        if not prefix:
+            run_args = ["--ladder", _capacity_ladder(args.ladder), *passed_on, *locust_args]
+            claimed = claim(args, run_args)  # the sweep's own checks and its claim of the run folder
+    except ConfigError as exc:
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        return BAD_INPUT
     if not prefix:
-        if not args.ladder:
-            print(
-                "llmload capacity: error: --ladder: a ladder file with 'mode: capacity' is needed",
-                file=sys.stderr,
-            )
-            return BAD_INPUT
-        try:
-            mode = load_config(args.ladder).mode
-        except ConfigError as exc:
-            print(f"llmload capacity: error: {one_line(str(exc))}", file=sys.stderr)
-            return BAD_INPUT
-        if mode != "capacity":
-            print(
-                f"llmload capacity: error: {args.ladder}: 'mode' must be capacity, got {mode!r}",
-                file=sys.stderr,
-            )
-            return BAD_INPUT
-        run_args = ["--ladder", args.ladder, *passed_on, *locust_args]
-        try:  # the sweep's own checks: host, --sim, output paths, Locust's parse of its options
-            run_dir = args.run_dir or fresh_folder(default_run_dir())
-            simulator = check_input(args, run_dir, run_args)
-            records = records_at(run_dir, run_args, args.host or "")
-            folder = claim_run_folder("--run-dir", run_dir, records, overwrite=args.overwrite)
-        except ConfigError as exc:
-            print(f"llmload capacity: error: {one_line(str(exc))}", file=sys.stderr)
-            return BAD_INPUT
-        print(
-            f"llmload capacity: searching {args.host or 'the simulator'}; files in {run_dir}", file=sys.stderr
-        )
-        with STOPS, folder:  # a stop signal is recorded and acted on by run_sweep, never raised
+        target = args.host or "the simulator"
+        print(f"{PROG}: searching {target}; files in {claimed.run_dir}", file=sys.stderr)
+        with STOPS, claimed.folder:  # a stop signal is recorded and acted on by run_sweep, never raised
             run = run_sweep(
                 host=args.host or None,
-                run_dir=run_dir,
+                run_dir=claimed.run_dir,
                 locust_args=run_args,
-                sim_args=simulator,
+                sim_args=claimed.simulator,
                 endpoint=args.endpoint,
-                records=records,
+                records=claimed.records,
             )
-        prefix, returncode = run.files, run.returncode
-        if (ended := ended_by(run)) is not None:
-            returncode = ended[0]
-            print(f"llmload capacity: error: {ended[1]}", file=sys.stderr)
-        elif run.stopped_by is not None:
-            returncode = INTERRUPTED
-            name = signal.Signals(run.stopped_by).name
-            stopped = "Locust stopped" if run.truth_log is None else "Locust and the simulator stopped"
-            print(f"llmload capacity: stopped by {name}: {stopped}", file=sys.stderr)
-        elif returncode != 0:
-            print(f"llmload capacity: locust exited with code {returncode}; see {run.log}", file=sys.stderr)
+        prefix, end = run.files, ending(run)
+        returncode = end.code
+        if end.line is not None:  # how the run ended, in the sweep's words
+            print(f"{PROG}: {'' if end.kind == STOPPED else 'error: '}{end.line}", file=sys.stderr)
+        elif returncode != OK:
+            print(f"{PROG}: locust exited with code {returncode}; see {run.log}", file=sys.stderr)
     try:
         result = capacity_of_run(prefix)
     except (RecordFileError, ConfigError) as exc:
-        print(f"llmload capacity: error: {one_line(str(exc))}", file=sys.stderr)
-        return returncode or 2
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        return returncode if returncode != OK else BAD_INPUT  # no answer: the run's own code, else bad input
     print(render_capacity(result, args.format))
     files = prefix if isinstance(prefix, RunFiles) else RunFiles(Path(prefix))
     plot = capacity_plot(result, args.plot or files.output("capacity.png"))
-    print(f"llmload capacity: plot in {plot}", file=sys.stderr)
+    print(f"{PROG}: plot in {plot}", file=sys.stderr)
     return returncode
+
+
+def _capacity_ladder(ladder: str | None) -> str:
+    """--ladder, checked to be a capacity search's (ConfigError, one line, otherwise)."""
+    if not ladder:
+        raise ConfigError("--ladder: a ladder file with 'mode: capacity' is needed")
+    mode = load_config(ladder).mode
+    if mode != "capacity":
+        raise ConfigError(f"{ladder}: 'mode' must be capacity, got {mode!r}")
+    return ladder

@@ -69,8 +69,9 @@ USERS_CEILING = (
 )
 
 
-def _rungs_flag(text: str) -> list[int | float]:
-    """--rungs: user counts (1,4,8) or, in rate mode, request rates (0.5,2,5)."""
+def parse_rungs(text: str) -> list[int | float]:
+    """--rungs: user counts (1,4,8) or, in rate mode, request rates (0.5,2,5); the one parse of
+    the flag (the sweep's, through `rungs`' setting below, and the twin's, `rungs_flag`)."""
     items = text.replace(" ", "").split(",")
     if "" in items:
         raise ConfigError(
@@ -95,6 +96,12 @@ def _rungs(source: str, key: str, value: Any) -> tuple[float, ...]:
         positive_number(source, f"{key}[{i}]", v) if isinstance(v, float) else whole(source, f"{key}[{i}]", v)
         for i, v in enumerate(value)
     )
+
+
+def rungs_flag(text: str) -> list[int | float]:
+    """A --rungs flag read outside a ladder (`llmload twin`): parsed as the sweep parses it and
+    checked as the ladder's `rungs` key; ConfigError (one line naming --rungs) otherwise."""
+    return list(_rungs("--rungs", "rungs", parse_rungs(text)))
 
 
 def check_users(source: str, key: str, users: int) -> int:
@@ -391,7 +398,7 @@ class SweepConfig:
         ),
         check=_rungs,
         flag="--rungs",
-        parse=_rungs_flag,
+        parse=parse_rungs,
     )
     mode: str = setting(
         "concurrency",

@@ -12,7 +12,7 @@ from typing import Any
 from llmload.analysis.run.steps import RungSteps
 from llmload.analysis.twin.decision import Decision, RungDecision, figure_cells, pct
 from llmload.analysis.twin.fit import TwinFit, TwinParams
-from llmload.analysis.twin.replay import FIGURES, SHOWN, Change, TwinRow, amdahl_bound
+from llmload.analysis.twin.replay import FIGURES, SHOWN, Change, TwinRow, amdahl_bound, step_at
 from llmload.output.toolkit.cells import fmt_num, fmt_pct
 from llmload.output.toolkit.grid import grid
 
@@ -92,7 +92,8 @@ def prediction_table(
     wide: bool = False,
 ) -> str:
     """Measured, predicted and gain % of each figure, and the Amdahl bound on the rung's measured
-    step (`steps` by conc) when the change is a component made faster; `*`: extrapolated."""
+    step (`steps` by rung index: the first rung of its conc) when the change is a component made
+    faster; `*`: extrapolated."""
     keys = _keys(rows, wide)
     header = _header(keys, "pred", "gain%", wide)
     if change.cost is not None:
@@ -101,7 +102,7 @@ def prediction_table(
     for r in rows:
         cells = [str(r.conc) + ("*" if r.extrapolated else ""), *_figure_cells(r, keys)]
         if change.cost is not None:
-            bound = amdahl_bound(r, params, change, (steps or {}).get(r.conc))
+            bound = amdahl_bound(r, params, change, step_at(steps or {}, r.conc))
             cells.append(fmt_pct(bound, sign=True))
         body.append(cells)
     out = grid(header, body, fmt, align="right")

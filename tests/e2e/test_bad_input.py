@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from fixtures.paths import REPO
 
-from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep
+from llmload.runner.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep
 from llmload.servers.process import LOOPBACK, free_port
 
 pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from llmload.cli.sweep_run import LOCUSTFILES, locust_command
 from llmload.core import exit_codes
+from llmload.runner.sweep_run import LOCUSTFILES, locust_command
 from llmload.servers.process import LOOPBACK, free_port
 
 pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work

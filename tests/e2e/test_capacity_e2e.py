@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from llmload.cli import capacity
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.stats import percentile
+from llmload.runner.sweep_run import run_sweep
 from llmload.sim.engine import StepModel
 from llmload.sim.truth import load_truth
 

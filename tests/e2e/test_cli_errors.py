@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from fixtures.runs import make_record
 
-from llmload.cli.sweep_run import LOCUSTFILES, locust_command
 from llmload.core import exit_codes
 from llmload.core.files.records import read_records, write_records
+from llmload.runner.sweep_run import LOCUSTFILES, locust_command
 from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 

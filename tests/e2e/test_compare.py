@@ -17,9 +17,9 @@ from fixtures.runs import make_record
 
 from llmload.analysis.compare import IMPROVED, NOISE, REGRESSED, TOO_FEW, WITHHELD, compare_runs
 from llmload.analysis.run.postprocess import load_run
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import write_records
 from llmload.core.files.run_files import RunFiles
+from llmload.runner.sweep_run import run_sweep
 
 SCRIPT = REPO / "scripts" / "compare.py"
 TOKENS = 128

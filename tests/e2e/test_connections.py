@@ -22,11 +22,11 @@ from fixtures.connections import MAX_TOKENS, Paired, drive, pair
 from fixtures.fleet import self_signed_cert
 
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
 from llmload.core.stats import percentile
 from llmload.loadgen.transport.preflight import tls_context
 from llmload.output.table import render
+from llmload.runner.sweep_run import run_sweep
 from llmload.servers.process import LOOPBACK
 from llmload.servers.simulator import sim_flags
 

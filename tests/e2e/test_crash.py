@@ -17,9 +17,9 @@ import pytest
 from fixtures.paths import REPO
 
 from llmload.analysis.run.locust_csv import read_stats_csv
-from llmload.cli.sweep_run import LOCUSTFILES, locust_command
 from llmload.core import exit_codes
 from llmload.core.files.records import read_records
+from llmload.runner.sweep_run import LOCUSTFILES, locust_command
 from llmload.servers.simulator import SimulatorProcess
 from llmload.sim.truth import load_truth
 

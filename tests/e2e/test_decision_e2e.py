@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 
 from llmload.analysis.budget import CostModel, budget_rows, load_points
 from llmload.analysis.run.postprocess import load_run
-from llmload.cli.sweep_run import SweepRun
 from llmload.core.exit_codes import UNDECIDED
+from llmload.runner.sweep_run import SweepRun
 from llmload.sim.truth import load_truth
 
 LADDER: dict[str, Any] = {

@@ -22,9 +22,9 @@ from llmload.analysis.run.health import read_health
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.analysis.run.sweep_rows import group_rungs
-from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.files.records import read_records
 from llmload.core.files.run_files import RunFiles
+from llmload.runner.sweep_run import SweepRun, run_sweep
 from llmload.sim.truth import load_truth
 
 LADDER = [1, 4, 8, 10]

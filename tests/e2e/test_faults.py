@@ -21,8 +21,8 @@ from fixtures.paths import REPO
 from llmload.analysis.run.locust_csv import cross_check, failure_kind, read_failures_csv
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.analysis.run.sweep_rows import group_rungs
-from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.files.records import read_records
+from llmload.runner.sweep_run import SweepRun, run_sweep
 from llmload.sim.faults import CLIENT_OUTCOME, FAULT_KINDS
 from llmload.sim.truth import load_truth
 

@@ -25,10 +25,10 @@ from llmload.analysis.run.health import (
     timing_errors,
 )
 from llmload.analysis.run.postprocess import load_run
-from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.files.records import read_records
 from llmload.core.stats import percentile
 from llmload.output.run_table import render_run
+from llmload.runner.sweep_run import SweepRun, run_sweep
 from llmload.sim.truth import load_truth
 
 SCHEMA = {"t", "worker", "cpu", "rss", "lag_ms", "machine_cpu", "steal", "load1", "cores"}

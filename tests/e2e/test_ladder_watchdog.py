@@ -15,7 +15,7 @@ import pytest
 from fixtures.paths import REPO
 
 from llmload.analysis.run.postprocess import load_run
-from llmload.cli.sweep_run import LOCUSTFILES, locust_command
+from llmload.runner.sweep_run import LOCUSTFILES, locust_command
 from llmload.servers.simulator import SimulatorProcess
 
 pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work

@@ -38,11 +38,11 @@ from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.analysis.run.uncertainty import request_bounds
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.chunk_index import index_path
 from llmload.core.files.records import RequestRecord, iter_indexed_record_lines, read_records
 from llmload.core.files.run_files import RunFiles
 from llmload.core.stats import percentile
+from llmload.runner.sweep_run import run_sweep
 from llmload.sim.truth import load_truth
 
 MAX_TOKENS = 24

@@ -16,11 +16,11 @@ import pytest
 from fixtures.length_stats import KS_1PCT, ks_statistic, truncated_normal_cdf, uniform_cdf
 
 from llmload.analysis.run.postprocess import load_run
-from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.config import parse_config
 from llmload.core.files.records import RequestRecord, read_records
 from llmload.core.workload.lengths import Lengths
 from llmload.output.run_table import render_run
+from llmload.runner.sweep_run import SweepRun, run_sweep
 from llmload.sim.tokens import BOS_TOKENS, count_tokens
 from llmload.sim.truth import load_truth
 

@@ -30,8 +30,8 @@ import yaml
 from fixtures.paths import REPO
 
 from llmload.analysis.run.postprocess import load_run
-from llmload.cli.sweep_run import SweepRun, run_sweep, target
 from llmload.core.files.records import RequestRecord, read_records
+from llmload.runner.sweep_run import SweepRun, run_sweep, target
 from llmload.servers.process import LOOPBACK, free_port
 
 pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work

@@ -16,9 +16,9 @@ from llmload.analysis.compare import IMPROVED, NOISE, REGRESSED, compare_runs
 from llmload.analysis.run.metrics import tpot_ms
 from llmload.analysis.run.postprocess import load_run
 from llmload.cli import budget, capacity, compare
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
 from llmload.core.stats import mean
+from llmload.runner.sweep_run import run_sweep
 from llmload.sim.truth import load_truth
 
 MIXED = "max_tokens: {dist: uniform, min: 8, max: 40}\nseed: 5\n"

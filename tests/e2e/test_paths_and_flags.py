@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from fixtures.runs import make_record
 
-from llmload.cli.sweep_run import LOCUSTFILES, locust_command, run_sweep
 from llmload.core import exit_codes
 from llmload.core.config import ConfigError, load_config
 from llmload.core.files.records import read_records, write_records
+from llmload.runner.sweep_run import LOCUSTFILES, locust_command, run_sweep
 from llmload.servers.process import LOOPBACK, free_port
 
 pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fixtures.sockets import unanswered_port
 
-from llmload.cli.sweep_run import SweepRun, run_sweep
+from llmload.runner.sweep_run import SweepRun, run_sweep
 from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from llmload.analysis.run.rung_tally import tally_rungs
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.config import ConfigError, parse_config
 from llmload.core.files.records import read_records
 from llmload.core.stats import mean, percentile, pstdev
 from llmload.loadgen.workload.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_ranges
+from llmload.runner.sweep_run import run_sweep
 from llmload.sim.truth import load_truth
 
 FAST_SIM = {"accept_len": 1, "base_ms": 2, "per_seq_ms": 0.2}

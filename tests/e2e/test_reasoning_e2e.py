@@ -30,9 +30,9 @@ from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.reconcile import issues
 from llmload.analysis.run.rung_tally import tally_rungs
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import RequestRecord, read_records
 from llmload.output.table import render
+from llmload.runner.sweep_run import run_sweep
 from llmload.sim.truth import load_truth
 
 FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fake_reasoning_server.py"

@@ -10,9 +10,9 @@ import pytest
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.reconcile import issues, tally
 from llmload.analysis.run.rung_tally import tally_rungs
-from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.files.records import read_records
 from llmload.output.run_table import render_run
+from llmload.runner.sweep_run import SweepRun, run_sweep
 from llmload.sim.truth import load_truth
 
 pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work

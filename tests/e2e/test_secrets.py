@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from fixtures.paths import REPO
 
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
+from llmload.runner.sweep_run import run_sweep
 from llmload.servers.process import LOOPBACK
 from llmload.servers.simulator import sim_flags
 

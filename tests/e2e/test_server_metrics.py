@@ -22,10 +22,10 @@ from llmload.analysis.run.server_metrics import (
     token_warnings,
 )
 from llmload.analysis.run.window import rung_window
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
 from llmload.core.prometheus_text import parse_prometheus
 from llmload.core.run_environment import read_environment
+from llmload.runner.sweep_run import run_sweep
 from llmload.servers.process import free_port
 from llmload.sim.truth import load_truth
 

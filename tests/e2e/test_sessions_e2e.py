@@ -11,8 +11,8 @@ import pytest
 
 from llmload.analysis.run.production_traffic import turn_metrics
 from llmload.cli import table
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
+from llmload.runner.sweep_run import run_sweep
 from llmload.sim.truth import load_truth
 
 # prefill costs 0.05 ms per uncached prompt token: the 2000-token system message of turn 1 takes

@@ -24,7 +24,7 @@ from fixtures.paths import REPO
 
 from llmload.analysis.soak.drift import fit_trend
 from llmload.analysis.soak.verdict import soak_report
-from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep
+from llmload.runner.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep
 from llmload.sim.truth import load_truth
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,8 @@ from fixtures.paths import REPO
 
 from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
-from llmload.cli.sweep_run import SweepRun, run_sweep
 from llmload.core.files.records import RequestRecord, read_records
+from llmload.runner.sweep_run import SweepRun, run_sweep
 from llmload.sim.engine import StepModel
 from llmload.sim.truth import load_truth
 

@@ -21,9 +21,9 @@ import psutil
 import pytest
 
 from llmload.cli.sweep import report
-from llmload.cli.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep
 from llmload.core import exit_codes
 from llmload.core.files.records import read_records
+from llmload.runner.sweep_run import LOCUSTFILES, SweepRun, locust_command, run_sweep
 from llmload.servers.process import LOOPBACK
 
 GONE_WITHIN_S = 10.0
@@ -300,7 +300,7 @@ import json, signal, subprocess, sys
 from gevent import monkey
 monkey.patch_all()
 import gevent
-from llmload.cli.sweep_run import _start_locust
+from llmload.runner.sweep_run import _start_locust
 from llmload.core.status_pipe import StatusPipe
 
 STOP = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}

@@ -15,8 +15,8 @@ import pytest
 
 from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.rung_tally import tally_rungs
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
+from llmload.runner.sweep_run import run_sweep
 from llmload.sim.truth import load_truth
 
 pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work

@@ -28,8 +28,8 @@ from llmload.analysis.output_identity import CHANGED, IDENTICAL, output_identity
 from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.rung_tally import tally_rungs
-from llmload.cli.sweep_run import run_sweep
 from llmload.output.table import render_metrics
+from llmload.runner.sweep_run import run_sweep
 
 SERVER = REPO / "tests" / "fixtures" / "fake_tool_server.py"
 TOKENS = 30

@@ -13,10 +13,10 @@ from llmload.analysis.run.health import loop_lag_ms
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.production_traffic import lateness_bar_ms
 from llmload.analysis.trace_stats import predicted_cached_tokens
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
 from llmload.core.stats import percentile
 from llmload.core.workload.trace_file import read_trace, replay_window
+from llmload.runner.sweep_run import run_sweep
 from llmload.servers.process import free_port
 from llmload.sim.truth import load_truth
 

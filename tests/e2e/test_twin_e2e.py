@@ -18,10 +18,10 @@ import yaml
 from fixtures.twin_runs import sweep as run_ladder
 from fixtures.twin_runs import twin
 
+from llmload.analysis.twin.measured import fit_run, load_measured
 from llmload.analysis.twin.replay import TOLERANCES_PCT, TTFT_FLOOR_MS
-from llmload.cli.sweep_run import SweepRun
-from llmload.cli.twin import fit_run, load_measured
 from llmload.core.files.records import RequestRecord
+from llmload.runner.sweep_run import SweepRun
 from llmload.sim.truth import load_truth
 
 LADDER: dict[str, Any] = {

@@ -30,14 +30,14 @@ from fixtures.webui import (
 
 from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.rung_tally import tally_rungs
-from llmload.cli.progress import Progress
-from llmload.cli.sweep_run import LOCUSTFILES
 from llmload.core.files.records import RequestRecord, read_records
 from llmload.core.files.run_files import RunFiles
 from llmload.core.names import REQUEST_TYPE, rung_name
 from llmload.loadgen.webui import live_sweep
 from llmload.loadgen.webui.live_sweep import LiveSweep
 from llmload.output.toolkit.cells import fmt_num
+from llmload.runner.progress import Progress
+from llmload.runner.sweep_run import LOCUSTFILES
 from llmload.servers.process import LOOPBACK, free_port
 from llmload.sim.truth import load_truth
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from fixtures.paths import REPO
 
-from llmload.cli.sweep_run import SweepRun, locust_command, run_sweep
 from llmload.core.config import ConfigError, SweepConfig, load_config
 from llmload.core.files.records import RequestRecord, read_records
 from llmload.core.workload.prompt_files import load_prompt_file
 from llmload.loadgen.transport.token_counts import ServerTokenCounts
 from llmload.loadgen.workload.prompts import WORDS, Workload, calibrate_prompts, tag_words, workload_for
+from llmload.runner.sweep_run import SweepRun, locust_command, run_sweep
 from llmload.sim.truth import load_truth
 
 pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work

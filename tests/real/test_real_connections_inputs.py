@@ -19,8 +19,8 @@ from __future__ import annotations
 import pytest
 from fixtures.real_runs import sweep_ladder
 
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
+from llmload.runner.sweep_run import run_sweep
 
 pytestmark = pytest.mark.real
 

@@ -10,9 +10,9 @@ import pytest
 from fixtures.real_runs import sent_tokens
 
 from llmload.analysis.run.postprocess import load_run
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
 from llmload.loadgen.transport.server_pages import scrape_metrics
+from llmload.runner.sweep_run import run_sweep
 
 pytestmark = pytest.mark.real
 

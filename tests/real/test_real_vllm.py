@@ -32,9 +32,9 @@ from fixtures.real_runs import sweep_ladder
 
 from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.postprocess import load_run
-from llmload.cli.sweep_run import run_sweep
 from llmload.core.files.records import read_records
 from llmload.loadgen.transport.server_pages import scrape_metrics
+from llmload.runner.sweep_run import run_sweep
 
 URL = os.environ.get("LLMLOAD_VLLM_URL", "")
 pytestmark = [

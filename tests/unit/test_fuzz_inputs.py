@@ -49,7 +49,6 @@ from llmload.analysis.run.locust_csv import (
 )
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.rung_tally import tally_rungs
-from llmload.cli.sweep import sim_args
 from llmload.core import checks, command_line, config
 from llmload.core.config import ENDPOINTS, ConfigError, load_config
 from llmload.core.exit_codes import BAD_INPUT
@@ -63,6 +62,7 @@ from llmload.loadgen.stream.sse import StreamAccumulator
 from llmload.loadgen.stream.sse_template import TEMPLATE_SLOTS
 from llmload.output.run_table import render_run
 from llmload.output.table import FORMATS
+from llmload.runner.sweep_input import sim_args
 from llmload.sim.__main__ import SimFlagError, build_parser, config_from_args
 
 FUZZ = settings(
@@ -853,12 +853,13 @@ COMMAND_LINES: dict[str, tuple[list[str], list[str], tuple[int, ...]]] = {
 def _main(name: str, monkeypatch: pytest.MonkeyPatch) -> Callable[[list[str]], int]:
     """The subcommand's `main`, with what it would start (a run, a server, a report's plots)
     replaced by `_start`."""
-    from llmload.cli import COMMANDS, capacity, llama_server, report, soak_report, sweep, twin
+    from llmload.cli import COMMANDS, capacity, llama_server, report, soak_report, sweep
+    from llmload.runner import twin_replays
 
     sim_main = importlib.import_module("llmload.sim.__main__")
     started = [(sweep, "run_sweep"), (capacity, "run_sweep"), (capacity, "capacity_plot"),
                (report, "write_report"), (llama_server, "_serve"),
-               (soak_report, "write_outputs"), (twin, "start_sweep"), (sim_main, "run")]  # fmt: skip
+               (soak_report, "write_outputs"), (twin_replays, "start_sweep"), (sim_main, "run")]  # fmt: skip
     for module, attribute in started:
         monkeypatch.setattr(module, attribute, _start)
     return importlib.import_module(COMMANDS[name][0]).main  # type: ignore[no-any-return]

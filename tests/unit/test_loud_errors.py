@@ -138,7 +138,7 @@ def test_a_truth_log_starts_anew(tmp_path: Path):
 
 
 def test_sim_switches_take_true_or_false_through_sweep_sim():
-    from llmload.cli.sweep import sim_args
+    from llmload.runner.sweep_input import sim_args
 
     assert sim_args([("empty_last_text", "true"), ("close_after_stream", "1")]) == [
         "--empty-last-text",

@@ -1,7 +1,7 @@
 """The package's shape (docs/architecture.md): no import circle between llmload's modules, counting
 every import (top-level, inside functions, under TYPE_CHECKING), no folder of more than 15
-modules, and no loadgen module over 350 lines. The circle finder is checked on a planted circle,
-so a pass means something."""
+modules, no loadgen module over 350 lines and no command module (cli) over 250. The circle finder
+and the length check are each checked on a planted case, so a pass means something."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from fixtures.paths import REPO
 
 MAX_MODULES = 15  # modules of one folder, its __init__ and __main__ not counted
 MAX_LOADGEN_LINES = 350  # lines of one loadgen module (the first architecture step's bar)
+MAX_CLI_LINES = 250  # lines of one command module (llmload.cli: parse, call, print, return a code)
 
 
 def module_names(root: Path) -> dict[str, Path]:
@@ -109,10 +110,28 @@ def test_no_folder_holds_more_than_15_modules() -> None:
     assert crowded == {}
 
 
-def test_no_loadgen_module_over_350_lines() -> None:
+def long_modules(folder: Path, most: int) -> dict[str, int]:
+    """The modules under `folder` of more than `most` lines, with their lengths."""
     long = {}
-    for path in sorted((REPO / "llmload" / "loadgen").rglob("*.py")):
+    for path in sorted(folder.rglob("*.py")):
         lines = len(path.read_text().splitlines())
-        if lines > MAX_LOADGEN_LINES:
-            long[str(path.relative_to(REPO))] = lines
-    assert long == {}
+        if lines > most:
+            long[str(path.relative_to(folder.parent))] = lines
+    return long
+
+
+def test_no_loadgen_module_over_350_lines() -> None:
+    assert long_modules(REPO / "llmload" / "loadgen", MAX_LOADGEN_LINES) == {}
+
+
+def test_no_command_module_over_250_lines() -> None:
+    """A command parses, calls, prints and returns its exit code: its logic lives below it."""
+    assert long_modules(REPO / "llmload" / "cli", MAX_CLI_LINES) == {}
+
+
+def test_a_planted_long_command_is_found(tmp_path: Path) -> None:
+    cli = tmp_path / "cli"
+    cli.mkdir()
+    (cli / "short.py").write_text("x = 1\n" * MAX_CLI_LINES)
+    (cli / "long.py").write_text("x = 1\n" * (MAX_CLI_LINES + 1))
+    assert long_modules(cli, MAX_CLI_LINES) == {"cli/long.py": MAX_CLI_LINES + 1}

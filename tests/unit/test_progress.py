@@ -1,4 +1,4 @@
-"""The terminal progress line (llmload.cli.progress) on hand-built run files: incremental reading
+"""The terminal progress line (llmload.runner.progress) on hand-built run files: incremental reading
 of a growing records file (a half-written last line waits), the figures against the
 post-processor's sweep rows on the same records, and silence when the stream is not a terminal."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 from fixtures.runs import run_records
 
 from llmload.analysis.run.rung_tally import tally_rungs
-from llmload.cli.progress import Progress
 from llmload.core.files.records import RequestRecord
 from llmload.output.toolkit.cells import fmt_num
+from llmload.runner.progress import Progress
 
 
 class Terminal(io.StringIO):

@@ -15,7 +15,6 @@ from fixtures.paths import REPO
 from fixtures.runs import make_record
 
 from llmload.cli.sweep import report
-from llmload.cli.sweep_run import SweepRun
 from llmload.core import exit_codes
 from llmload.core.config import load_config
 from llmload.core.files.records import RecordWriter, write_records
@@ -26,6 +25,7 @@ from llmload.loadgen.run.error_log import RunErrors
 from llmload.loadgen.run.record_sinks import RungReconciler
 from llmload.loadgen.run.run_state import RunState
 from llmload.loadgen.run.stage_protocol import StageProtocol
+from llmload.runner.sweep_run import SweepRun
 
 PREFLIGHT = "http://127.0.0.1:9/v1/models: cannot reach the server: [Errno 111] Connection refused"
 

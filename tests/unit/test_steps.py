@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -19,15 +20,25 @@ from fixtures.paths import REPO
 from llmload.analysis import compare
 from llmload.analysis.budget import CostModel, SweepPoint, budget_rows
 from llmload.analysis.run.rung_tally import tally_records
-from llmload.analysis.run.steps import measure_rung, stepped
+from llmload.analysis.run.steps import RungSteps, measure_rung, stepped
 from llmload.analysis.run.sweep_rows import Rung
 from llmload.analysis.twin.decision import NOT_WORTH, UNDECIDED, WORTH, RungDecision, decide
 from llmload.analysis.twin.fit import TwinParams
-from llmload.analysis.twin.replay import INTERVAL_SPREADS, TwinRow, bootstrap_spreads, prediction_intervals
-from llmload.core.config import ConfigError
+from llmload.analysis.twin.gains import run_decision
+from llmload.analysis.twin.replay import (
+    INTERVAL_SPREADS,
+    Change,
+    TwinRow,
+    bootstrap_spreads,
+    prediction_intervals,
+    step_at,
+)
+from llmload.cli.twin_args import EXITS
+from llmload.core.config import ConfigError, parse_rungs, rungs_flag
 from llmload.core.exit_codes import NOT_WORTH_IT
 from llmload.core.exit_codes import UNDECIDED as UNDECIDED_EXIT
 from llmload.core.files.records import RequestRecord
+from llmload.core.files.run_files import names_a_table
 
 
 def engine(
@@ -258,3 +269,57 @@ def test_one_record_filter_for_every_step_figure():
     assert not stepped(replace(one_chunk, chunk_times=[], chunks=0))
     assert not stepped(replace(one_chunk, stream=False))
     assert not stepped(replace(one_chunk, phase="warmup"))
+
+
+def test_twin_help_names_the_exit_codes_the_code_defines():
+    """--help's exit codes are written from llmload.core.exit_codes (8 not worth it, 9 cannot tell)."""
+    done = llmload("twin", "--help")
+    text = " ".join(done.stdout.split())
+    assert done.returncode == 0
+    for code, what in EXITS:
+        assert f"{code} {what}" in text
+    assert f"{NOT_WORTH_IT} with a change, not worth it" in text
+    assert f"{UNDECIDED_EXIT} with a change, cannot tell" in text
+
+
+def test_twin_and_sweep_read_rungs_with_one_parser(tmp_path):
+    """--rungs of the twin is the sweep's parse and check, in the sweep's words."""
+    seed = tmp_path / "seed.csv"
+    seed.write_text(SEED_CSV)
+    assert rungs_flag("8, 16,0.5") == [8, 16, 0.5] == parse_rungs("8, 16,0.5")
+    for text, says in [("1,x", "expected comma-separated numbers like 1,4,8,10, got '1,x'"),
+                       ("4,,8", "an empty item in '4,,8'"), ("0,4", "'rungs[0]'")]:  # fmt: skip
+        with pytest.raises(ConfigError, match="--rungs: " + re.escape(says)):
+            rungs_flag(text)
+        done = llmload("twin", str(seed), "--rungs", text)
+        assert done.returncode == 2 and f"argument --rungs: {says}" in done.stderr.replace("\n", " ")
+
+
+def _steps(rung: int, conc: int, step_ms: float) -> RungSteps:
+    return RungSteps(rung, conc, 10, step_ms, 1.0, float(conc), "streams", conc, 1.0, 0, step_mean_ms=step_ms)
+
+
+def test_two_rungs_of_one_concurrency_keep_their_own_steps():
+    """Steps are keyed by rung index: rungs 1 and 2 both at conc 4 do not collide; the decision at
+    conc 4 reads its first measured rung's step, as the table's bound does."""
+    steps = {0: _steps(0, 1, 20.0), 1: _steps(1, 4, 30.0), 2: _steps(2, 4, 40.0)}
+    assert step_at(steps, 4) is steps[1] and step_at(steps, 8) is None
+    change = Change(cost=CostModel(constant_ms=3.0), speedup=math.inf)
+    measured = [TwinRow(i, s.conc, None, {}) for i, s in steps.items()]
+    decision = run_decision(change, measured, None, {}, steps, True, [4], 0.05)  # type: ignore[arg-type]
+    (rung,) = decision.rungs
+    assert (rung.conc, rung.step_ms, rung.bound) == (4, 30.0, pytest.approx(30.0 / 27.0 - 1.0))
+
+
+def test_one_decision_of_what_is_a_typed_in_table(tmp_path):
+    """A file that is no .jsonl is a table (budget and twin alike); any .jsonl is a run's records."""
+    table, records, named = tmp_path / "seed.csv", tmp_path / "run_records.jsonl", tmp_path / "other.jsonl"
+    for path in (table, records, named):
+        path.write_text(SEED_CSV)
+    assert names_a_table(table) and names_a_table(str(table))
+    assert not names_a_table(records) and not names_a_table(named)  # a records file named otherwise
+    assert not names_a_table(tmp_path) and not names_a_table(tmp_path / "run")  # a folder, a prefix
+    for command in (["budget", str(named), "--saves-ms", "1"], ["twin", str(named), "--saves-ms", "1"]):
+        done = llmload(*command)  # read as a run's records, not parsed as a table
+        assert done.returncode == 2 and "records" in done.stderr, done.stderr
+        assert "conc" not in done.stderr and "sweep table" not in done.stderr  # no table's complaint

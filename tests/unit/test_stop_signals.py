@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from llmload.cli.sweep_run import _stop_signals_held
+from llmload.runner.sweep_run import _stop_signals_held
 
 CHILD = """
 import signal

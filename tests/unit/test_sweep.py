@@ -177,8 +177,8 @@ def test_streaming_load_run_gives_the_rows_and_metrics_of_the_held_records(run_p
     ids=["long value", "long key", "repeated long"],
 )
 def test_a_long_sim_flag_is_quoted_short(flags):
-    from llmload.cli.sweep import sim_args
     from llmload.core.config import ConfigError
+    from llmload.runner.sweep_input import sim_args
 
     with pytest.raises(ConfigError) as refused:
         sim_args(flags)
@@ -191,8 +191,8 @@ def test_a_sim_file_gives_the_settings_of_sim_flags(tmp_path):
     values, or a value the simulator refuses is one line naming the flag."""
     import argparse
 
-    from llmload.cli.sweep import check_input, sim_file_flags
     from llmload.core.config import ConfigError
+    from llmload.runner.sweep_input import check_input, sim_file_flags
 
     good = tmp_path / "twin_sim.yaml"
     good.write_text("base_ms: 10.5\nper_seq_ms: 3\nignore_eos_unsupported: true\n")

@@ -13,7 +13,7 @@ per-request functions are used here) and the statistics those of `llmload.core.s
 
 Readers: the post-processor (`llmload.analysis.run.postprocess.load_run`, one pass over the records
 file), records held in memory (`tally_rungs`, `tally_records`), the web UI's Tokens tab and
-charts (`llmload.loadgen.webui.live_sweep`) and the terminal progress line (`llmload.cli.progress`).
+charts (`llmload.loadgen.webui.live_sweep`) and the terminal progress line (`llmload.runner.progress`).
 A tally costs milliseconds per poll of the web page.
 """
 

@@ -23,6 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from llmload.core.exit_codes import NO_FIT, NOT_WORTH_IT, OK
+from llmload.core.exit_codes import UNDECIDED as UNDECIDED_EXIT
+
 WORTH, NOT_WORTH, UNDECIDED = "worth it", "not worth it", "cannot tell"
 
 
@@ -176,6 +179,16 @@ def decide(rungs: Sequence[RungDecision], worth: float, why_not_predicted: str |
             )
         verdict = UNDECIDED
     return Decision(worth, judged, verdict, line, why_not_predicted)
+
+
+def decision_exit_code(decision: Decision, fits: bool) -> int:
+    """The twin's exit code for its decision (module docstring): OK when worth it, NOT_WORTH_IT,
+    else UNDECIDED, or NO_FIT when the twin does not fit and the bound cannot decide alone."""
+    if decision.verdict == WORTH:
+        return OK
+    if decision.verdict == NOT_WORTH:
+        return NOT_WORTH_IT
+    return UNDECIDED_EXIT if fits else NO_FIT
 
 
 def production(concs: Sequence[int], at: Sequence[int] | None) -> list[int]:

@@ -350,11 +350,28 @@ def apply_change(params: TwinParams, change: Change) -> TwinParams:
     )
 
 
+def change_bound(change: Change, step_ms: float, batch: float) -> float | None:
+    """The most the change can gain on a step of `step_ms` at `batch`: the Amdahl gain of a
+    component made faster (none when the component costs the whole step or more); 1 / S - 1 for
+    every step scaled by S; none for other changes. The one bound of the twin and its decision."""
+    if change.cost is not None and change.speedup is not None:
+        cost = change.cost.cost_ms(batch)
+        return amdahl_gain(step_ms, cost, change.speedup) if cost < step_ms else None
+    if change.step_scale is not None and change.accept_len is None:
+        return 1.0 / change.step_scale - 1.0
+    return None
+
+
+def step_at(steps: Mapping[int, RungSteps], conc: int) -> RungSteps | None:
+    """The measured step at a concurrency: that of its first measured rung (`steps` by rung index)."""
+    return next((s for _, s in sorted(steps.items()) if s.conc == conc), None)
+
+
 def amdahl_bound(
     row: TwinRow, params: TwinParams, change: Change, step: RungSteps | None = None
 ) -> float | None:
-    """The Amdahl gain of the change (a component made faster) on the rung's measured steps and
-    batch (llmload.analysis.run.steps: their mean, each step once); without a measured step,
+    """`change_bound` of a component made faster on the rung's measured steps and batch
+    (llmload.analysis.run.steps: their mean, each step once); without a measured step,
     `llmload budget`'s table formula on the fitted accept length."""
     if change.cost is None or change.speedup is None or row.measured is None:
         return None
@@ -366,8 +383,7 @@ def amdahl_bound(
             return None
         step_ms, batch = row.conc * params.accept_len / agg * 1000.0, float(row.conc)
     try:
-        cost = change.cost.cost_ms(batch)
-        return None if cost >= step_ms else amdahl_gain(step_ms, cost, change.speedup)
+        return change_bound(change, step_ms, batch)
     except (ConfigError, ZeroDivisionError):
         return None
 

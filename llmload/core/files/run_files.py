@@ -103,6 +103,14 @@ class RunFiles:
         return Path(f"{self.prefix}_{name}")
 
 
+def names_a_table(source: str | Path) -> bool:
+    """Whether a command's input names a sweep table typed in by hand (CSV, markdown, plain) rather
+    than a run: a file that is no records file. Any `.jsonl` is a records file, as
+    `RunFiles.of_records` reads it (`<prefix>_records.jsonl` or a records file named otherwise)."""
+    path = Path(source)
+    return path.is_file() and path.suffix != ".jsonl"
+
+
 def write_run_json(path: Path, data: dict[str, Any]) -> None:
     """A run file, replaced whole (a reader never sees half of one). An OSError names `path`
     (the file the run could not write), and the half-written temporary file is removed."""

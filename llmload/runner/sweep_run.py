@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmload.cli.progress import Progress
 from llmload.core.exit_codes import INTERRUPTED, WRITE_FAILED
 from llmload.core.files import run_files
 from llmload.core.files.run_files import RunFiles
@@ -49,6 +48,7 @@ from llmload.core.stop_signals import (
     accept_stop_signals,
 )
 from llmload.locustfiles import ENDPOINT_LOCUSTFILES, locustfile_path
+from llmload.runner.progress import Progress
 from llmload.servers.process import (
     STOP_POLL_S,
     ServerStartError,
@@ -300,9 +300,9 @@ def run_sweep(
     e.g. {"accept_len": 1, "faults": {"drop": 0.2}}, and `sim_args` in CLI form) and return where
     it wrote. No time limit unless `timeout` (seconds) is given; a run longer than that is stopped
     as a SIGTERM would stop it and says so (`SweepRun.time_limit`). With `progress`, a progress
-    line follows the run on stderr when stderr is a terminal (llmload.cli.progress).
+    line follows the run on stderr when stderr is a terminal (llmload.runner.progress).
     `records`: where the run's records land when `locust_args` send them elsewhere (--records,
-    --csv; `llmload.cli.sweep.records_at`), else <run_dir>/run_records.jsonl."""
+    --csv; `llmload.runner.sweep_input.records_at`), else <run_dir>/run_records.jsonl."""
     run_dir = Path(run_dir or default_run_dir())
     run_dir.mkdir(parents=True, exist_ok=True)
     prefix = run_dir / "run"
