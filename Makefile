@@ -31,7 +31,7 @@ vllm-server:
 ##     processes: their tests mostly wait on the simulator's clock, and their bars hold beside
 ##     each other, not beside round 1's compile and CPU-bound jobs;
 ##  3. alone on the machine: the tests marked `alone` (they load every core on purpose: their
-##     neighbours' figures would move).
+##     neighbours' figures would move; or their bar holds only on a quiet machine).
 ## Each job prints its summary and slowest tests when it ends (make --output-sync); a failing
 ## round stops before the next. The last line: the whole target's wall time.
 UNTIMED := test-e2e-untimed-1 test-e2e-untimed-2

@@ -76,6 +76,7 @@ def table(prefix: Path) -> dict[int, object]:
     return {row.conc: row for row in sweep_rows(tally_rungs(records))}
 
 
+@pytest.mark.alone  # starts within 5 ms and a TTFT p50 within 5 ms: beside other runs they move 10-20 ms
 @pytest.mark.parametrize("name,skews", [("+200", [0.0, 0.2]), ("-200/+20", [0.02, -0.2])])
 def test_skewed_workers_read_like_one_clock(fleets, name, skews):
     same, skewed = table(fleets["same"][0]), table(fleets[name][0])
@@ -86,30 +87,35 @@ def test_skewed_workers_read_like_one_clock(fleets, name, skews):
 
 
 def first_arrivals(prefix: Path, truth_log: Path) -> dict[int, dict[str, float]]:
-    """Per rung, each worker's first request's arrival at the simulator less the rung's common
-    start (the master's `started`, on the machine's one real clock), in ms."""
+    """Per rung, each worker's first request on a connection it already had (a new one's TLS
+    handshakes queue in the simulator: 10 ms at c4 with the same clocks), as it arrived at the
+    simulator, less the rung's common start (the master's `started`; both on the machine's one
+    real clock), in ms."""
     truth = load_truth(truth_log)[0]
     starts = {s["rung"]: s["started"] for s in json.loads(RunFiles(prefix).run.read_text())["stages"]}
     first: dict[int, dict[str, float]] = defaultdict(dict)
     for rec in read_records(RunFiles(prefix).records)[0]:
-        if rec.phase == "measure":
+        if rec.phase == "measure" and rec.conn_reused:
             lag = 1000.0 * (truth[rec.request_id]["arrival"] - starts[rec.rung])
             first[rec.rung][rec.worker] = min(first[rec.rung].get(rec.worker, lag), lag)
     return first
 
 
+@pytest.mark.alone  # starts within 5 ms and a TTFT p50 within 5 ms: beside other runs they move 10-20 ms
 @pytest.mark.parametrize("name,skews", [("+200", [0.0, 0.2]), ("-200/+20", [0.02, -0.2])])
 def test_workers_start_a_rung_together_at_the_server(fleets, name, skews):
     """No worker's users start before the rung's common start (a clock ahead by 20 or 200 ms
-    would send that early), and the two workers' first arrivals are within 5 ms of each other
-    at the median rung (a clock behind by 200 ms would send that late)."""
+    sends that early: -17 and -195 ms before the correction), none 50 ms after it (one behind by
+    200 ms: +203 ms), and at the best rung the two workers' first arrivals are within 5 ms (one
+    behind by 20 ms would be 20 ms apart at every rung)."""
     first = first_arrivals(*fleets[name])
-    assert all(lag > -1.0 for lags in first.values() for lag in lags.values()), first
+    assert all(-1.0 < lag < 50.0 for lags in first.values() for lag in lags.values()), first
     gaps = [max(lags.values()) - min(lags.values()) for lags in first.values() if len(lags) == 2]
-    assert len(gaps) == len(LADDER) - 1, first  # c1's one user runs on one worker
-    assert sorted(gaps)[len(gaps) // 2] < 5.0, first
+    assert len(gaps) >= 2, first  # c8 and c10: each worker has users from the rung before
+    assert min(gaps) < 5.0, first
 
 
+@pytest.mark.alone  # starts within 5 ms and a TTFT p50 within 5 ms: beside other runs they move 10-20 ms
 @pytest.mark.parametrize("name,skews", [("+200", [0.0, 0.2]), ("-200/+20", [0.02, -0.2])])
 def test_the_run_file_holds_each_workers_offset(fleets, name, skews):
     prefix, _ = fleets[name]
