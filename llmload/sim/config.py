@@ -105,6 +105,26 @@ class SimConfig:
         help="ignore the ignore_eos request field (requests stop at their natural length)",
         group=SERVER,
     )
+    invalid_share: float = setting(
+        0.0,
+        help="share of structured replies (tool calls, response_format JSON) sent invalid: cut before "
+        "their last token, drawn from the seed and the prompt (llmload.sim.formats.structured)",
+        parse=flag_type(number(0, 1), "invalid_share"),
+        group=SERVER,
+    )
+    auto_tool_share: float = setting(
+        1.0,
+        help="with tools and tool_choice auto, the share of prompts answered with tool calls (drawn "
+        "from the prompt); the others answer in text",
+        parse=flag_type(number(0, 1), "auto_tool_share"),
+        group=SERVER,
+    )
+    reject_keys: str = setting(
+        "",
+        help="request body keys answered with 400 (comma-separated, e.g. tools,response_format), "
+        "as a server without tool calling or structured output",
+        group=SERVER,
+    )
     keep_alive_timeout: float | None = setting(
         None,
         help="close a connection idle for S seconds and announce it (Keep-Alive: timeout=S); "
@@ -176,6 +196,10 @@ class SimConfig:
     )
 
     @property
+    def rejected_keys(self) -> frozenset[str]:
+        return frozenset(k.strip() for k in self.reject_keys.split(",") if k.strip())
+
+    @property
     def reasoning_spec(self) -> ReasoningSpec:
         return parse_reasoning(self.reasoning)
 
@@ -197,6 +221,8 @@ class SimConfig:
             raise ValueError(f"port must be in 0-65535, got {self.port}")
         if not (0.0 <= self.stall_s < math.inf and 0.0 <= self.slow_headers_s < math.inf):
             raise ValueError("stall_s and slow_headers_s must be finite numbers >= 0")
+        if not (0.0 <= self.invalid_share <= 1.0 and 0.0 <= self.auto_tool_share <= 1.0):
+            raise ValueError("--invalid-share and --auto-tool-share must be in [0, 1]")
         if not 0.0 <= self.batch_variance <= 1.0:
             raise ValueError("--batch-variance must be in [0, 1]")
         if self.prefix_cache_blocks < 0 or self.block_size < 1:

@@ -32,6 +32,13 @@ from llmload.sim.engine import ADMITTED, STOPPED, Engine, Sequence
 from llmload.sim.faults import FaultPicker
 from llmload.sim.formats.reasoning import SALT_SPAN, delta_chunk, tagged
 from llmload.sim.formats.responses import ResponsesStream, parse_responses, responses_usage
+from llmload.sim.formats.structured import (
+    TOOL_CALLS,
+    StructuredReply,
+    parse_structured,
+    plan_reply,
+    tool_call_deltas,
+)
 from llmload.sim.prefix_cache import block_keys, prompt_units
 from llmload.sim.tokens import (
     acceptance_rng,
@@ -100,13 +107,14 @@ def _bearer_bytes(key: str) -> list[bytes]:
 
 class Reply(NamedTuple):
     """One answer being written: the request, its response, the engine's sequence, the shapes'
-    formatter and the request's truth line."""
+    formatter, the request's truth line and its structured reply (None: text)."""
 
     request: web.Request
     resp: web.StreamResponse
     seq: Sequence
     fmt: shapes.Formatter
     rec: RequestTruth
+    plan: StructuredReply | None
 
 
 class SimServer:
@@ -226,6 +234,7 @@ class SimServer:
             arrival=arrival,
             connection=self.connections.id_of(request),
             received=self.connections.received(request),
+            session=request.headers.get("X-Session-Id"),
         )
         try:
             resp = await self._respond(request, chat, rec, {"X-Request-Id": request_id})
@@ -244,19 +253,46 @@ class SimServer:
             return error_response(ApiError(400, "request body is not valid JSON"), headers)
         try:
             model, max_len = self.config.model, self.config.max_model_len
+            self._check_keys(body)
             if rec.endpoint == "responses":
                 req = parse_responses(body, served_model=model, max_model_len=max_len)
             else:
                 req = parse_generation(body, chat=chat, served_model=model, max_model_len=max_len)
+            plan = self._plan(body, req) if chat else None
         except ApiError as err:
             return error_response(err, headers)
         rec.stream = req.stream
         rec.prompt_tokens = req.prompt_tokens
         rec.fault = self.faults.draw()
-        return await self._serve(request, req, rec, headers)
+        return await self._serve(request, req, rec, headers, plan)
+
+    def _check_keys(self, body: Any) -> None:
+        """400 for a body key the server is configured to reject (--reject-keys)."""
+        rejected = self.config.rejected_keys & set(body) if isinstance(body, dict) else ()
+        for key in sorted(rejected):
+            raise ApiError(400, f"`{key}` is not supported by this server", param=key)
+
+    def _plan(self, body: dict[str, Any], req: GenerationRequest) -> StructuredReply | None:
+        """The structured reply a chat or Responses request asks for (llmload.sim.formats.structured)."""
+        spec = parse_structured(body, responses=req.responses)
+        if not spec.on:
+            return None
+        cfg = self.config
+        return plan_reply(
+            spec,
+            prompt_hash(req.prompt),
+            seed=cfg.seed,
+            invalid_share=cfg.invalid_share,
+            auto_share=cfg.auto_tool_share,
+        )
 
     async def _serve(
-        self, request: web.Request, req: GenerationRequest, rec: RequestTruth, headers: dict[str, str]
+        self,
+        request: web.Request,
+        req: GenerationRequest,
+        rec: RequestTruth,
+        headers: dict[str, str],
+        plan: StructuredReply | None,
     ) -> web.StreamResponse:
         fault = rec.fault
         if fault in _HTTP_FAULTS:
@@ -271,7 +307,7 @@ class SimServer:
         if fault == "slow_headers":
             await asyncio.sleep(self.config.slow_headers_s)
 
-        seq = self._sequence(req)
+        seq = self._sequence(req, plan)
         rec.accept_seed = acceptance_seed(self.config.seed, req.prompt)
         self.engine.submit(seq)
         fmt = shapes.Formatter(
@@ -287,7 +323,7 @@ class SimServer:
         )
         resp = web.StreamResponse(headers=headers)
         try:
-            reply = Reply(request, resp, seq, fmt, rec)
+            reply = Reply(request, resp, seq, fmt, rec, plan)
             await (self._stream if req.stream else self._complete)(reply)
         except ConnectionError:
             rec.finish_reason = "abort"  # the client went away
@@ -300,7 +336,24 @@ class SimServer:
             rec.completion_tokens = seq.generated
             rec.flipped = seq.flipped
             self._truth_of_history(req, seq, rec)
+            if plan is not None:
+                self._truth_of_structure(plan, rec)
         return resp
+
+    @staticmethod
+    def _truth_of_structure(plan: StructuredReply, rec: RequestTruth) -> None:
+        """A structured reply's truth: its kind, whether what was sent is valid, its calls and tokens."""
+        sent = plan.pieces[: rec.tokens_sent]
+        rec.structured = plan.kind
+        rec.valid = plan.valid and rec.tokens_sent == len(plan.pieces) and rec.finish_reason != "length"
+        rec.tokens = [plan.text_of([p]) for p in sent]
+        calls = {p.call for p in sent if p.header}
+        rec.tool_calls = [
+            {"id": c.id, "name": c.name, "arguments": "".join(p.text for p in sent if p.call == i)}
+            for i, c in enumerate(plan.calls)
+            if i in calls
+        ]
+        rec.reply_hash = text_hash(plan.text_of(sent))
 
     def _truth_of_history(self, req: GenerationRequest, seq: Sequence, rec: RequestTruth) -> None:
         """The prefix cache's hit and, for chat, hashes of the history sent and of the reply."""
@@ -319,10 +372,10 @@ class SimServer:
             fmt.cached_tokens = seq.cached_tokens
         return seq.cached_tokens
 
-    def _sequence(self, req: GenerationRequest) -> Sequence:
+    def _sequence(self, req: GenerationRequest, plan: StructuredReply | None) -> Sequence:
         phash = prompt_hash(req.prompt)
-        natural = natural_length(phash)
-        honour_ignore_eos = req.ignore_eos and not self.config.ignore_eos_unsupported
+        natural = natural_length(phash) if plan is None else len(plan.pieces)
+        honour_ignore_eos = req.ignore_eos and not self.config.ignore_eos_unsupported and plan is None
         if honour_ignore_eos or natural >= req.max_tokens:
             target, reason = req.max_tokens, "length"
         else:
@@ -351,14 +404,14 @@ class SimServer:
         )
 
     async def _stream(self, reply: Reply) -> None:
-        request, resp, seq, fmt, rec = reply
+        request, resp, seq, fmt, rec, plan = reply
         cfg, fault = self.config, rec.fault
         resp.content_type = SSE_CONTENT_TYPE
         resp.headers["Cache-Control"] = "no-cache"
         await resp.prepare(request)
         target = seq.target_tokens
         thinking = rec.reasoning_tokens = (
-            self.reasoning.tokens(seq.prompt_hash, target) if self.reasoning.on else 0
+            self.reasoning.tokens(seq.prompt_hash, target) if self.reasoning.on and plan is None else 0
         )
         if thinking and not fmt.llamacpp:
             fmt.reasoning_tokens = thinking
@@ -389,7 +442,9 @@ class SimServer:
             if cut_at is not None:
                 k = min(k, cut_at - sent)
             done = sent + k == target
-            if thinking or events is not None:
+            if plan is not None:
+                message = self._structured_chunk(reply, events, sent, k)
+            elif thinking or events is not None:
                 message = self._thinking_chunk(seq, fmt, events, sent, k, thinking)
                 rec.chunk_reasoning.append(max(0, min(sent + k, thinking) - sent))
             else:
@@ -425,7 +480,7 @@ class SimServer:
             await resp.write(events.finish(seq.finish_reason, usage))
             await resp.write_eof()
             return
-        for chunk in fmt.final_chunks(seq.finish_reason, sent, timings):
+        for chunk in fmt.final_chunks(wire_finish(seq, plan), sent, timings):
             await resp.write(chunk)
         if fault != "no_done":
             await resp.write(shapes.DONE)
@@ -433,6 +488,22 @@ class SimServer:
         await resp.write_eof()
         if cfg.close_after_stream and request.transport is not None:
             request.transport.close()  # after the buffered reply is flushed, as llama-server does
+
+    @staticmethod
+    def _structured_chunk(reply: Reply, events: ResponsesStream | None, sent: int, k: int) -> bytes:
+        """The message of a step of k tokens of a structured reply: JSON text or tool-call deltas
+        (chat), or the Responses API's events."""
+        seq, fmt, plan = reply.seq, reply.fmt, reply.plan
+        assert plan is not None
+        pieces = plan.pieces[sent : sent + k]
+        if events is not None:
+            return events.structured(plan, pieces)
+        finish = wire_finish(seq, plan) if sent + k == seq.target_tokens else None
+        if plan.kind != TOOL_CALLS:
+            return fmt.content_chunk(plan.text_of(pieces), sent + k, finish)
+        usage = shapes.usage(fmt.prompt_tokens, sent + k) if fmt.continuous_usage else None
+        delta = {"tool_calls": tool_call_deltas(plan, pieces)}
+        return delta_chunk(fmt.head, delta, None if fmt.llamacpp else finish, usage)
 
     def _thinking_chunk(
         self,
@@ -465,7 +536,7 @@ class SimServer:
         return delta_chunk(fmt.head, delta, None if fmt.llamacpp else finish, usage)
 
     async def _complete(self, reply: Reply) -> None:
-        request, resp, seq, fmt, rec = reply
+        request, resp, seq, fmt, rec, plan = reply
         cfg, fault = self.config, rec.fault
         first = None  # when the engine produced the first token (for llama.cpp's timings)
         while seq.generated < seq.target_tokens:
@@ -478,7 +549,11 @@ class SimServer:
         last = time.time()
         if fault == "stall":
             await asyncio.sleep(cfg.stall_s)
-        text = completion_text(seq.prompt_hash, 0, seq.generated, seq.flipped)
+        text = (
+            completion_text(seq.prompt_hash, 0, seq.generated, seq.flipped)
+            if plan is None
+            else plan.text_of(plan.pieces[: seq.generated])
+        )
         first = first or last
         cached = self._note_cached(seq, fmt)
         timings = shapes.Timings(
@@ -488,7 +563,10 @@ class SimServer:
             (last - first) * 1000.0,
             cache_n=cached,
         )
-        body = fmt.full_response(text, seq.finish_reason, seq.generated, timings)
+        calls = None
+        if plan is not None and plan.kind == TOOL_CALLS:
+            calls = tool_call_deltas(plan, plan.pieces[: seq.generated])
+        body = fmt.full_response(text, wire_finish(seq, plan), seq.generated, timings, calls)
         complete = fault not in ("drop", "malformed")
         if fault == "malformed":
             body = body[: len(body) // 2]  # a 200 whose JSON body is cut in the middle
@@ -504,3 +582,11 @@ class SimServer:
             rec.content_written(time.time(), seq.generated)
             rec.finish_reason = seq.finish_reason
         await resp.write_eof()
+
+
+def wire_finish(seq: Sequence, plan: StructuredReply | None) -> str:
+    """The finish_reason a chat client is sent: `tool_calls` for a tool-call reply that ended on
+    its own, the sequence's own reason otherwise."""
+    if plan is not None and plan.kind == TOOL_CALLS and seq.finish_reason == "stop":
+        return TOOL_CALLS
+    return seq.finish_reason

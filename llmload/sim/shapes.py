@@ -157,10 +157,22 @@ class Formatter:
             return [sse({**self.head, "choices": [], "usage": final})]
         return []
 
-    def full_response(self, text: str, finish_reason: str, completion_tokens: int, timings: Timings) -> bytes:
-        """The non-streaming response body."""
-        if self.chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
+    def full_response(
+        self,
+        text: str,
+        finish_reason: str,
+        completion_tokens: int,
+        timings: Timings,
+        tool_calls: list[dict[str, Any]] | None = None,
+    ) -> bytes:
+        """The non-streaming response body; chat's message carries `tool_calls` when given (each
+        call's index, id, type and function), and no content then."""
+        if self.chat and tool_calls is not None:
+            calls = [{k: v for k, v in c.items() if k != "index"} for c in tool_calls]
+            message = {"role": "assistant", "content": None, "tool_calls": calls}
+            choice: dict[str, Any] = {"index": 0, "message": message}
+        elif self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}}
         else:
             choice = {"index": 0, "text": text}
         choice.update(logprobs=None, finish_reason=finish_reason)

@@ -23,6 +23,7 @@ the same batch sizes flips the same tokens, and batch 1 never flips.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import zlib
 from collections.abc import Collection, Sequence
@@ -59,10 +60,18 @@ def token_ids(text: str) -> list[int]:
     return [1] * BOS_TOKENS + [zlib.crc32(t.encode()) % TOKEN_ID_SPACE for t in text_tokens(text)]
 
 
+def message_text(message: dict[str, object]) -> str:
+    """A chat message's text as the model reads it: its content, then (an assistant's tool calls
+    sent back) the JSON of its `tool_calls`."""
+    content = str(message.get("content") or "")
+    calls = message.get("tool_calls")
+    return content + json.dumps(calls, sort_keys=True) if calls else content
+
+
 def chat_prompt(messages: Sequence[dict[str, object]]) -> tuple[str, int]:
-    """The prompt text of a chat request and its token count: BOS, the contents' tokens and
-    `CHAT_TEMPLATE_TOKENS_PER_MESSAGE` per message."""
-    contents = [str(m.get("content") or "") for m in messages]
+    """The prompt text of a chat request and its token count: BOS, the messages' tokens
+    (`message_text`) and `CHAT_TEMPLATE_TOKENS_PER_MESSAGE` per message."""
+    contents = [message_text(m) for m in messages]
     text = "\n".join(f"{m.get('role', '')}: {c}" for m, c in zip(messages, contents, strict=True))
     tokens = BOS_TOKENS + sum(len(text_tokens(c)) for c in contents)
     return text, tokens + CHAT_TEMPLATE_TOKENS_PER_MESSAGE * len(messages)

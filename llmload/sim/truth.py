@@ -16,7 +16,11 @@ Two kinds of line, each flushed as soon as it is written:
   of the reply it generated, so a multi-turn client's history can be checked) when a request
   ends, faulted, rejected or not; `"reasoning_tokens"` (its first tokens that were reasoning)
   and `"chunk_reasoning"` (the reasoning tokens of each chunk); `"connection"` names the
-  connection that carried it.
+  connection that carried it; `"session"` the request's `X-Session-Id` header (None without one).
+  A structured reply (llmload.sim.formats.structured) adds `"structured"` (`tool_calls` or
+  `json`), `"valid"`, `"tool_calls"` (each call's id, name and arguments as sent) and `"tokens"`
+  (each token's text as sent, a call's header token as its function's name); on a text reply
+  they are null.
   `flipped`: token positions (0-based) that batch variance changed (llmload.sim.tokens.flips),
   in order.
 - `{"type": "connection", "id", "accepted", "peer_port", "tls"}` when a connection is
@@ -72,6 +76,11 @@ class RequestTruth:
     reply_hash: str | None = None  # chat: text_hash of the whole reply it generated (its answer)
     reasoning_tokens: int = 0  # of its tokens, the first this many were reasoning (--reasoning)
     chunk_reasoning: list[int] = field(default_factory=list)  # reasoning tokens of each chunk
+    session: str | None = None  # the request's X-Session-Id header, if it carried one
+    structured: str | None = None  # "tool_calls" or "json": a structured reply (None: text)
+    valid: bool | None = None  # a structured reply: whether what was sent parses and fits its schema
+    tool_calls: list[dict[str, str]] | None = None  # each call sent: its id, name and arguments
+    tokens: list[str] | None = None  # a structured reply: each token sent (a call's header: its name)
 
     def content_written(self, t: float, tokens: int) -> None:
         """Record one content chunk (or a non-streamed body) carrying `tokens` tokens."""

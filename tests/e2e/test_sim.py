@@ -70,11 +70,18 @@ class Reply:
         return reasons[-1] if reasons else None
 
 
-def call(url: str, path: str, body: dict[str, Any] | None = None, *, request_id: str | None = None) -> Reply:
+def call(
+    url: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    request_id: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Reply:
     """POST body (GET without one); read an SSE stream line by line, timestamping each line."""
     u = urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=TIMEOUT_S)
-    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", **(headers or {})}
     if request_id:
         headers["X-Request-Id"] = request_id
     t0 = time.time()

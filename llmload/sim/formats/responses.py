@@ -2,7 +2,9 @@
 as vLLM writes it.
 
 Request: `input` (a string, or a list of messages whose `content` is a string or a list of parts
-with `text`), `max_output_tokens`, `stream`, `ignore_eos` (vLLM accepts it), `model`; sampling
+with `text`; a `function_call` item sent back counts its `arguments`, a `function_call_output`
+its `output`), `max_output_tokens`, `stream`, `ignore_eos` (vLLM accepts it), `model`, `tools`,
+`tool_choice`, `parallel_tool_calls` and `text.format` (llmload.sim.formats.structured); sampling
 fields are accepted and ignored. Stream (`ResponsesStream`): `event: <type>` and `data: <json>`
 per event, no `[DONE]`: `response.created`, `response.in_progress`, for the reasoning item
 `response.output_item.added`, `response.content_part.added`, a `response.reasoning_text.delta` per
@@ -11,6 +13,10 @@ then the message item the same way with `response.output_text.delta`, then `resp
 with status `incomplete` when max_output_tokens ended it (as vLLM) and the usage
 (`output_tokens_details.reasoning_tokens`). A step spanning the end of the thinking writes its
 reasoning delta, the reasoning item's end, the message item's start and its text delta at once.
+A tool call (llmload.sim.formats.structured) is a `function_call` item per call:
+`response.output_item.added` with its name and call id when its header token is written, a
+`response.function_call_arguments.delta` per step of its arguments, then
+`response.function_call_arguments.done` and `response.output_item.done` with the whole call.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 from typing import Any
 
 from llmload.sim.api import ApiError, GenerationRequest, check_model
+from llmload.sim.formats.structured import Call, Piece, StructuredReply
 from llmload.sim.tokens import chat_prompt
 
 
@@ -31,6 +38,8 @@ def _messages(value: Any) -> list[dict[str, Any]]:
     out = []
     for m in value:
         content = m.get("content")
+        if content is None:  # a function_call item sent back (its arguments), or its output
+            content = m.get("arguments") or m.get("output")
         if isinstance(content, list):
             content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
         out.append({"role": m.get("role", "user"), "content": str(content or "")})
@@ -82,9 +91,10 @@ class ResponsesStream:
     def __init__(self, response_id: str, model: str, created: int) -> None:
         self.response = {"id": response_id, "object": "response", "created_at": created, "model": model}
         self.seq = 0
-        self.item: str | None = None  # "reasoning" or "message": the open output item
+        self.item: str | None = None  # "reasoning", "message" or "function_call": the open output item
         self.index = -1
-        self.texts: dict[str, str] = {"reasoning": "", "message": ""}
+        self.texts: dict[str, str] = {"reasoning": "", "message": "", "function_call": ""}
+        self.call: dict[str, Any] = {}  # the open function_call item
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         out = event(kind, self.seq, **fields)
@@ -114,6 +124,8 @@ class ResponsesStream:
     def _close(self) -> bytes:
         if self.item is None:
             return b""
+        if self.item == "function_call":
+            return self._close_call()
         item, text = self.item, self.texts[self.item]
         ids = {"item_id": f"{item}-{self.index}", "output_index": self.index}
         kind = "response.reasoning_text.done" if item == "reasoning" else "response.output_text.done"
@@ -139,6 +151,43 @@ class ResponsesStream:
             out += self._event(kind, content_index=0, delta=text, item_id=f"{item}-{self.index}",
                                output_index=self.index, **extra)  # fmt: skip
         return out
+
+    def _open_call(self, call: Call) -> bytes:
+        out = self._close()
+        self.item, self.index = "function_call", self.index + 1
+        self.texts["function_call"] = ""
+        self.call = {"type": "function_call", "id": f"fc_{call.id}", "call_id": call.id, "name": call.name}
+        item = {**self.call, "arguments": "", "status": "in_progress"}
+        return out + self._event("response.output_item.added", output_index=self.index, item=item)
+
+    def _arguments(self, text: str) -> bytes:
+        if not text:
+            return b""
+        self.texts["function_call"] += text
+        ids = {"item_id": self.call["id"], "output_index": self.index}
+        return self._event("response.function_call_arguments.delta", delta=text, **ids)
+
+    def _close_call(self) -> bytes:
+        arguments = self.texts["function_call"]
+        ids = {"item_id": self.call["id"], "output_index": self.index}
+        out = self._event("response.function_call_arguments.done", arguments=arguments, **ids)
+        self.item = None
+        item = {**self.call, "arguments": arguments, "status": "completed"}
+        return out + self._event("response.output_item.done", output_index=self.index, item=item)
+
+    def structured(self, reply: StructuredReply, pieces: tuple[Piece, ...]) -> bytes:
+        """One step of a structured reply: JSON text as the message's text, or tool calls' items
+        and argument deltas (module docstring)."""
+        if not reply.calls:
+            return self.delta("", reply.text_of(pieces))
+        out, text = b"", ""
+        for piece in pieces:
+            if piece.header:
+                out += self._arguments(text) + self._open_call(reply.calls[piece.call])
+                text = ""
+            else:
+                text += piece.text
+        return out + self._arguments(text)
 
     def finish(self, finish_reason: str, usage: dict[str, Any] | None) -> bytes:
         """The items' ends and `response.completed` (status incomplete at max_output_tokens)."""
