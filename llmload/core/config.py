@@ -40,6 +40,7 @@ from llmload.core.checks import (
 from llmload.core.schema import parse_section, setting, settings, shown
 from llmload.core.workload.lengths import Lengths, length_flag, length_key, parse_scenario
 from llmload.core.workload.prompt_files import PROMPT_FORMATS
+from llmload.core.workload.reply_shapes import function_names, schema_key, tools_key
 
 DEFAULT_PROMPT = (
     "Write a detailed technical explanation of how continuous batching and speculative decoding "
@@ -363,6 +364,33 @@ def _check_trace_and_sessions(config: SweepConfig) -> None:
             )
 
 
+RESPONSE_FORMATS = ("json_object", "json_schema")
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+def _check_reply_shape(config: SweepConfig) -> None:
+    """Tools and formats: on chat or the Responses API, tool_choice among the tools, a schema with
+    json_schema and only then."""
+    source, keys = config.source, []
+    if config.tools is not None:
+        keys.append("tools")
+    if config.response_format is not None:
+        keys.append("response_format")
+    if keys and config.endpoint == "completions":
+        raise ConfigError(f"{source}: '{keys[0]}' needs 'endpoint: chat' (or 'responses')")
+    for key in ("tool_choice", "parallel_tool_calls"):
+        if getattr(config, key) is not None and config.tools is None:
+            raise ConfigError(f"{source}: '{key}' needs 'tools'")
+    names = function_names(config.tools or ())
+    if config.tool_choice is not None and config.tool_choice not in (*TOOL_CHOICES, *names):
+        raise ConfigError(
+            f"{source}: 'tool_choice': expected {', '.join(TOOL_CHOICES)} or a tool's name "
+            f"({', '.join(names)}), got {shown(config.tool_choice)}"
+        )
+    if (config.response_format == "json_schema") != (config.response_schema is not None):
+        raise ConfigError(f"{source}: 'response_format: json_schema' and 'response_schema' go together")
+
+
 def _check_endpoint(config: SweepConfig) -> None:
     """What the endpoint allows: the Responses API is read as a stream; `max_completion_tokens`
     is a chat field, and the Responses API has its own (`max_output_tokens`)."""
@@ -629,7 +657,42 @@ class SweepConfig:
         help="multi-turn chat sessions instead of single requests (docs/sessions.md)",
         check=optional(section(SessionConfig)),
     )
+    tools: tuple[dict[str, Any], ...] | None = setting(
+        None,
+        help="function tools every request offers (chat, responses): a JSON/YAML file of OpenAI "
+        "function tools, or a built-in set (weather, coding) (docs/agent-traffic.md)",
+        check=optional(tools_key),
+        shown_default="null",
+    )
+    tool_choice: str | None = setting(
+        None,
+        help="with tools: auto, none, required, or the name of one of the tools; null: not sent "
+        "(the server's default, auto)",
+        check=optional(string),
+    )
+    parallel_tool_calls: bool | None = setting(
+        None,
+        help="with tools: whether the model may call several at once; null: not sent",
+        check=optional(boolean),
+    )
+    response_format: str | None = setting(
+        None,
+        help="structured output (chat, responses): json_object, or json_schema with response_schema",
+        check=optional(one_of(RESPONSE_FORMATS)),
+    )
+    response_schema: dict[str, Any] | None = setting(
+        None,
+        help="`response_format: json_schema`: a JSON/YAML file holding the JSON Schema",
+        check=optional(schema_key),
+        shown_default="null",
+    )
     source: str = "<defaults>"
+
+    @property
+    def structured(self) -> bool:
+        """Whether its requests ask for tool calls or structured output: such replies stop on their
+        own, so they are sent without ignore_eos and max_tokens is a cap."""
+        return self.tools is not None or self.response_format is not None
 
     @property
     def rate_mode(self) -> bool:
@@ -684,6 +747,7 @@ def _check_mode(config: SweepConfig) -> None:
     source = config.source
     _check_trace_and_sessions(config)
     _check_endpoint(config)
+    _check_reply_shape(config)
     if config.soak is not None and (config.duration is None or len(config.rungs) != 1):
         raise ConfigError(f"{source}: 'soak' needs one time-based rung: set 'rungs: [N]' and 'duration'")
     if config.mode in ("concurrency", "capacity"):

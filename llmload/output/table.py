@@ -32,6 +32,7 @@ CORE_COLUMNS = ("conc", "agg_tok/s", "per_req_tok/s", "tokens", "wall_s", "ttft_
 # a reasoning model's run (a rung whose requests reasoned): after ttft_p50_ms, the reasoning share
 # of the output tokens and the median time to the first answer token
 REASONING_COLUMNS = ("think_%", "ttfo_p50_ms")
+VALID_COLUMN = "valid_%"  # response_format runs: after the tok/s, the share of answers that fit the schema
 WIDE_COLUMNS = ("rung", "requests", "partial_tokens", "failure_kinds")
 ESTIMATED_MARK = "*"
 PARTIAL_MARK = "!"
@@ -60,8 +61,16 @@ def _reasoned(rows: Sequence[SweepRow]) -> bool:
     return any(r.reasoning and r.reasoning["requests"] for r in rows)
 
 
+def _checked(rows: Sequence[SweepRow]) -> bool:
+    """Whether some rung's answers were checked against a response_format (the VALID_COLUMN)."""
+    return any(r.structured and r.structured["checked"] for r in rows)
+
+
 def _header(rows: Sequence[SweepRow], wide: bool) -> tuple[str, ...]:
     core: tuple[str, ...] = CORE_COLUMNS
+    if _checked(rows):
+        at = core.index("per_req_tok/s") + 1
+        core = (*core[:at], VALID_COLUMN, *core[at:])
     if _reasoned(rows):
         at = core.index("ttft_p50_ms") + 1
         core = (*core[:at], *REASONING_COLUMNS, *core[at:])
@@ -78,7 +87,7 @@ def _reasoning_cells(row: SweepRow) -> dict[str, str]:
     }
 
 
-def _sweep_cells(row: SweepRow, wide: bool, reasoned: bool = False) -> dict[str, str]:
+def _sweep_cells(row: SweepRow, wide: bool, reasoned: bool = False, checked: bool = False) -> dict[str, str]:
     cells = {
         "conc": str(row.conc) if row.rate is None else f"{row.rate:g}/s",  # a rate rung: its rate
         "agg_tok/s": fmt_num(row.agg_tok_s),
@@ -90,6 +99,8 @@ def _sweep_cells(row: SweepRow, wide: bool, reasoned: bool = False) -> dict[str,
         **(_reasoning_cells(row) if reasoned else {}),
     }
     cells[CACHE_COLUMN] = fmt_pct(cache_share(row))
+    if checked:
+        cells[VALID_COLUMN] = fmt_pct((row.structured or {}).get("valid_share"))
     if wide:
         cells |= {
             "rung": rung_name(row.rung, row.conc),
@@ -103,7 +114,7 @@ def _sweep_cells(row: SweepRow, wide: bool, reasoned: bool = False) -> dict[str,
 def _marked(rows: Sequence[SweepRow], wide: bool) -> list[dict[str, str]]:
     """Cells with `*` / `!` marks; in a column holding a mark, unmarked cells get a trailing space
     so the decimal points stay aligned."""
-    table = [_sweep_cells(row, wide, _reasoned(rows)) for row in rows]
+    table = [_sweep_cells(row, wide, _reasoned(rows), _checked(rows)) for row in rows]
     for mark, columns, flags in (
         (PARTIAL_MARK, ("conc",), [r.partial for r in rows]),
         (ESTIMATED_MARK, _ESTIMATED_COLUMNS, [r.estimated for r in rows]),
@@ -151,6 +162,7 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
     notes += [waited_note(r) for r in rows if r.waited]
     notes += _uncertainty_notes(rows)
     notes += reasoning_notes(rows)
+    notes += structured_notes(rows)
     notes += server_notes(rows)
     notes += _input_notes(rows)
     notes += _output_notes(rows)
@@ -180,6 +192,25 @@ def _connections_matter(row: SweepRow) -> bool:
     """Whether the connections a rung opened moved its TTFT p50 beyond CONNECT_NOTE_PCT."""
     moved, p50 = row.connect_ttft_ms, row.ttft_p50_ms
     return moved is not None and p50 is not None and p50 > 0 and moved > CONNECT_NOTE_PCT / 100.0 * p50
+
+
+def structured_notes(rows: Sequence[SweepRow]) -> list[str]:
+    """Rungs whose requests carried tools or a response_format: the valid share's meaning, and
+    how many replies stopped on their own before max_tokens (a cap for them)."""
+    shaped = [r for r in rows if r.structured]
+    if not shaped:
+        return []
+    valid = (
+        f"{VALID_COLUMN}: answers that parse as JSON and fit the response_format's schema; "
+        if _checked(rows)
+        else ""
+    )
+    counts = [(r, r.structured or {}) for r in shaped]
+    stopped = ", ".join(f"{rung_name(r.rung, r.conc)} {s['stopped']} of {s['requests']}" for r, s in counts)
+    return [
+        f"tools / response_format: {valid}their replies end on their own (sent without ignore_eos, "
+        f"max_tokens a cap); stopped before max_tokens: {stopped}"
+    ]
 
 
 def reasoning_notes(rows: Sequence[SweepRow]) -> list[str]:
@@ -490,9 +521,14 @@ class Extra:
 
 
 def _csv_row(
-    row: SweepRow, m: RungMetrics | None, percentiles: Sequence[float], wide: bool, reasoned: bool = False
+    row: SweepRow,
+    m: RungMetrics | None,
+    percentiles: Sequence[float],
+    wide: bool,
+    reasoned: bool = False,
+    checked: bool = False,
 ) -> dict[str, str]:
-    out = _sweep_cells(row, wide, reasoned) | {
+    out = _sweep_cells(row, wide, reasoned, checked) | {
         "estimated": str(row.estimated),
         "partial": str(row.partial),
         "saturated": str(row.saturated),
@@ -544,12 +580,12 @@ def render(
         data += [asdict(m) | {"not_run": not m.started, "partial": m.started} for m in missing]
         return json.dumps(sorted(data, key=lambda d: d["rung"]), indent=2)
     if fmt == "csv":
-        reasoned = _reasoned(rows)
+        reasoned, judged = _reasoned(rows), _checked(rows)
         flat = _with_missing(
             [
                 (
                     r.rung,
-                    _csv_row(r, m, percentiles, wide, reasoned)
+                    _csv_row(r, m, percentiles, wide, reasoned, judged)
                     | {k: v for e in extras for k, v in e.csv(r.rung).items()},
                 )
                 for r, m in paired

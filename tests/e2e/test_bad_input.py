@@ -274,3 +274,23 @@ def test_truncated_csv(finished_run, tmp_path):
     assert f"warning: {csv}: skipped incomplete rows (truncated file?) at lines {rung2 + 1}" in proc.stdout
     assert f"rung02 c2: 6 records but no entry in {csv}" in proc.stdout  # rung01 was cross-checked
     assert "rung01 c2:" not in proc.stdout.split("warning", 1)[1]
+
+
+@pytest.mark.parametrize(
+    ("key", "content", "message"),
+    [
+        ("tools", '{"type": "function"}', r"'tools': expected a non-empty list of function tools, got .*"),
+        ("tools", '[{"function": {"description": "x"}}]', r"'tools': tool 1 is not a function tool .*"),
+        ("response_schema", '{"required": "title"}', r"'response_schema': the schema is not JSON Schema: .*"),
+    ],
+    ids=["tools-not-a-list", "tool-without-name", "schema-not-json-schema"],
+)
+def test_a_bad_tools_file_or_schema(tmp_path, key, content, message):
+    """A tools file that is not a list of functions, a schema that is not JSON Schema: one line
+    naming the key (and the file), exit 2, before the preflight (no server here)."""
+    (tmp_path / "f.json").write_text(content)
+    ladder = tmp_path / "ladder.yaml"
+    shape = "tools: f.json\n" if key == "tools" else "response_format: json_schema\nresponse_schema: f.json\n"
+    ladder.write_text("rungs: [1]\nendpoint: chat\n" + shape)
+    proc = run_locust(tmp_path, ["--ladder", str(ladder)])
+    assert_one_line_error(proc, re.escape(f"{ladder}: ") + message, tmp_path / "out")

@@ -96,3 +96,21 @@ def test_missing_ca_bundle(tmp_path, sim_start):
     assert_stopped_before_the_first_rung(
         run, re.escape(f"--ca-bundle {bundle}: cannot load: No such file or directory"), sim.truth_log
     )
+
+
+@pytest.mark.parametrize(("rejected", "key"), [("tools", "tools"), ("response_format", "response_format")])
+def test_a_server_that_refuses_tools_or_a_format_is_found_before_the_run(tmp_path, sim_start, rejected, key):
+    """A server without tool calling or structured output (the simulator refusing a key, as vLLM
+    without --enable-auto-tool-choice refuses tools) stops the run at the preflight: one line
+    naming the key, no measured request."""
+    sim = sim_start(reject_keys=rejected)
+    ladder = tmp_path / "ladder.yaml"
+    ladder.write_text("endpoint: chat\nrungs: [1]\ntools: weather\nresponse_format: json_object\n")
+    run = run_sweep(host=sim.url, run_dir=tmp_path / "run", locust_args=["--ladder", str(ladder)], timeout=60)
+    assert_stopped_before_the_first_rung(
+        run,
+        re.escape(f"the server refuses '{key}' (HTTP 400: `{key}` is not supported by this server)") + ".*",
+    )
+    assert sim.truth_log is not None
+    sent = load_truth(sim.truth_log)[0].values()
+    assert [r["status"] for r in sent if r["status"] != 200] == [400]  # the probe of that key, then nothing

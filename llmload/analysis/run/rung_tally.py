@@ -279,6 +279,12 @@ class RungTally:
     spans: array[float] = field(default_factory=_floats)
     cached: array[float] = field(default_factory=_floats)  # completed, cache reported: cached tokens
     cached_of: array[float] = field(default_factory=_floats)  # and their prompt tokens
+    # tools and structured output (completed requests that carried them): of them stopped before
+    # max_tokens, and the answers checked against the schema (reply_valid) and found valid
+    structured: int = 0
+    structured_stopped: int = 0
+    replies_checked: int = 0
+    replies_valid: int = 0
 
     def __post_init__(self) -> None:
         for name in LATENCY_NAMES:
@@ -335,6 +341,8 @@ class RungTally:
                 parallel=rec.tool_calls > 1,
                 invalid=rec.tool_calls_invalid or 0,
             )
+        if rec.structured:
+            self._add_structured(rec)
         if rec.tokens_estimated:
             self.estimated = True
         if rec.prompt_tokens is None:
@@ -382,6 +390,31 @@ class RungTally:
         if not self.tools["requests"]:
             return None
         return {key: self.tools[key] for key in ("requests", "calls", "parallel", "invalid")}
+
+    def _add_structured(self, rec: RequestRecord) -> None:
+        """A completed request that carried tools or a response_format."""
+        self.structured += 1
+        self.structured_stopped += rec.finish_reason != "length" and rec.output_tokens < rec.max_tokens
+        if rec.reply_valid is not None:
+            self.replies_checked += 1
+            self.replies_valid += rec.reply_valid
+
+    def structured_summary(self) -> dict[str, Any] | None:
+        """Tools and structured output (definitions: docs/agent-traffic.md), None when no completed
+        request carried them: `requests`, of them `stopped` before max_tokens (their replies end
+        on their own) and its `stopped_share`; `checked` answers (response_format), of them
+        `valid` (parsed and fit the schema) and `valid_share` (None when none was checked)."""
+        if not self.structured:
+            return None
+        checked = self.replies_checked
+        return {
+            "requests": self.structured,
+            "stopped": self.structured_stopped,
+            "stopped_share": self.structured_stopped / self.structured,
+            "checked": checked,
+            "valid": self.replies_valid,
+            "valid_share": self.replies_valid / checked if checked else None,
+        }
 
     def reasoning_summary(self) -> dict[str, Any] | None:
         """A reasoning model's figures of the rung (definitions: docs/reasoning.md), None when no
@@ -488,6 +521,7 @@ class RungTally:
             timing_uncertainty=self.uncertainty.summary(),
             rate=self.rate,
             reasoning=self.reasoning_summary(),
+            structured=self.structured_summary(),
             waited=None if waited is None else waited[0],
             decoding_max=None if waited is None else waited[1],
             chunks_lower_bound=self.itl_per_chunk,
@@ -543,6 +577,10 @@ class RungTally:
         self.unanswered += other.unanswered
         self.odd.update(other.odd)
         self.tools.update(other.tools)
+        self.structured += other.structured
+        self.structured_stopped += other.structured_stopped
+        self.replies_checked += other.replies_checked
+        self.replies_valid += other.replies_valid
 
     def cache(self, shared: SharedPrefix | None = None) -> dict[str, Any] | None:
         """The prefix cache's share of the rung's prompts, from the requests whose usage said

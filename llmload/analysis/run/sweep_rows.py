@@ -35,6 +35,11 @@ Definitions (per rung):
   client's), their share of `tokens`, the requests that reasoned, the client counted, never
   answered, the median TTFO and thinking time, and the odd stream events by name
   (`RungTally.reasoning_summary`; definitions in docs/reasoning.md).
+- structured (tools or response_format, else None): the completed requests that carried them, of
+  them those that stopped before max_tokens (such replies end on their own: max_tokens is a
+  cap) and their share, and the answers checked against the response_format's schema, of them
+  the valid ones and their share (`valid_share`; `RungTally.structured_summary`; definitions in
+  docs/agent-traffic.md).
 - waited / decoding_max: requests that waited for a place in the server's batch and the most
   streams decoding at once (llmload.analysis.run.steps.waited_requests); None without streams.
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.run.health),
@@ -120,6 +125,7 @@ class SweepRow:
     cache: dict[str, Any] | None = None  # prefix cache share of the prompts (RungTally.cache)
     server: dict[str, Any] | None = None  # the server's figures (ServerRungMetrics.as_dict)
     window: dict[str, float] | None = None  # the rung's one window: start, end, seconds (= wall_s)
+    structured: dict[str, Any] | None = None  # tools, response_format: RungTally.structured_summary
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,6 +101,9 @@ class RequestRecord:
     tool_hash: str | None = None  # BLAKE2b-64 of the tool calls' names and arguments, hex; None: no call
     chunk_hashes: str | None = None  # 16 bits of CRC-32 of each content chunk's text, 4 hex digits each
     text: str | None = None  # the generated text, with `record_text: true`
+    # tools and structured output (llmload.loadgen.request.reply_check)
+    structured: bool = False  # it carried tools or a response_format: its reply stops on its own
+    reply_valid: bool | None = None  # response_format: the answer parsed and fit its schema; None: unchecked
     # trace replay and multi-turn sessions
     trace_line: int | None = None  # mode trace: the line of the trace file this request replays
     session: str | None = None  # sessions: the session id

@@ -86,11 +86,16 @@ class RequestContext:
     session: str | None = None  # sessions: the session and turn it sends
     turn: int | None = None
     run_id: str | None = None  # the run of the stage it belongs to (the master stamps its own)
+    structured: bool = False  # it carries tools or a response_format
+    reply_check: Callable[[str], bool | None] | None = None  # response_format: whether an answer fits
 
 
 # the context's fields that are the record's, as they are (prompt_hash is set only when the texts
-# are kept to be hashed; record_text says whether the record keeps the text)
-_FROM_CONTEXT = tuple(f.name for f in dataclasses.fields(RequestContext) if f.name != "record_text")
+# are kept to be hashed; record_text says whether the record keeps the text; reply_check gives
+# the record's reply_valid)
+_FROM_CONTEXT = tuple(
+    f.name for f in dataclasses.fields(RequestContext) if f.name not in ("record_text", "reply_check")
+)
 
 
 def retry_wait(retry_after: str | None, backoff_s: float, retry: int) -> float:
@@ -123,7 +128,7 @@ def send_request(
     retry = 0
     while True:
         request_id = f"{ctx.request_id}-retry{retry}" if retry else ctx.request_id
-        keep_text = ctx.prompt_hash is not None or on_reply is not None
+        keep_text = ctx.prompt_hash is not None or on_reply is not None or ctx.reply_check is not None
         acc = accumulator_for(ctx.endpoint, keep_text=keep_text)
         rec, retry_after = _attempt(
             transport,
@@ -183,6 +188,9 @@ def _attempt(
         reasoning_hash = digest(reasoning) if reasoning else None
         tool_hash = digest(tools.text()) if tools is not None else None
     reasoning_tokens, reasoning_counted = acc.reasoning_tokens()
+    reply_valid = None  # a response_format answer checked against its schema (reply_check)
+    if ctx.reply_check is not None and outcome == OUTCOME_OK and answer is not None:
+        reply_valid = ctx.reply_check(answer)
     record = new_record(
         **{name: getattr(ctx, name) for name in _FROM_CONTEXT},
         t_start=t_wall,
@@ -226,5 +234,6 @@ def _attempt(
         tool_hash=tool_hash,
         chunk_hashes=chunk_hashes,
         text=answer if ctx.record_text else None,
+        reply_valid=reply_valid,
     )
     return record, retry_after

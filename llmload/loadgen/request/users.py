@@ -30,6 +30,7 @@ from llmload.core.names import DETERMINISM_PHASE, MEASURE_PHASE, REQUEST_TYPE, W
 from llmload.core.workload.lengths import draw
 from llmload.loadgen.options import api_key
 from llmload.loadgen.request.client import RequestContext, send_request
+from llmload.loadgen.request.reply_check import reply_checker
 from llmload.loadgen.run.messages import MSG_RECORD, MSG_USER_DONE, MSG_USER_READY, Stage
 from llmload.loadgen.run.stage_plan import stage_trace
 from llmload.loadgen.run.worker_state import ProcessState, process_state
@@ -243,6 +244,8 @@ class LLMUser(User):
             session=None if turn is None else turn.session,
             turn=None if turn is None else turn.number,
             run_id=stage.run_id,
+            structured=config.structured,
+            reply_check=reply_checker(config),
         )
         self.transport.set_mode(config.connection)
         return send_request(

@@ -59,7 +59,9 @@ class RungReconciler:
             return []
         config, name = self.config, progress.stage.name
         found = []
-        if problem := check_rung(name, tally, config.reconcile, ignore_eos=config.ignore_eos):
+        if problem := check_rung(
+            name, tally, config.reconcile, ignore_eos=config.ignore_eos and not config.structured
+        ):
             found.append(("reconciliation", f"token reconciliation failed: {problem}"))
         if missed := check_inputs(name, tally, config.input_tolerance):
             found.append(("input_lengths", f"input lengths not as asked: {missed}"))

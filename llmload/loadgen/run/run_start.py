@@ -42,8 +42,15 @@ from llmload.loadgen.run.record_sinks import FirstBadRequest, RecordCounter, Rec
 from llmload.loadgen.run.run_state import RecordHook, RunState
 from llmload.loadgen.run.stage_plan import check_users_per_process, plan_stages, stall_limit
 from llmload.loadgen.run.stage_protocol import StageProtocol
-from llmload.loadgen.transport.preflight import auth_headers, preflight, probe_continuous_usage, tls_context
+from llmload.loadgen.transport.preflight import (
+    auth_headers,
+    preflight,
+    probe_continuous_usage,
+    probe_fields,
+    tls_context,
+)
 from llmload.loadgen.transport.token_counts import ServerTokenCounts
+from llmload.loadgen.workload.payload import build_payload, endpoint_path, reply_shape
 from llmload.loadgen.workload.prompts import calibrate_prompts, workload_for
 
 log = logging.getLogger("llmload")
@@ -123,6 +130,14 @@ def begin_run(
             if honoured
             else "not honoured: chunk counts are a lower bound",
         )
+    if config.structured:  # a server that refuses a key of the tools or format stops the run here
+        endpoint = sent_endpoint(env, config)
+        body = build_payload(dataclasses.replace(config, stream=False, endpoint=endpoint), model, "Hello", 8)
+        fields = reply_shape(config)
+        body = {k: v for k, v in body.items() if k not in fields}
+        url = (env.host or "").rstrip("/") + endpoint_path(endpoint)
+        headers = auth_headers(api_key(options))
+        probe_fields(url, endpoint, body, fields, headers, ctx, config.timeouts.first_token, sent)
     prompt_words, prompt_vocab, prompt_overhead = prepare_workload(env, config, model, ctx, sent)
     files = RunFiles.of_records(path)
     workload = workload_for(config, prompt_words, prompt_vocab)

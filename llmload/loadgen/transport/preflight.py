@@ -1,5 +1,6 @@
 """Check the target before the first rung: reachable, OpenAI-compatible, auth accepted, model served;
-and whether it honours per-chunk usage (`probe_continuous_usage`).
+and whether it honours per-chunk usage (`probe_continuous_usage`); whether it accepts the keys of
+a request's tools and format (`probe_fields`).
 
 `preflight(host, ...)` returns the model to use (the configured one, or the first listed by
 `GET /v1/models`) or raises `PreflightError` with one line that says what is wrong, so a run
@@ -174,3 +175,64 @@ def probe_continuous_usage(
                 }
             )
     return honoured
+
+
+def probe_fields(
+    url: str,
+    endpoint: str,
+    body: dict[str, Any],
+    fields: dict[str, Any],
+    headers: dict[str, str],
+    context: ssl.SSLContext | None = None,
+    timeout: float = 30.0,
+    sent: list[dict[str, Any]] | None = None,
+) -> None:
+    """PreflightError naming the first of `fields` (a request's `tools`, `tool_choice`,
+    `parallel_tool_calls`, `response_format` or `text`) the server refuses: one short request to
+    `url` per field, `body` plus that field (and `tools`, which the tool keys need), in order; a
+    refusal is an HTTP 4xx. An answer that is not a refusal, or no answer, passes: the run itself
+    tells those. Each request is appended to `sent` (its endpoint, start, end, usage)."""
+    for key in fields:
+        probe = {**body, **({"tools": fields["tools"]} if "tools" in fields else {}), key: fields[key]}
+        req = urllib.request.Request(
+            url,
+            data=json.dumps(probe).encode(),
+            headers={
+                "Content-Type": "application/json",
+                "X-Request-Id": f"calibration-{len(sent or ())}",
+                **headers,
+            },
+        )
+        usage, t_start, refusal = None, time.time(), None
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:  # noqa: S310
+                usage = json.loads(resp.read()).get("usage")
+                if isinstance(usage, dict) and "output_tokens" in usage:  # the Responses API's names
+                    usage = {
+                        "prompt_tokens": usage.get("input_tokens"),
+                        "completion_tokens": usage["output_tokens"],
+                    }
+        except urllib.error.HTTPError as e:
+            if 400 <= e.code < 500:
+                refusal = f"HTTP {e.code}: {_error_message(e)}"
+        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError, AttributeError):
+            pass
+        if sent is not None:
+            asked = body.get("max_tokens", body.get("max_output_tokens"))
+            times = {"t_start": t_start, "t_end": time.time()}
+            sent.append({"endpoint": endpoint, **times, "usage": usage, "max_tokens": asked, "stream": False})
+        if refusal is not None:
+            raise PreflightError(
+                f"the server refuses '{key}' ({refusal}): remove it from the ladder or enable it there"
+            )
+
+
+def _error_message(error: urllib.error.HTTPError) -> str:
+    """The OpenAI error's message of a refusal (its first 100 characters), or the body's start."""
+    try:
+        text = error.read(4096).decode("utf-8", "replace")
+        data = json.loads(text)
+        message = data.get("error", {}).get("message") if isinstance(data, dict) else None
+        return str(message or text)[:100].replace("\n", " ")
+    except (OSError, ValueError, AttributeError, http.client.HTTPException):
+        return "no readable body"

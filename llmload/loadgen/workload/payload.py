@@ -7,13 +7,18 @@ sends the same fields). The output length goes in the endpoint's field (`max_tok
 completions `max_tokens`, chat both `max_tokens` and `max_completion_tokens` unless the ladder
 names one, the Responses API `max_output_tokens`, with the prompt as its `input`, `store: false`
 and no `stream_options` (its `response.completed` event always carries the usage).
+
+With `tools` or `response_format` (chat and the Responses API) the body carries `tools`,
+`tool_choice` (a tool's name as a named function), `parallel_tool_calls` and `response_format`
+(the Responses API: its flat tools and `text.format`), and no `ignore_eos`: such replies stop on
+their own, and `max_tokens` is a cap.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from llmload.core.config import SweepConfig
+from llmload.core.config import TOOL_CHOICES, SweepConfig
 
 COMPLETIONS_PATH = "/v1/completions"
 CHAT_PATH = "/v1/chat/completions"
@@ -43,10 +48,33 @@ def build_payload(config: SweepConfig, model: str, prompt: str, max_tokens: int)
     else:
         body["prompt"] = prompt
         body["max_tokens"] = max_tokens
-    if config.ignore_eos:
+    if config.structured:
+        body.update(reply_shape(config))
+    elif config.ignore_eos:
         body["ignore_eos"] = True
     if config.stream and config.endpoint != "responses":  # the Responses API always sends usage
         body["stream_options"] = {"include_usage": True}
         if config.continuous_usage:  # usage on every chunk: tokens per chunk, so ITL per token (vLLM)
             body["stream_options"]["continuous_usage_stats"] = True
     return body
+
+
+def reply_shape(config: SweepConfig) -> dict[str, Any]:
+    """The fields of a request's tools and format (module docstring), in the endpoint's form."""
+    responses = config.endpoint == "responses"
+    out: dict[str, Any] = {}
+    if config.tools is not None:
+        out["tools"] = [{"type": "function", **t["function"]} if responses else t for t in config.tools]
+    choice = config.tool_choice
+    if choice is not None:
+        named = {"type": "function", **({"name": choice} if responses else {"function": {"name": choice}})}
+        out["tool_choice"] = choice if choice in TOOL_CHOICES else named
+    if config.parallel_tool_calls is not None:
+        out["parallel_tool_calls"] = config.parallel_tool_calls
+    if config.response_format is not None:
+        fmt: dict[str, Any] = {"type": config.response_format}
+        if config.response_schema is not None:
+            schema = {"name": "llmload_reply", "schema": config.response_schema}
+            fmt.update(schema if responses else {"json_schema": schema})
+        out.update({"text": {"format": fmt}} if responses else {"response_format": fmt})
+    return out
