@@ -1,10 +1,12 @@
 """The continuous-batching engine: one asyncio task that runs timed decode steps.
 
 Each step admits waiting sequences (FIFO, up to `max_num_seqs` running), lasts
-`(base_ms + per_seq_ms * running + prefill_ms_per_token * admitted uncached prompt tokens) * degrade`
-milliseconds, and at its end gives every running sequence `k = 1 + Binomial(max_draft, p)`
-tokens (speculative decoding: one verified token plus the accepted draft tokens), capped at
-what the sequence still has to generate. Steps are scheduled at absolute deadlines on the loop
+`(base_ms + per_seq_ms * running + prefill_ms_per_token * admitted uncached prompt tokens
++ constrained_ms * running constrained sequences) * degrade` milliseconds (a constrained sequence
+decodes under a grammar: a response_format, or tool_choice required or named), and at its end
+gives every running sequence `k = 1 + Binomial(max_draft, p)` tokens (speculative decoding: one
+verified token plus the accepted draft tokens), capped at what the sequence still has to
+generate. Steps are scheduled at absolute deadlines on the loop
 clock (next start = previous end), so timer lateness does not accumulate into drift. With
 `batch_variance` > 0, each token of a step whose batch holds more than one sequence may be
 flipped (llmload.sim.tokens.flips); the positions go on the sequence and into its truth line.
@@ -75,6 +77,13 @@ class StepModel:
         parse=flag_type(number(0, 64, integer=True), "max_draft"),
         group=ENGINE,
     )
+    constrained_ms: float = setting(
+        0.0,
+        help="step cost per running sequence decoding under a constraint (response_format, "
+        "tool_choice required or named: the grammar's mask each step), ms",
+        parse=flag_type(number(0, 10_000), "constrained_ms"),
+        group=ENGINE,
+    )
     degrade_pct_per_min: float = setting(
         0.0,
         help="step time grows linearly by this percent per minute since start (soak drift)",
@@ -83,7 +92,13 @@ class StepModel:
     )
 
     def __post_init__(self) -> None:
-        for name in ("base_ms", "per_seq_ms", "prefill_ms_per_token", "degrade_pct_per_min"):
+        for name in (
+            "base_ms",
+            "per_seq_ms",
+            "prefill_ms_per_token",
+            "constrained_ms",
+            "degrade_pct_per_min",
+        ):
             value = getattr(self, name)
             if not 0.0 <= value < math.inf:  # also false for NaN
                 raise ValueError(f"{name} must be a finite number >= 0, got {value}")
@@ -97,8 +112,11 @@ class StepModel:
         """Per-draft-token acceptance probability giving a mean of `accept_len` tokens per step."""
         return 0.0 if self.max_draft == 0 else (self.accept_len - 1.0) / self.max_draft
 
-    def duration_s(self, batch: int, prefill_tokens: int, minutes_since_start: float) -> float:
+    def duration_s(
+        self, batch: int, prefill_tokens: int, minutes_since_start: float, constrained: int = 0
+    ) -> float:
         ms = self.base_ms + self.per_seq_ms * batch + self.prefill_ms_per_token * prefill_tokens
+        ms += self.constrained_ms * constrained
         return ms * (1.0 + self.degrade_pct_per_min / 100.0 * minutes_since_start) / 1000.0
 
 
@@ -137,6 +155,7 @@ class Sequence:
     flipped: list[int] = field(default_factory=list)  # token positions changed by batch variance
     block_keys: list[bytes] = field(default_factory=list)  # prefix-cache keys of its full prompt blocks
     cached_tokens: int = 0  # prompt tokens the prefix cache served at admission (not prefilled)
+    constrained: bool = False  # decodes under a grammar (StepModel.constrained_ms)
 
     def abort(self) -> None:
         """Called by the handler when the client is gone: the engine drops it at the next step."""
@@ -228,7 +247,8 @@ class Engine:
             if not self.running:
                 continue
             batch = len(self.running)
-            end = start + self.model.duration_s(batch, prefill, (start - self._t0) / 60.0)
+            constrained = sum(s.constrained for s in self.running)
+            end = start + self.model.duration_s(batch, prefill, (start - self._t0) / 60.0, constrained)
             if self.energy is not None:
                 self.energy.step_started(start + self._epoch_offset, batch)
             await asyncio.sleep(end - self._loop.time())
@@ -243,6 +263,7 @@ class Engine:
                     tokens=tokens,
                     prefill_tokens=prefill,
                     gpu_w=None if self.energy is None else self.energy.model.step_w(batch),
+                    constrained=constrained,
                 )
             next_start = end
 

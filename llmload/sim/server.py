@@ -386,6 +386,7 @@ class SimServer:
             finish_reason=reason,
             prompt_hash=phash,
             rng=acceptance_rng(self.config.seed, req.prompt),
+            constrained=plan is not None and plan.constrained,
         )
         cache = self.engine.prefix_cache
         if cache is not None:

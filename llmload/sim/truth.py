@@ -5,7 +5,8 @@ Two kinds of line, each flushed as soon as it is written:
 - `{"type": "step", "t_start", "t_end", "batch", "tokens", "prefill_tokens"}` per engine step
   (the step's scheduled boundaries on the engine clock, as epoch seconds; prefill_tokens: prompt
   tokens admitted in the step minus those the prefix cache served; gpu_w: what the simulated GPUs
-  drew during it, all together, W: llmload.sim.power).
+  drew during it, all together, W: llmload.sim.power; `"constrained"`: its sequences decoding
+  under a constraint, when there were any: llmload.sim.engine).
 - `{"type": "power", "t0", "gpus", "idle_w", "busy_w", "seq_w", "mem_mib", "kv_mib_per_token"}`
   once, when the server starts: the power model, and the instant its energy counter was 0.
 - `{"type": "request", "id", "endpoint", "stream", "arrival", "admitted", "first_token",
@@ -148,8 +149,9 @@ class TruthLog:
         tokens: int,
         prefill_tokens: int,
         gpu_w: float | None = None,
+        constrained: int = 0,
     ) -> None:
-        line = {
+        line: dict[str, Any] = {
             "type": "step",
             "t_start": t_start,
             "t_end": t_end,
@@ -157,6 +159,8 @@ class TruthLog:
             "tokens": tokens,
             "prefill_tokens": prefill_tokens,
         }
+        if constrained:
+            line["constrained"] = constrained
         self._write(line if gpu_w is None else line | {"gpu_w": gpu_w})
 
     def power(self, data: dict[str, Any]) -> None:

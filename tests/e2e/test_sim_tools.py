@@ -13,6 +13,7 @@ header; and every figure against the truth log's own account of what was sent.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -277,3 +278,26 @@ def test_the_truth_log_names_the_session(sim_start: Callable[..., SimulatorProce
     requests = truth_of(sim, ["s1", "s2"])[0]
     assert requests["s1"]["session"] == "sess-7" and requests["s2"]["session"] is None
     assert requests["s1"]["structured"] is None and requests["s1"]["tokens"] is None
+
+
+def test_a_constrained_step_costs_constrained_ms_per_sequence(
+    sim_start: Callable[..., SimulatorProcess],
+) -> None:
+    """The truth log's step boundaries (the model's, not a clock's): a step of a constrained
+    sequence (response_format, tool_choice required or named) lasts constrained_ms more; tool
+    choice auto is parsed after the fact, not constrained."""
+    sim = sim_start(base_ms=4, per_seq_ms=1, constrained_ms=3, accept_len=1, max_draft=0)
+    fmt = {"type": "json_object"}
+    for body, constrained in [
+        (chat("a json", response_format=fmt), 1),
+        (chat("a call", tools=tools("search"), tool_choice="required"), 1),
+        (chat("maybe a call", tools=tools("search")), 0),
+        (chat("plain text", max_tokens=12), 0),
+    ]:
+        start = time.time()
+        call(sim.url, "/v1/chat/completions", body, request_id=f"c{start}")
+        steps = [s for s in truth_of(sim, [f"c{start}"])[1] if s["t_start"] >= start]
+        assert steps and all(s.get("constrained", 0) == constrained for s in steps), body
+        assert all(
+            s["t_end"] - s["t_start"] == pytest.approx(0.005 + 0.003 * constrained, abs=1e-6) for s in steps
+        )

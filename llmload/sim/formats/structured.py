@@ -19,6 +19,9 @@ first delta) and the tokens of its arguments (`llmload.core.workload.token_count
 own tokens. A reply longer than max_tokens is cut there (finish_reason `length`, invalid).
 Structured replies end on their own: `ignore_eos` does not lengthen them, and they do not think
 (`--reasoning` applies to text answers only). The tools are not counted in the prompt's tokens.
+A reply decoded under a grammar (a schema, or tool_choice required or named, as vLLM enforces them
+with guided decoding; `auto` is parsed after the fact) is `constrained`: its steps cost
+`--constrained-ms` more (llmload.sim.engine).
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ class StructuredReply:
     calls: tuple[Call, ...]
     pieces: tuple[Piece, ...]
     valid: bool  # before a cut at max_tokens (`cut`)
+    constrained: bool = False  # decoded under a grammar: a schema, or tool_choice required or named
 
     def text_of(self, pieces: tuple[Piece, ...] | list[Piece]) -> str:
         """The text these pieces show: a header stands for its function's name."""
@@ -204,7 +208,8 @@ def plan_reply(
     valid = not is_invalid(seed, phash, invalid_share)
     if not valid:
         pieces = pieces[:-1]
-    return StructuredReply(kind, tuple(calls), tuple(pieces), valid)
+    constrained = spec.schema is not None or spec.choice in ("required", "function")
+    return StructuredReply(kind, tuple(calls), tuple(pieces), valid, constrained)
 
 
 def _call_id(phash: int, spec: StructuredRequest, index: int) -> str:
