@@ -64,15 +64,19 @@ def test_the_valid_share_per_rung_is_the_simulators(tmp_path, endpoint):
 def test_tools_are_sent_and_answered_with_tool_calls(tmp_path):
     ladder = (
         "endpoint: chat\nrungs: [2]\nrequests_per_user: 4\nmax_tokens: 400\nwarmup_requests: 0\n"
-        "tools: weather\ntool_choice: required\nparallel_tool_calls: false\n"
+        "unique_prompts: true\ntools: weather\ntool_choice: required\nparallel_tool_calls: false\n"
     )
-    run, records, truth = sweep(tmp_path, ladder)
+    run, records, truth = sweep(tmp_path, ladder, invalid_share=0.4)
     for rec in records:
         served = truth[rec.request_id]
         assert served["structured"] == "tool_calls" and len(served["tool_calls"]) == 1
         assert served["tool_calls"][0]["name"] in ("get_weather", "get_forecast")
         assert rec.output_tokens == served["completion_tokens"] < 400 and rec.finish_reason == "tool_calls"
         assert rec.structured and rec.reply_valid is None  # no response_format: no answer to check
+        # the client's reading of the calls (llmload.loadgen.stream) against what was sent
+        assert rec.chunks == len(served["chunk_times"]) and rec.tool_calls == 1
+        assert rec.tool_calls_invalid == (0 if served["valid"] else 1)
+    assert {truth[r.request_id]["valid"] for r in records} == {True, False}  # both kinds were sent
     (row,) = load_run(run.prefix).rows
     assert row.structured is not None and row.structured["stopped"] == len(records)
     assert "stopped before max_tokens: rung01 c2 8 of 8" in render([row])
