@@ -51,6 +51,11 @@ def test_make_test_runs_every_tier():
     recipe = (REPO / "Makefile").read_text()
     assert all(f"tests/{tier}" in recipe for tier in tiers)
     assert "-m untimed --shard $*/2 tests/e2e" in recipe
-    assert '-m "not untimed and not alone" --shard $*/$(TIMED_PROCESSES) tests/e2e' in recipe
+    assert "TIMED_MARK := not untimed and not alone" in recipe
+    timed = '-m "$(TIMED_MARK)" -o cache_dir=$(TIMED_CACHE)-$* --shard $*/$(TIMED_PROCESSES) tests/e2e'
+    assert timed in recipe
+    # the second chance runs only the part's failed tests, by the same mark, from the part's cache
+    again = '-m "$(TIMED_MARK)" -o cache_dir=$$d --last-failed --last-failed-no-failures none tests/e2e'
+    assert again in recipe
     assert "-m alone tests/e2e" in recipe
     assert "--shard $*/2 tests/real;" in recipe
