@@ -24,13 +24,13 @@ the M matched differ).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.analysis.identity.text_identity import checkable, compare_pairs, pair_places
 from llmload.analysis.run.postprocess import RunResult
 from llmload.analysis.run.sweep_rows import Rung
+from llmload.core.config import SweepConfig
 from llmload.core.names import rung_name
 
 IDENTICAL, CHANGED, UNMATCHED = "identical", "changed", "cannot be matched"
@@ -127,8 +127,9 @@ class OutputIdentity:
         }
 
 
-def _config(res: RunResult) -> Mapping[str, Any]:
-    return res.run_info.config if res.run_info else {}
+def _config(res: RunResult) -> SweepConfig | None:
+    """The run's prompt-shaping settings, as its run file recorded them (None: not recorded)."""
+    return res.run_info.recorded("temperature", "unique_prompts", "seed") if res.run_info else None
 
 
 def _config_reasons(base: RunResult, cand: RunResult) -> list[str]:
@@ -136,14 +137,12 @@ def _config_reasons(base: RunResult, cand: RunResult) -> list[str]:
     out = []
     configs = {"base": _config(base), "candidate": _config(cand)}
     for name, config in configs.items():
-        temperature = config.get("temperature", 0)
-        if isinstance(temperature, int | float) and temperature > 0:
-            out.append(
-                f"the {name} samples (temperature {temperature:g}): its texts are not the prompt's function"
-            )
-        if config.get("unique_prompts") is True:
+        if config is not None and config.temperature > 0:
+            shown = f"temperature {config.temperature:g}"
+            out.append(f"the {name} samples ({shown}): its texts are not the prompt's function")
+        if config is not None and config.unique_prompts:
             out.append(f"the {name} sends unique prompts (unique_prompts: true): no prompt is sent twice")
-    seeds = [config.get("seed", 0) for config in configs.values()]
+    seeds = [config.seed if config else 0 for config in configs.values()]
     if all(configs.values()) and seeds[0] != seeds[1]:
         out.append(f"the runs' seeds differ (base {seeds[0]}, candidate {seeds[1]}): they sent other prompts")
     return out

@@ -85,7 +85,8 @@ class Progress:
         elif stage.phase != MEASURE_PHASE:  # a determinism probe
             head, done, rates = stage.name, None, ""
         else:
-            rungs = run.config.get("rungs") or ()
+            ladder = run.recorded("rungs", "mode")
+            rungs = ladder.rungs if ladder else ()
             head = f"{stage.name} ({len(run.measured_stages)}/{len(rungs)})" if rungs else stage.name
             tally = self.tally.rungs.get(stage.rung)
             done = tally.requests if tally else 0

@@ -115,3 +115,24 @@ def _run(tmp_path: Path, data: object) -> Path:
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def test_a_reader_gets_the_settings_it_reports_on_typed_whatever_the_run_files_age(tmp_path):
+    """`recorded`: the whole configuration when it is accepted; an older or newer file's (a key this
+    version does not know) gives the keys asked for; none of them recorded, or refused: None."""
+    whole = {"rungs": [1, 4], "mode": "concurrency", "slo": {"ttft_ms": 250}, "gpu_metrics": "/gpu/metrics"}
+    info = _info(tmp_path, whole)
+    got = info.recorded("slo")
+    assert got is not None and got.slo.ttft_ms == 250 and got.rungs == (1, 4)
+    newer = _info(tmp_path, {**whole, "a_key_of_a_later_version": 1})
+    assert newer.recorded("slo") is not None and newer.recorded("slo").slo.ttft_ms == 250
+    assert newer.recorded("slo").rungs != (1, 4)  # only what was asked: the rest takes its default
+    assert info.recorded("temperature") is None  # not recorded
+    assert _info(tmp_path, {"rungs": "many"}).recorded("rungs") is None  # refused
+    assert _info(tmp_path, {}).recorded("rungs") is None
+
+
+def _info(tmp_path: Path, config: dict) -> RunInfo:
+    info = read_run_file(_run(tmp_path, {"stages": [], "config": config}))[0]
+    assert info is not None
+    return info

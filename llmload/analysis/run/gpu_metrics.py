@@ -239,10 +239,10 @@ def load_gpu_metrics(
 ) -> GpuMetrics | None:
     """The run's GPU figures; None when the run did not ask for them (no `gpu_metrics`). `rungs`:
     each measured rung's window (`RungTally.window`) and output tokens (the table's `tokens`)."""
-    configured = run_info.config.get("gpu_metrics") if run_info is not None else None
-    if not configured or run_info is None:
+    asked = run_info.recorded("gpu_metrics") if run_info is not None else None
+    if asked is None or not asked.gpu_metrics or run_info is None:
         return None
-    url = gpu_url(str(configured), run_info.host or "")
+    url = gpu_url(asked.gpu_metrics, run_info.host or "")
     found = read_gpu_scrapes(gpu_metrics_path(prefix))
     if not found.samples:
         return GpuMetrics(url, {}, _absent_note(url, found))

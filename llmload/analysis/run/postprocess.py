@@ -106,18 +106,16 @@ def unfinished_rungs(run_info: RunInfo | None) -> set[int]:
 
 def missing_rungs(run_info: RunInfo | None, rungs: Sequence[RungTally]) -> list[MissingRung]:
     """The ladder's rungs (from the run file's config) that have no measured record."""
-    config = run_info.config if run_info is not None else {}
-    ladder = config.get("rungs")
-    if not isinstance(ladder, list):
+    config = run_info.recorded("rungs") if run_info is not None else None
+    if run_info is None or config is None:
         return []
-    started = {s.rung: s.users for s in run_info.stages} if run_info is not None else {}
+    started = {s.rung: s.users for s in run_info.stages}
     measured = {r.index for r in rungs}
-    rate_mode = config.get("mode") == "rate"
     missing = []
-    for i, value in enumerate(ladder):
-        if i in measured or not isinstance(value, int | float):
+    for i, value in enumerate(config.rungs):
+        if i in measured:
             continue
-        users = started.get(i, config.get("max_concurrency") if rate_mode else value)
+        users = started.get(i, config.max_concurrency if config.mode == "rate" else value)
         missing.append(MissingRung(i, users if type(users) is int else 0, i in started))
     return missing
 
@@ -143,8 +141,9 @@ def load_run(
     records_path = str(files.records)
     info, run_warning = read_run_file(files.run)
     if slo is None:  # the run's own `slo:` from its config file (goodput's keys: itl_ms is not one)
-        given = ((info.config.get("slo") if info else None) or {}).items()
-        slo = {k: v for k, v in given if v is not None and k in SLO_KEYS}
+        own = info.recorded("slo") if info else None
+        given = {k: getattr(own.slo, k) for k in SLO_KEYS} if own else {}
+        slo = {k: v for k, v in given.items() if v is not None}
     found = tally_file(
         Path(records_path),
         slo,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmload.core.config import SweepConfig, parse_config
+from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.core.files.run_errors import RunError, errors_of
 from llmload.core.files.run_files import RunFiles
 from llmload.core.names import MEASURE_PHASE, WARMUP_RUNG
@@ -69,6 +69,21 @@ class RunInfo:
         keys of it (a reader that needs a few does not mind the others of an older or newer run)."""
         raw = self.config if keys is None else {k: self.config[k] for k in keys if k in self.config}
         return parse_config(dict(raw), source=str(self.path))
+
+    def recorded(self, *keys: str) -> SweepConfig | None:
+        """The run's configuration for a reader that reports on `keys` of it: None when the run
+        file recorded none of them; the whole configuration when it is accepted, else (an older or
+        newer run's file) only `keys` of it, None when they are refused too; a key it did not
+        record takes its default. Every reader of the configuration goes through here or
+        `sweep_config`: none indexes the mapping."""
+        if not any(k in self.config for k in keys):
+            return None
+        for subset in (None, keys):
+            try:
+                return self.sweep_config(subset)
+            except ConfigError:
+                continue
+        return None
 
     @property
     def measured_stages(self) -> list[RunStage]:
