@@ -1,5 +1,6 @@
 """What a workload is made of, as data: length distributions and their draws (`lengths`), prompt
-files and their replies (`prompt_files`), request traces (`trace_file`), the tools and response
+files and their replies (`prompt_files`), request traces (`trace_file`) and the peers'
+conversation traces (`conversations`), the tools and response
 schemas a request carries (`reply_shapes`), and llmload's model of a BPE tokenizer that counts a
 text's tokens (`token_count`).
 

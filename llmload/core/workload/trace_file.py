@@ -7,7 +7,10 @@ A trace is JSONL (one object per line) or CSV (a header row, then one request pe
   them (the last block may be partial). Equal ids at equal positions after an equal prefix mean
   the same prompt text, so shared prefixes are visible. In CSV: a JSON list or ids separated by
   spaces, `;` or `|`.
-- `input_text` (optional): the prompt itself, sent verbatim instead of synthetic text.
+- `input_text` (optional): the prompt itself, sent verbatim instead of synthetic text;
+- `session_id` (optional, AIPerf's multi-turn Mooncake trace): the conversation the line is a turn
+  of; `delay` (optional, with `session_id`): milliseconds after the turn's predecessor ends. A line
+  with a `session_id` may omit `timestamp` (0). `llmload.core.workload.conversations` groups them.
 
 Lines are sorted by timestamp (stably). The window keeps the lines whose time since the first
 line of the file, t, satisfies start_s <= t < start_s + duration_s; each is scheduled at
@@ -25,7 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from llmload.core.config import ConfigError
 from llmload.core.schema import shown
@@ -44,6 +47,8 @@ class TraceLine:
     output_length: int
     hash_ids: tuple[int, ...] | None = None  # None: the prompt shares nothing with other lines
     input_text: str | None = None
+    session_id: str | None = None  # AIPerf's multi-turn trace: the conversation it is a turn of
+    delay_ms: float | None = None  # ... sent this long after its predecessor ends
 
 
 def _int_field(where: str, obj: dict[str, Any], key: str) -> int:
@@ -55,14 +60,14 @@ def _int_field(where: str, obj: dict[str, Any], key: str) -> int:
     return value
 
 
-def _timestamp(where: str, obj: dict[str, Any]) -> float:
-    value = obj.get("timestamp")
+def _milliseconds(where: str, obj: dict[str, Any], key: str) -> float:
+    value = obj.get(key)
     try:
         ts = float(value) if isinstance(value, int | float | str) and not isinstance(value, bool) else None
     except (ValueError, OverflowError):  # not a number, or an integer beyond any float
         ts = None
     if ts is None or not math.isfinite(ts) or ts < 0:
-        raise ConfigError(f"{where}: 'timestamp' must be a number of milliseconds >= 0, got {shown(value)}")
+        raise ConfigError(f"{where}: '{key}' must be a number of milliseconds >= 0, got {shown(value)}")
     return ts
 
 
@@ -96,13 +101,24 @@ def _trace_line(where: str, number: int, obj: Any) -> TraceLine:
     text = obj.get("input_text") or None  # an empty CSV cell is no text
     if text is not None and (not isinstance(text, str) or not text.strip()):
         raise ConfigError(f"{where}: 'input_text' must be a non-empty string")
+    session = obj.get("session_id") or None  # an empty CSV cell is no session
+    if session is not None and not isinstance(session, str):
+        raise ConfigError(f"{where}: 'session_id' must be a string, got {shown(session)}")
+    delay = obj.get("delay")
+    if delay not in (None, "") and session is None:
+        raise ConfigError(
+            f"{where}: 'delay' is the wait of a turn after its predecessor: it needs a 'session_id'"
+        )
+    untimed = session is not None and obj.get("timestamp") in (None, "")
     return TraceLine(
         line=number,
-        timestamp_ms=_timestamp(where, obj),
+        timestamp_ms=0.0 if untimed else _milliseconds(where, obj, "timestamp"),
         input_length=input_length,
         output_length=_int_field(where, obj, "output_length"),
         hash_ids=_hash_ids(where, obj.get("hash_ids"), input_length),
         input_text=text or None,
+        session_id=session,
+        delay_ms=None if delay in (None, "") else _milliseconds(where, obj, "delay"),
     )
 
 
@@ -122,7 +138,10 @@ def parse_trace(text: str, source: str) -> list[TraceLine]:
             lines.append(_trace_line(f"{source}:{number}", number, obj))
     else:
         reader = csv.DictReader(io.StringIO(text))
-        missing = {"timestamp", "input_length", "output_length"} - set(reader.fieldnames or ())
+        header = set(reader.fieldnames or ())
+        missing = {"input_length", "output_length"} - header | (
+            {"timestamp"} - header if "session_id" not in header else set()
+        )
         if missing:
             raise ConfigError(f"{source}: the CSV header lacks {', '.join(sorted(missing))}")
         for row in reader:
@@ -132,21 +151,35 @@ def parse_trace(text: str, source: str) -> list[TraceLine]:
     return sorted(lines, key=lambda t: t.timestamp_ms)
 
 
-def read_trace(path: str | Path) -> list[TraceLine]:
-    """A trace file's lines; `ConfigError` (naming the file) if unreadable or invalid."""
-    path = Path(path)
+def trace_text(path: str | Path) -> str:
+    """A trace file's text; `ConfigError` (naming the file) if it cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         reason = getattr(e, "strerror", None) or e
         raise ConfigError(f"{path}: 'trace_file' cannot be read: {reason}") from None
-    return parse_trace(text, str(path))
+
+
+def read_trace(path: str | Path) -> list[TraceLine]:
+    """A trace file's lines; `ConfigError` (naming the file) if unreadable or invalid."""
+    return parse_trace(trace_text(path), str(path))
+
+
+class Timed(Protocol):
+    """What a replay window holds: a line, or a conversation (its first turn's timestamp)."""
+
+    @property
+    def timestamp_ms(self) -> float: ...
+
+
+T = TypeVar("T", bound=Timed)
 
 
 def replay_window(
-    lines: Sequence[TraceLine], *, start_s: float = 0.0, duration_s: float | None = None, speed: float = 1.0
-) -> list[tuple[float, TraceLine]]:
-    """(seconds after the replay's start, line) of the lines in the window (module docstring)."""
+    lines: Sequence[T], *, start_s: float = 0.0, duration_s: float | None = None, speed: float = 1.0
+) -> list[tuple[float, T]]:
+    """(seconds after the replay's start, line) of the lines (sorted by timestamp) in the window
+    (module docstring)."""
     if not lines:
         return []
     t0 = lines[0].timestamp_ms
