@@ -182,7 +182,7 @@ def test_trace_workload_prompts_share_blocks_exactly_where_hash_ids_do(tmp_path)
     # the same block id always gives the same text, and a partial block is the full one's prefix
     again = TraceWorkload(config, SIM_VOCAB, SIM_OVERHEAD)
     assert again.request(0)[0] == prompts[0][0]
-    assert wl._block(3, False, 88).split() == wl._block(3, False, 512).split()[:88]
+    assert wl._block((3, 0), 88).split() == wl._block((3, 0), 512).split()[:88]
     # another seed, other texts (a rerun against a server with a warm cache starts cold)
     other = TraceWorkload(SweepConfig(mode="trace", trace_file=str(trace), seed=4), SIM_VOCAB, SIM_OVERHEAD)
     assert other.request(0)[0] != prompts[0][0]

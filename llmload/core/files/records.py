@@ -108,6 +108,8 @@ class RequestRecord:
     trace_line: int | None = None  # mode trace: the line of the trace file this request replays
     session: str | None = None  # sessions: the session id
     turn: int | None = None  # sessions: the turn (1-based); turn k resends turns 1..k-1 and their replies
+    parent_session: str | None = None  # a sub-agent's turn: its parent's session (its own: `<parent>/<k>`)
+    tool_wait_s: float | None = None  # the wait before this turn after its predecessors ended (tool, think)
     # the rung and run that sent it
     rate: float | None = None  # rate mode: the rung's target request rate (requests/s)
     worker: str = ""  # the Locust worker (or "local") that sent it

@@ -85,6 +85,8 @@ class RequestContext:
     trace_line: int | None = None  # mode trace: the trace line it replays
     session: str | None = None  # sessions: the session and turn it sends
     turn: int | None = None
+    parent_session: str | None = None  # a sub-agent's turn: its parent session
+    tool_wait_s: float | None = None  # the wait the schedule put before this turn
     run_id: str | None = None  # the run of the stage it belongs to (the master stamps its own)
     structured: bool = False  # it carries tools or a response_format
     reply_check: Callable[[str], bool | None] | None = None  # response_format: whether an answer fits

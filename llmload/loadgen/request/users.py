@@ -11,6 +11,7 @@ real requests only (TTFT and TPOT are in the Tokens tab, `llmload.loadgen.webui.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import uuid
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from llmload.loadgen.workload.arrivals import ArrivalQueue, arrival_count, arriv
 from llmload.loadgen.workload.payload import build_payload, endpoint_path
 from llmload.loadgen.workload.prompts import workload_for
 from llmload.loadgen.workload.sessions import Turn, play_sessions
+from llmload.loadgen.workload.trace_play import TraceTurn, own_connection, play_conversation
 
 STAGE_POLL_S = 1.0
 
@@ -124,16 +126,20 @@ class LLMUser(User):
             "Accept-Encoding": "identity",
             **auth_headers(api_key(options)),
         }
-        host = str(self.host)
-        self.transport = Transport.open(
-            host,
+        self.transport = self._open_transport(config)
+        self._base_path = urlsplit(str(self.host)).path.rstrip("/")
+
+    def _open_transport(self, config: SweepConfig) -> Transport:
+        """A transport of this user's to its host (its own, or a sub-agent's)."""
+        options = self.environment.parsed_options
+        return Transport.open(
+            str(self.host),
             connect_s=config.timeouts.connect,
             read_s=config.timeouts.first_token,
             connection=config.connection,
             ca_bundle=getattr(options, "ca_bundle", ""),
             insecure=bool(getattr(options, "tls_insecure", False)),
         )
-        self._base_path = urlsplit(host).path.rstrip("/")
 
     def on_stop(self) -> None:
         """The user stops (Locust kills its greenlet): its connections close now, not when the
@@ -168,9 +174,21 @@ class LLMUser(User):
         self._first_send = None
         sent = 0
         if stage.rate is not None:
-            queue = arrival_queue(self._process, stage, self._stage_config(stage), self._worker)
+            config = self._stage_config(stage)
+            queue = arrival_queue(self._process, stage, config, self._worker)
+            trace = (
+                stage_trace(stage, config)
+                if config.mode == "trace" and stage.phase == MEASURE_PHASE
+                else None
+            )
             while (arrival := queue.take()) is not None:
                 index, due = arrival
+                if trace is not None and trace.conversations:  # llmload.loadgen.workload.trace_play
+                    send = functools.partial(self.send_one, stage)
+                    opener = functools.partial(self._open_transport, config)
+                    subagents = functools.partial(own_connection, opener, send)  # one request at a time each
+                    sent += play_conversation(trace, trace.conversations[index], due, send, subagents)
+                    continue
                 if (delay := due - wall()) > 0:  # an arrival already due is sent without yielding
                     gevent.sleep(delay)
                 sent += self.send_one(stage, index, t_scheduled=due)
@@ -200,32 +218,43 @@ class LLMUser(User):
         t_scheduled: float | None = None,
         turn: Turn | None = None,
         on_reply: Callable[[str], None] | None = None,
+        trace_turn: TraceTurn | None = None,
+        transport: Transport | None = None,
     ) -> int:
         """Send one request (and its configured retries); returns the number of records.
         `index` picks the prompt (default: the process's next; trace mode: the trace line);
-        `t_scheduled` is the rate-mode arrival; `turn` a session's messages, whose reply text
-        goes to `on_reply`."""
+        `t_scheduled` is the rate-mode arrival; `turn` a session's messages, `trace_turn` a
+        conversation trace's turn, whose reply text goes to `on_reply`; `transport`: the user's
+        own unless given (a sub-agent's)."""
         send_gate().wait_turn()  # reads before writes (llmload.loadgen.transport.send_gate)
         config = self._stage_config(stage)
         request_id = os.urandom(16).hex()  # 32 random hex digits, as uuid4().hex, without a UUID object
-        index = next_prompt_index(self._process, stage, self._worker) if index is None else index
         trace_line = None
-        if config.mode == "trace" and stage.phase == MEASURE_PHASE:
-            prompt, max_tokens, trace_line = stage_trace(stage, config).request(index)
-            asked_in: int | None = None
+        asked_in: int | None = None
+        if trace_turn is not None:  # a conversation trace's turn (llmload.loadgen.workload.trace_play)
+            prompt, max_tokens, trace_line = trace_turn.prompt, trace_turn.max_tokens, trace_turn.line
+            t_scheduled = trace_turn.t_scheduled
+            if trace_turn.messages is not None:
+                turn = Turn(trace_turn.session, trace_turn.number, trace_turn.messages)
         else:
-            asked_in = (
-                None
-                if config.prompt_tokens is None
-                else draw(config.prompt_tokens, config.seed, "input", index)
-            )
-            workload = workload_for(config, stage.prompt_words, stage.prompt_vocab)
-            prompt = workload.prompt(index, request_id, asked_in, prompt_key(stage, config))
-            max_tokens = draw(config.max_tokens, config.seed, "output", index)
+            index = next_prompt_index(self._process, stage, self._worker) if index is None else index
+            if config.mode == "trace" and stage.phase == MEASURE_PHASE:
+                prompt, max_tokens, trace_line = stage_trace(stage, config).request(index)
+            else:
+                asked_in = (
+                    None
+                    if config.prompt_tokens is None
+                    else draw(config.prompt_tokens, config.seed, "input", index)
+                )
+                workload = workload_for(config, stage.prompt_words, stage.prompt_vocab)
+                prompt = workload.prompt(index, request_id, asked_in, prompt_key(stage, config))
+                max_tokens = draw(config.max_tokens, config.seed, "output", index)
         payload = build_payload(config, stage.model, prompt, max_tokens)
         if turn is not None:  # the Responses API takes the history as its input (resent, not stored)
             payload["input" if config.endpoint == "responses" else "messages"] = turn.messages
 
+        session = turn.session if turn is not None else trace_turn.session if trace_turn is not None else None
+        headers = self._headers if session is None else {**self._headers, "X-Session-Id": session}
         ctx = RequestContext(
             request_id,
             stage.rung,
@@ -241,18 +270,21 @@ class LLMUser(User):
             t_scheduled=t_scheduled,
             rate=stage.rate,
             trace_line=trace_line,
-            session=None if turn is None else turn.session,
-            turn=None if turn is None else turn.number,
+            session=session,
+            turn=trace_turn.number if trace_turn is not None else None if turn is None else turn.number,
+            parent_session=None if trace_turn is None else trace_turn.parent,
+            tool_wait_s=None if trace_turn is None else trace_turn.wait_s,
             run_id=stage.run_id,
             structured=config.structured,
             reply_check=reply_checker(config),
         )
-        self.transport.set_mode(config.connection)
+        transport = transport or self.transport
+        transport.set_mode(config.connection)
         return send_request(
-            self.transport,
+            transport,
             self._base_path + endpoint_path(config.endpoint),
             payload,
-            self._headers,
+            headers,
             ctx,
             total_timeout=config.timeouts.total,
             retries=config.retries,

@@ -35,8 +35,8 @@ def stage_trace(stage: Stage, config: SweepConfig) -> TraceWorkload:
 
 def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
     """Requests a finished stage holds; None for a time-based concurrency rung."""
-    if config.mode == "trace" and stage.rate is not None:  # the trace window's lines
-        return len(stage_trace(stage, config).offsets)
+    if config.mode == "trace" and stage.rate is not None:  # the window's lines, or conversations' turns
+        return stage_trace(stage, config).requests
     if config.sessions is not None and stage.phase == "measure" and not stage.deadline:
         return stage.users * config.sessions.per_user * config.sessions.turns  # unless a turn fails
     if stage.rate is not None:  # a rate capacity probe carries its count in its own config
