@@ -141,7 +141,7 @@ def test_weka_subagent_runs_between_its_turns(weka):
     ("trace", "message"),
     [
         (json.dumps({**WEKA, "requests": [SPAWN]}), ":1 requests[1]: a sub-agent before the first request"),
-        ('{"session_id": "a", "timestamp": 0, "input_length": 5, "output_length": true}\n', ":1: 'output_length'"),
+        ('{"session_id": "a", "input_length": 5, "output_length": true}\n', ":1: 'output_length'"),
         ('{"prompt": "neither format"}\n', ":1: 'input_length' must be an integer >= 1, got None"),
     ],
 )
