@@ -29,11 +29,11 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from fixtures.real_runs import sweep_ladder
+from fixtures.vllm_server import generated_tokens
 
 from llmload.analysis.run.metrics import itl_ms
 from llmload.analysis.run.postprocess import load_run
 from llmload.core.files.records import read_records
-from llmload.loadgen.transport.server_pages import scrape_metrics
 from llmload.runner.sweep_run import run_sweep
 
 URL = os.environ.get("LLMLOAD_VLLM_URL", "")
@@ -45,7 +45,6 @@ pytestmark = [
 MAX_TOKENS = 64
 EMOJI = "Write twenty emoji in a row: 🎉🎈🎂"
 PLAIN = "Write a short story about a lighthouse keeper."
-GENERATED = "vllm:generation_tokens_total"
 
 
 def _get(path: str) -> Any:
@@ -89,12 +88,6 @@ def tokens_per_chunk(model: str, prompt: str) -> list[int]:
     return counts
 
 
-def generated_tokens() -> float:
-    """The server's generated-token counter, summed over its label sets (vLLM labels it by model)."""
-    samples = scrape_metrics(URL.rstrip("/") + "/metrics")
-    return sum(v for k, v in samples.items() if k == GENERATED or k.startswith(GENERATED + "{"))
-
-
 @pytest.mark.parametrize("prompt", [PLAIN, EMOJI], ids=["plain", "emoji"])
 def test_tokens_chunks_and_itl_against_vllm(tmp_path, prompt):
     model = served_model()
@@ -108,9 +101,9 @@ def test_tokens_chunks_and_itl_against_vllm(tmp_path, prompt):
         "requests_per_user": 2,
         "warmup_requests": 0,
     }
-    before = generated_tokens()
+    before = generated_tokens(URL)
     run = sweep_ladder(URL, tmp_path / "run", yaml.safe_dump(ladder))
-    after = generated_tokens()
+    after = generated_tokens(URL)
     records, skipped = read_records(run.records)
     assert not skipped and records
     probe, _ = read_records(Path(f"{run.prefix}_calibration.jsonl"))  # the per-chunk usage probe
