@@ -62,6 +62,7 @@ from llmload.output.twin_output import Shown, render_fit, render_twin, write_dec
 from llmload.output.twin_report import decision_table, render_json
 from llmload.runner.twin_replays import (
     TWIN_SIM,
+    ReplayEnded,
     Stopped,
     calibrate,
     replay_runs,
@@ -144,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     except Stopped:
         print(f"{PROG}: stopped by a signal: the replays were stopped", file=sys.stderr)
         return INTERRUPTED
+    except ReplayEnded as exc:
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.code
     except (RecordFileError, ConfigError) as exc:  # a replay refused its ladder, or measured nothing
         print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
         return BAD_INPUT

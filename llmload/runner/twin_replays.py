@@ -10,7 +10,9 @@ session (a terminal's Ctrl+C reaches the twin, which passes it on once) and dies
 
 `calibrate` runs the calibration replay (`llmload.analysis.twin.calibration`); `replay_runs` the
 replay of the run's ladder and, with a change or other rungs, the prediction, side by side;
-`replayed(folder)` reads one replay's run (RecordFileError naming its log when it measured nothing).
+`replayed(folder, code)` reads one replay's run: a replay whose sweep did not exit 0 raises
+`ReplayEnded` with that sweep's own last line (how it ended, said by `llmload.runner.run_outcome`
+in the child), and one that measured nothing RecordFileError naming its log.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from llmload.analysis.twin.calibration import (
 )
 from llmload.analysis.twin.fit import TwinParams
 from llmload.core.config import ConfigError
+from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED, OK, WRITE_FAILED
 from llmload.core.files import run_files
 from llmload.core.files.records import RecordFileError
 from llmload.core.files.run_files import RunFiles
@@ -56,6 +59,16 @@ WAIT_POLL_S = 0.2  # how often the twin looks at its sweeps and its stop signals
 
 class Stopped(Exception):
     """A stop signal ended the replays."""
+
+
+class ReplayEnded(Exception):
+    """A replay's `llmload sweep` did not finish cleanly: `code` is the exit code the twin takes
+    (the sweep's own when it is bad input, a failed write or a stop; else INTERRUPTED: the replay
+    did not run to a clean end), the message the sweep's own last line (`run_outcome`'s)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def sim_pairs(params: TwinParams, model: str | None) -> list[str]:
@@ -98,6 +111,13 @@ def start_sweep(folder: Path, ladder: Mapping[str, Any], pairs: list[str]) -> su
         )
 
 
+def _log_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
 def wait_all(procs: list[subprocess.Popen[bytes]]) -> None:
     """Wait for every sweep; a stop signal to the twin goes to each once (SIGTERM); Stopped when
     one came."""
@@ -114,8 +134,15 @@ def wait_all(procs: list[subprocess.Popen[bytes]]) -> None:
         raise Stopped
 
 
-def replayed(folder: Path) -> RunResult:
-    """A replay's run, read (RecordFileError naming its log when it measured nothing)."""
+def replayed(folder: Path, code: int | None = OK) -> RunResult:
+    """A replay's run, read, after its sweep exited with `code`: ReplayEnded when that sweep did not
+    finish cleanly (its own line, from its log), RecordFileError naming its log when it measured
+    nothing."""
+    if code != OK:
+        said = [line for line in _log_lines(folder / SWEEP_LOG) if line.strip()]
+        why = said[-1].strip() if said else f"exit code {code}"
+        taken = code if code in (BAD_INPUT, WRITE_FAILED, INTERRUPTED) else INTERRUPTED
+        raise ReplayEnded(f"the replay in {folder} did not finish: {why} (see {folder / SWEEP_LOG})", taken)
     try:
         return load_run(RunFiles(folder / RUN_DIR / "run"), with_metrics=True, start_child=PythonChild)
     except RecordFileError as exc:
@@ -133,10 +160,12 @@ def calibrate(
     if not needs_calibration(ladder, params):
         return params, []
     fast = calibration_params(params)
-    wait_all([start_sweep(folder, {**ladder, "warmup_requests": 0}, sim_pairs(fast, model))])
+    sweep = start_sweep(folder, {**ladder, "warmup_requests": 0}, sim_pairs(fast, model))
+    wait_all([sweep])
+    run = replayed(folder, sweep.returncode)
     truth_path = folder / RUN_DIR / run_files.SIM_TRUTH
     truth = load_truth(truth_path)[0] if truth_path.exists() else {}
-    draws = draws_of(replayed(folder).iter_records(), truth)
+    draws = draws_of(run.iter_records(), truth)
     if not draws:
         return params, []
     return replace(params, sim_accept_len=solve_setting(draws, params.accept_len, params.max_draft)), draws
@@ -147,5 +176,6 @@ def replay_runs(
 ) -> dict[str, RunResult]:
     """Each job (name: its ladder and simulator settings) as a sweep in run_dir/<name>, side by
     side; their runs by name once every one has ended."""
-    wait_all([start_sweep(run_dir / name, ladder, pairs) for name, (ladder, pairs) in jobs.items()])
-    return {name: replayed(run_dir / name) for name in jobs}
+    sweeps = {name: start_sweep(run_dir / name, ladder, pairs) for name, (ladder, pairs) in jobs.items()}
+    wait_all(list(sweeps.values()))
+    return {name: replayed(run_dir / name, sweep.returncode) for name, sweep in sweeps.items()}

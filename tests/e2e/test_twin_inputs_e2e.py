@@ -76,11 +76,13 @@ def test_a_bad_rungs_flag_is_bad_input(run, tmp_path, rungs, says):
 
 
 def test_a_replay_that_cannot_run_is_bad_input_not_a_stop(run, tmp_path):
-    """The replay's --run-dir is a file: its sweep refuses it and measures nothing; the twin says
-    so, naming the replay's log, and exits 2 (it exited 4, the interrupted code, before)."""
+    """The replay's --run-dir is a file: its sweep refuses it; the twin says so with the sweep's
+    own line (how it ended), naming the replay's log, and exits 2 as the sweep did (it exited 4,
+    the interrupted code, before; then said only that the replay measured nothing)."""
     folder = tmp_path / "twin"
     (folder / "replay").mkdir(parents=True)
     (folder / "replay" / "run").write_text("not a folder")
     code, _, err = twin(run, folder)
-    one_error(code, err, "measured nothing")
+    one_error(code, err, "did not finish: llmload sweep: error: --run-dir")
+    assert "is a file, not a folder" in err
     assert str(folder / "replay" / "sweep.log") in err

@@ -26,7 +26,9 @@ from llmload.analysis.twin.replay import (
     ttft_tolerance_ms,
 )
 from llmload.core.config import ConfigError
+from llmload.core.exit_codes import BAD_INPUT, INTERRUPTED, WRITE_FAILED
 from llmload.core.files.records import RequestRecord
+from llmload.runner.twin_replays import SWEEP_LOG, ReplayEnded, replayed
 
 
 def engine_records(
@@ -301,3 +303,29 @@ def test_the_fits_defaults_are_the_simulators():
     from llmload.sim.engine import StepModel
 
     assert (StepModel().max_draft, SimConfig().max_num_seqs) == (MAX_DRAFT, SIM_DEFAULT_MAX_NUM_SEQS)
+
+
+@pytest.mark.parametrize(
+    ("code", "taken"),
+    [
+        (BAD_INPUT, BAD_INPUT),
+        (WRITE_FAILED, WRITE_FAILED),
+        (INTERRUPTED, INTERRUPTED),
+        (1, INTERRUPTED),
+        (-9, INTERRUPTED),
+    ],
+)
+def test_a_replay_that_did_not_finish_cleanly_ends_the_twin_with_the_sweeps_own_line(tmp_path, code, taken):
+    """The twin judges its replays by how their `llmload sweep` ended (run_outcome's line, the last
+    of the replay's log), not by whether they left records: a stopped or refused replay is said."""
+    (tmp_path / SWEEP_LOG).write_text(
+        "starting\nllmload sweep: error: stopped by SIGTERM: Locust was stopped\n\n"
+    )
+    with pytest.raises(
+        ReplayEnded, match="did not finish: llmload sweep: error: stopped by SIGTERM"
+    ) as raised:
+        replayed(tmp_path, code)
+    assert raised.value.code == taken
+    (tmp_path / SWEEP_LOG).unlink()  # no log: its exit code is what is said
+    with pytest.raises(ReplayEnded, match=f"exit code {code}"):
+        replayed(tmp_path, code)
