@@ -33,6 +33,7 @@ CORE_COLUMNS = ("conc", "agg_tok/s", "per_req_tok/s", "tokens", "wall_s", "ttft_
 # of the output tokens and the median time to the first answer token
 REASONING_COLUMNS = ("think_%", "ttfo_p50_ms")
 VALID_COLUMN = "valid_%"  # response_format runs: after the tok/s, the share of answers that fit the schema
+CALLS_VALID_COLUMN = "calls_valid_%"  # replies with tool calls: the share of calls whose arguments parse
 WIDE_COLUMNS = ("rung", "requests", "partial_tokens", "failure_kinds")
 ESTIMATED_MARK = "*"
 PARTIAL_MARK = "!"
@@ -66,11 +67,16 @@ def _checked(rows: Sequence[SweepRow]) -> bool:
     return any(r.structured and r.structured["checked"] for r in rows)
 
 
+def _called(rows: Sequence[SweepRow]) -> bool:
+    """Whether some rung's replies made tool calls (the CALLS_VALID_COLUMN)."""
+    return any(r.tool_calls for r in rows)
+
+
 def _header(rows: Sequence[SweepRow], wide: bool) -> tuple[str, ...]:
     core: tuple[str, ...] = CORE_COLUMNS
-    if _checked(rows):
-        at = core.index("per_req_tok/s") + 1
-        core = (*core[:at], VALID_COLUMN, *core[at:])
+    valid = (VALID_COLUMN,) * _checked(rows) + (CALLS_VALID_COLUMN,) * _called(rows)
+    at = core.index("per_req_tok/s") + 1
+    core = (*core[:at], *valid, *core[at:])
     if _reasoned(rows):
         at = core.index("ttft_p50_ms") + 1
         core = (*core[:at], *REASONING_COLUMNS, *core[at:])
@@ -87,7 +93,9 @@ def _reasoning_cells(row: SweepRow) -> dict[str, str]:
     }
 
 
-def _sweep_cells(row: SweepRow, wide: bool, reasoned: bool = False, checked: bool = False) -> dict[str, str]:
+def _sweep_cells(
+    row: SweepRow, wide: bool, reasoned: bool = False, checked: bool = False, called: bool = False
+) -> dict[str, str]:
     cells = {
         "conc": str(row.conc) if row.rate is None else f"{row.rate:g}/s",  # a rate rung: its rate
         "agg_tok/s": fmt_num(row.agg_tok_s),
@@ -101,6 +109,8 @@ def _sweep_cells(row: SweepRow, wide: bool, reasoned: bool = False, checked: boo
     cells[CACHE_COLUMN] = fmt_pct(cache_share(row))
     if checked:
         cells[VALID_COLUMN] = fmt_pct((row.structured or {}).get("valid_share"))
+    if called:
+        cells[CALLS_VALID_COLUMN] = fmt_pct((row.tool_calls or {}).get("valid_share"))
     if wide:
         cells |= {
             "rung": rung_name(row.rung, row.conc),
@@ -114,7 +124,7 @@ def _sweep_cells(row: SweepRow, wide: bool, reasoned: bool = False, checked: boo
 def _marked(rows: Sequence[SweepRow], wide: bool) -> list[dict[str, str]]:
     """Cells with `*` / `!` marks; in a column holding a mark, unmarked cells get a trailing space
     so the decimal points stay aligned."""
-    table = [_sweep_cells(row, wide, _reasoned(rows), _checked(rows)) for row in rows]
+    table = [_sweep_cells(row, wide, _reasoned(rows), _checked(rows), _called(rows)) for row in rows]
     for mark, columns, flags in (
         (PARTIAL_MARK, ("conc",), [r.partial for r in rows]),
         (ESTIMATED_MARK, _ESTIMATED_COLUMNS, [r.estimated for r in rows]),
@@ -195,11 +205,16 @@ def _connections_matter(row: SweepRow) -> bool:
 
 
 def structured_notes(rows: Sequence[SweepRow]) -> list[str]:
-    """Rungs whose requests carried tools or a response_format: the valid share's meaning, and
+    """Rungs whose requests carried tools or a response_format: the valid shares' meaning, and
     how many replies stopped on their own before max_tokens (a cap for them)."""
+    calls = (
+        [f"{CALLS_VALID_COLUMN}: tool calls whose arguments are a JSON object, of the calls replies made"]
+        if _called(rows)
+        else []
+    )
     shaped = [r for r in rows if r.structured]
     if not shaped:
-        return []
+        return calls
     valid = (
         f"{VALID_COLUMN}: answers that parse as JSON and fit the response_format's schema; "
         if _checked(rows)
@@ -209,7 +224,8 @@ def structured_notes(rows: Sequence[SweepRow]) -> list[str]:
     stopped = ", ".join(f"{rung_name(r.rung, r.conc)} {s['stopped']} of {s['requests']}" for r, s in counts)
     return [
         f"tools / response_format: {valid}their replies end on their own (sent without ignore_eos, "
-        f"max_tokens a cap); stopped before max_tokens: {stopped}"
+        f"max_tokens a cap); stopped before max_tokens: {stopped}",
+        *calls,
     ]
 
 
@@ -527,8 +543,9 @@ def _csv_row(
     wide: bool,
     reasoned: bool = False,
     checked: bool = False,
+    called: bool = False,
 ) -> dict[str, str]:
-    out = _sweep_cells(row, wide, reasoned, checked) | {
+    out = _sweep_cells(row, wide, reasoned, checked, called) | {
         "estimated": str(row.estimated),
         "partial": str(row.partial),
         "saturated": str(row.saturated),
@@ -580,12 +597,12 @@ def render(
         data += [asdict(m) | {"not_run": not m.started, "partial": m.started} for m in missing]
         return json.dumps(sorted(data, key=lambda d: d["rung"]), indent=2)
     if fmt == "csv":
-        reasoned, judged = _reasoned(rows), _checked(rows)
+        reasoned, judged, called = _reasoned(rows), _checked(rows), _called(rows)
         flat = _with_missing(
             [
                 (
                     r.rung,
-                    _csv_row(r, m, percentiles, wide, reasoned, judged)
+                    _csv_row(r, m, percentiles, wide, reasoned, judged, called)
                     | {k: v for e in extras for k, v in e.csv(r.rung).items()},
                 )
                 for r, m in paired

@@ -1,7 +1,8 @@
 """Requests that carry tools and a response_format, through a real sweep against the simulator:
 what the server was sent (its truth log: a tool call or JSON for every request), replies that stop
 on their own without failing token reconciliation, and the valid share per rung against the
-simulator's own account of which replies it sent invalid (`--invalid-share`, drawn from its seed).
+simulator's own account of which replies it sent invalid (`--invalid-share`, drawn from its seed),
+and so the valid share of the tool calls.
 """
 
 from __future__ import annotations
@@ -80,3 +81,8 @@ def test_tools_are_sent_and_answered_with_tool_calls(tmp_path):
     (row,) = load_run(run.prefix).rows
     assert row.structured is not None and row.structured["stopped"] == len(records)
     assert "stopped before max_tokens: rung01 c2 8 of 8" in render([row])
+    # the valid share of the calls beside tok/s: of one call a reply, those the simulator sent valid
+    sent_valid = sum(truth[r.request_id]["valid"] for r in records)
+    assert row.tool_calls is not None and row.tool_calls["calls"] == len(records)
+    assert row.tool_calls["valid_share"] == sent_valid / len(records)
+    assert "calls_valid_%" in render([row])

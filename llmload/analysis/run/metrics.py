@@ -213,7 +213,7 @@ class RungMetrics:
     input_tokens: Summary | None = None  # usage.prompt_tokens of completed requests
     wall_s: float = 0.0
     reasoning: dict[str, Any] | None = None  # reasoning models: rung_tally.RungTally.reasoning_summary
-    tool_calls: dict[str, int] | None = None  # replies with tool calls: rung_tally.RungTally.tool_summary
+    tool_calls: dict[str, Any] | None = None  # replies with tool calls: rung_tally.RungTally.tool_summary
 
     def as_dict(self) -> dict[str, Any]:
         skip = ("latencies", "input_tokens")

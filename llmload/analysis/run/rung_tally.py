@@ -383,13 +383,21 @@ class RungTally:
             self.reasoning_counted += rec.reasoning_counted
             self.unanswered += unanswered(rec)
 
-    def tool_summary(self) -> dict[str, int] | None:
+    def tool_summary(self) -> dict[str, Any] | None:
         """The rung's replies with tool calls (definitions: docs/metrics.md): `requests` (completed
-        requests whose reply made a tool call), `calls`, `parallel` (replies of several calls) and
-        `invalid` (calls whose arguments are not a JSON object); None when no reply made one."""
+        requests whose reply made a tool call), `calls`, `parallel` (replies of several calls),
+        `invalid` (calls whose arguments are not a JSON object) and `valid_share` (1 - invalid /
+        calls); None when no reply made one."""
         if not self.tools["requests"]:
             return None
-        return {key: self.tools[key] for key in ("requests", "calls", "parallel", "invalid")}
+        t = self.tools
+        return {
+            "requests": t["requests"],
+            "calls": t["calls"],
+            "parallel": t["parallel"],
+            "invalid": t["invalid"],
+            "valid_share": 1.0 - t["invalid"] / t["calls"],
+        }
 
     def _add_structured(self, rec: RequestRecord) -> None:
         """A completed request that carried tools or a response_format."""
@@ -522,6 +530,7 @@ class RungTally:
             rate=self.rate,
             reasoning=self.reasoning_summary(),
             structured=self.structured_summary(),
+            tool_calls=self.tool_summary(),
             waited=None if waited is None else waited[0],
             decoding_max=None if waited is None else waited[1],
             chunks_lower_bound=self.itl_per_chunk,

@@ -40,6 +40,10 @@ Definitions (per rung):
   cap) and their share, and the answers checked against the response_format's schema, of them
   the valid ones and their share (`valid_share`; `RungTally.structured_summary`; definitions in
   docs/agent-traffic.md).
+- tool_calls (a rung whose replies made tool calls, else None): the completed requests whose reply
+  made one, the calls, replies of several calls, calls whose arguments are not a JSON object
+  (`invalid`) and the valid share of the calls, 1 - invalid / calls (`RungTally.tool_summary`;
+  definitions in docs/metrics.md).
 - waited / decoding_max: requests that waited for a place in the server's batch and the most
   streams decoding at once (llmload.analysis.run.steps.waited_requests); None without streams.
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.run.health),
@@ -126,6 +130,7 @@ class SweepRow:
     server: dict[str, Any] | None = None  # the server's figures (ServerRungMetrics.as_dict)
     window: dict[str, float] | None = None  # the rung's one window: start, end, seconds (= wall_s)
     structured: dict[str, Any] | None = None  # tools, response_format: RungTally.structured_summary
+    tool_calls: dict[str, Any] | None = None  # replies with tool calls: RungTally.tool_summary
 
 
 @dataclass(frozen=True, slots=True)
