@@ -2,7 +2,8 @@
 
 The page holds, from the run's own files: the run summary (target, model, stage times), the
 decision of `llmload twin` when there is one (a table: `--decision`, or a decision.json beside
-the run's files), the sweep table, the plots, the latency and rates tables, the server metrics
+the run's files), the sweep table, the plots, the latency and rates tables, a session run's
+tables (per turn and per session), the server metrics
 per rung (when they were scraped), every cross-check warning, the run configuration and the
 environment recorded at run time (`<prefix>_env.json`: server version, package versions,
 generator CPU, Python). Tables are the same text `llmload table` prints. Files go beside the
@@ -31,6 +32,7 @@ from llmload.core.files.run_files import DECISION, RunFiles
 from llmload.core.run_environment import read_environment
 from llmload.output.gpu_report import gpu_extra
 from llmload.output.plots import write_plots
+from llmload.output.run_table import session_tables
 from llmload.output.server_report import render_server_metrics
 from llmload.output.table import render, render_metrics
 from llmload.output.twin_report import DECISION_STYLE, decision_table_html
@@ -118,6 +120,8 @@ def render_html(
         "<h2>Latency and rates</h2>",
         _pre(render_metrics(result.metrics or [], "table")),
     ]
+    if result.sessions:
+        parts += ["<h2>Sessions</h2>", _pre(session_tables(result))]
     if server is not None:
         parts += ["<h2>Server metrics</h2>", _pre(render_server_metrics(server, "table"))]
     if result.gpu is not None:  # asked for (gpu_metrics): its table and its notes (why none, if none)

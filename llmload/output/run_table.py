@@ -1,6 +1,7 @@
 """A post-processed run (`llmload.analysis.run.postprocess.RunResult`) as text: the sweep table and,
-for session runs, the per-turn table. Shared by `llmload table`, `llmload sweep` and the web UI's
-results download; rendering lives here, in the output layer, so analysis never imports output."""
+for session runs, the per-turn table and the figures per session. Shared by `llmload table`,
+`llmload sweep` and the web UI's results download; rendering lives here, in the output layer, so
+analysis never imports output."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from llmload.analysis.run.production_traffic import turn_metrics
 from llmload.core.stats import DEFAULT_PERCENTILES
 from llmload.output.gpu_report import gpu_extra, gpu_notes
 from llmload.output.table import render, table_notes
-from llmload.output.turn_table import render_turns
+from llmload.output.turn_table import render_sessions, render_turns, session_extra
 
 
 def render_run(
@@ -23,7 +24,8 @@ def render_run(
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     wide: bool = False,
 ) -> str:
-    """The run's table(s) in fmt, without the warnings; with session turns, the per-turn table."""
+    """The run's table(s) in fmt, without the warnings; with session turns, the session tables
+    (table, markdown; json and csv carry the figures per session in their rows)."""
     text = render(
         result.rows,
         fmt,
@@ -33,11 +35,20 @@ def render_run(
         missing=result.missing,
         notes=extra_notes(result),
         determinism=result.divergence or None,
-        extras=[] if result.gpu is None else [gpu_extra(result.gpu, result.rows)],
+        extras=[
+            *([] if result.gpu is None else [gpu_extra(result.gpu, result.rows)]),
+            *([session_extra(result.sessions)] if result.sessions else []),
+        ],
     )
-    sessions = fmt in ("table", "markdown") and any(t.sessions for t in result.rungs)
-    turns = render_turns(turn_metrics(result.iter_records()), fmt) if sessions else ""
-    return f"{text}\n\n{turns}" if turns else text
+    if fmt not in ("table", "markdown") or not result.sessions:
+        return text
+    return "\n\n".join([text, session_tables(result, fmt)])
+
+
+def session_tables(result: RunResult, fmt: str = "table") -> str:
+    """A session run's tables in fmt (table or markdown): per turn, then per session."""
+    turns = render_turns(turn_metrics(result.iter_records()), fmt)
+    return "\n\n".join(filter(None, [turns, render_sessions(result.sessions, result.rows, fmt)]))
 
 
 def run_notes(result: RunResult) -> list[str]:

@@ -5,8 +5,9 @@ each record is decoded, tallied into its rung's `llmload.analysis.run.rung_tally
 dropped, so memory grows with the rungs (and the
 per-request floats and ITL histogram of each), not with the records and their chunk times. What
 needs the raw records reads the file again, one record at a time (`RunResult.iter_records`): the
-per-turn table of session runs, the server-metrics token cross-check, and the greedy-determinism
-check (which keeps the records of its probes: only when the run has them).
+per-turn table and the figures per session (`llmload.analysis.sessions`) of session runs, the
+server-metrics token cross-check, and the greedy-determinism check (which keeps the records of
+its probes: only when the run has them).
 `load_run(keep_records=True)` keeps every record (`llmload compare`'s bootstrap needs them).
 
 Reads `<prefix>_records.jsonl` (required), `<prefix>_run.json` (the ladder's own account: which
@@ -31,6 +32,7 @@ from llmload.analysis.run.records_pass import RecordsPass, StartChild, tally_fil
 from llmload.analysis.run.rung_tally import RungTally, SharedPrefix, sweep_rows
 from llmload.analysis.run.server_metrics import ServerMetrics, server_metrics_of
 from llmload.analysis.run.sweep_rows import MissingRung, Rung, SweepRow, group_rungs
+from llmload.analysis.sessions.figures import SessionEnds, SessionFigures, session_figures
 from llmload.core.files.chunk_index import index_path
 from llmload.core.files.records import RecordFileError, RequestRecord, iter_record_lines
 from llmload.core.files.run_files import RunFiles
@@ -55,6 +57,7 @@ class RunResult:
     records_file: Path | None = None  # the records, when not at <prefix>_records.jsonl
     server: ServerMetrics | None = None  # the server's own figures, when the run scraped /metrics
     gpu: GpuMetrics | None = None  # a DCGM exporter's figures per rung, when the run asked (gpu_metrics)
+    sessions: dict[int, SessionFigures] = field(default_factory=dict)  # session runs: figures by rung
 
     @property
     def records_path(self) -> Path:
@@ -179,6 +182,9 @@ def load_run(
     result.records_file = files.records_file
     result.server = server
     result.gpu = load_gpu_metrics(prefix, info, [(t.window, t.tokens) for t in rungs])
+    if any(t.sessions for t in rungs):  # the figures per session (llmload.analysis.sessions)
+        ends = SessionEnds.of((info.config if info else {}).get("sessions"))
+        result.sessions = session_figures(result.iter_records(), ends)
     if found.tally.probe_requests:  # the greedy-determinism check's probes: compare their texts
         result.divergence = divergence(group_rungs(result.iter_records(), DETERMINISM_PHASE))
     return result

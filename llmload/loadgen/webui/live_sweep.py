@@ -18,6 +18,10 @@ over the scrapes inside the rung's one window (llmload.analysis.run.window; a ru
 now) and the acceptance length of its counters, as `llmload
 table --metrics` computes them at the end (llmload.analysis.run.server_metrics); '-' without them.
 
+A session run's rows also show its figures per session so far (`llmload.analysis.sessions.figures`
+on the rung's records received: finished sessions and their makespan p50 and p99); a session
+still playing counts as unended until its last turn comes.
+
 The charts' time series (`history`) samples each rung's agg and per-request tok/s as they stand
 after its latest record: one point per rung whose tally changed, at that rung's latest request
 end (`t`, epoch s), at most every `SAMPLE_S` seconds while records arrive, and whenever the series
@@ -27,6 +31,7 @@ is read (so the last point of a rung is always its final figures).
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Any
 
 from llmload.analysis.run.rung_tally import RungTally, SweepTally, percentile_or_none
@@ -37,29 +42,41 @@ from llmload.analysis.run.server_metrics import (
     rung_server_metrics,
 )
 from llmload.analysis.run.window import rung_window
+from llmload.analysis.sessions.figures import SessionEnds, SessionFigures, SessionTally
 from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE, rung_name
 from llmload.loadgen.run.run_state import RunState
 from llmload.output.table import server_view_cells
 from llmload.output.toolkit.cells import fmt_num, fmt_pct
+from llmload.output.turn_table import session_cells
+
+SESSION_COLUMNS = ("sessions_finished", "session_makespan_p50_s", "session_makespan_p99_s")
 
 SAMPLE_S = 2.0  # Locust's own pages poll every 2 s
 
 
 def tab_cells(
-    tally: RungTally, *, state: str, now_tok_s: float | None, server: ServerRungMetrics | None = None
+    tally: RungTally,
+    *,
+    state: str,
+    now_tok_s: float | None,
+    server: ServerRungMetrics | None = None,
+    sessions: SessionFigures | None = None,
 ) -> dict[str, str]:
     """The Tokens tab's row: display strings rounded as `llmload table` rounds them (the server's
-    figures as its `--metrics` server view does)."""
+    figures as its `--metrics` server view does, the figures per session as its session table)."""
     row = tally.row()
     cache = tally.cache()
     view = server_view_cells(None if server is None else server.as_dict())
+    per_session = session_cells(sessions)
     return {
         "rung": rung_name(row.rung, row.conc),
         "users": str(row.conc),
         "state": state,
         "agg_tok_s": fmt_num(row.agg_tok_s),
         "per_req_tok_s": fmt_num(row.per_req_tok_s),
+        "valid_pct": fmt_pct((row.structured or {}).get("valid_share")),
+        "calls_valid_pct": fmt_pct((row.tool_calls or {}).get("valid_share")),
         "ttft_p50_ms": fmt_num(row.ttft_p50_ms),
         "ttft_p99_ms": fmt_num(percentile_or_none(tally.ttfts_ms, 99.0)),
         "tpot_p50_ms": fmt_num(percentile_or_none(tally.tpots_ms, 50.0)),
@@ -73,6 +90,7 @@ def tab_cells(
         "srv_waiting": view["waiting"],
         "kv_usage_pct": view["kv_usage"],
         "accept_len": view["accept_len"],
+        **{key: per_session[key] for key in SESSION_COLUMNS},
         "now_tok_s": "" if now_tok_s is None else fmt_num(now_tok_s),
     }
 
@@ -106,6 +124,7 @@ class LiveSweep:
 
     def _reset(self) -> None:
         self.tally = SweepTally()
+        self.sessions: dict[int, SessionTally] = {}  # session runs: each rung's session trees
         self.history: list[dict[str, Any]] = []
         self._sampled_requests: dict[int, int] = {}
         self._sampled_at = 0.0
@@ -125,7 +144,10 @@ class LiveSweep:
     def add(self, run: RunState, rec: RequestRecord) -> None:
         """A record as the ladder received it (the `LadderShape.record_hooks` signature)."""
         self.follow(run)
-        if self.tally.add_record(rec) is not None and time.time() - self._sampled_at >= SAMPLE_S:
+        tally = self.tally.add_record(rec)
+        if tally is not None and rec.session is not None:
+            self.sessions.setdefault(rec.rung, SessionTally(rec.rung, rec.users)).add(rec)
+        if tally is not None and time.time() - self._sampled_at >= SAMPLE_S:
             self.sample()
 
     def sample(self) -> None:
@@ -187,13 +209,22 @@ class LiveSweep:
         """One row of display strings per rung (the Tokens tab), in ladder order."""
         rows = []
         server = self.server_view()
+        configured = None if self.run is None else self.run.config.sessions
+        ends = SessionEnds.of(None if configured is None else asdict(configured))
         for index, state in self.states(active).items():
             now_tok_s = None
             if state == "running":
                 assert self.run is not None and self.run.current is not None
                 since = time.time() - (self.run.current.stage.start_at or 0.0)
                 now_tok_s = self.rungs[index].completed_tokens_per_s(since)
-            cells = tab_cells(self.rungs[index], state=state, now_tok_s=now_tok_s, server=server.get(index))
+            sessions = self.sessions.get(index)
+            cells = tab_cells(
+                self.rungs[index],
+                state=state,
+                now_tok_s=now_tok_s,
+                server=server.get(index),
+                sessions=None if sessions is None else sessions.figures(ends),
+            )
             rows.append(cells)
         return rows
 

@@ -36,6 +36,8 @@ COLUMNS = (
     ("state", "State"),
     ("agg_tok_s", "Agg tok/s"),
     ("per_req_tok_s", "Per-request tok/s"),
+    ("valid_pct", "Valid replies %"),
+    ("calls_valid_pct", "Valid tool calls %"),
     ("ttft_p50_ms", "TTFT p50 (ms)"),
     ("ttft_p99_ms", "TTFT p99 (ms)"),
     ("tpot_p50_ms", "TPOT p50 (ms)"),
@@ -49,6 +51,9 @@ COLUMNS = (
     ("srv_waiting", "Server waiting"),
     ("kv_usage_pct", "KV cache %"),
     ("accept_len", "Accept length"),
+    ("sessions_finished", "Sessions finished"),
+    ("session_makespan_p50_s", "Session makespan p50 (s)"),
+    ("session_makespan_p99_s", "Session makespan p99 (s)"),
     ("now_tok_s", "Current rung tok/s"),
 )
 

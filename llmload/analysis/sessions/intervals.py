@@ -1,0 +1,26 @@
+"""Time intervals on one clock (epoch seconds): their union and the time it covers. A session's
+model time is the union of its requests' intervals (`llmload.analysis.sessions.figures`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+Span = tuple[float, float]  # start, end (s); an end before its start is an empty span
+
+
+def union(spans: Iterable[Span]) -> list[Span]:
+    """The union of `spans` as disjoint spans in time order (touching spans joined; empty ones
+    dropped)."""
+    merged: list[Span] = []
+    for start, end in sorted(s for s in spans if s[1] > s[0]):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def length(disjoint: Sequence[Span]) -> float:
+    """The time disjoint spans cover (s)."""
+    return sum(end - start for start, end in disjoint)
