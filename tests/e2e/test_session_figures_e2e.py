@@ -115,8 +115,8 @@ def test_the_valid_share_of_structured_replies_per_rung_is_the_simulators(sessio
     run, records, truth = session_run
     result = load_run(run.prefix)
     for row in result.rows:
-        spoiled = [not truth[r.request_id]["valid"] for r in records if r.rung == row.rung]
-        assert row.structured is not None and row.structured["checked"] == len(spoiled)
-        assert row.structured["valid_share"] == 1.0 - sum(spoiled) / len(spoiled)
+        sent_valid = [truth[r.request_id]["valid"] for r in records if r.rung == row.rung]
+        assert row.structured is not None and row.structured["checked"] == len(sent_valid)
+        assert row.structured["valid_share"] == sum(sent_valid) / len(sent_valid)
     assert {truth[r.request_id]["valid"] for r in records} == {True, False}  # both kinds were sent
     assert "valid_%" in render_run(result)

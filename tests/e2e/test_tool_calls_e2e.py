@@ -92,7 +92,7 @@ def test_a_tool_call_is_chunks_timed_against_the_servers_writes(servers, tmp_pat
     assert sorted(chunk_errors)[int(0.9 * (len(chunk_errors) - 1))] < 0.001, chunk_errors[-10:]
     (tally,) = tally_rungs(records)
     metrics = tally.metrics()
-    assert metrics.tool_calls == {"requests": 4, "calls": 4, "parallel": 0, "invalid": 0}
+    assert metrics.tool_calls == {"requests": 4, "calls": 4, "parallel": 0, "invalid": 0, "valid_share": 1.0}
     assert metrics.latencies["ttftc"] is not None and metrics.latencies["ttftc"].count == 4
     assert not metrics.itl_per_chunk
     table = render_metrics([metrics])
@@ -111,8 +111,20 @@ def test_parallel_calls_and_invalid_arguments_are_counted(servers, tmp_path):
         assert len(truth[rec.request_id]["calls"]) == 3
     assert all(rec.ok and rec.tool_calls == 1 and rec.tool_calls_invalid == 1 for rec in bad)
     (calls_tally,), (bad_tally,) = tally_rungs(calls), tally_rungs(bad)
-    assert calls_tally.metrics().tool_calls == {"requests": 2, "calls": 6, "parallel": 2, "invalid": 0}
-    assert bad_tally.metrics().tool_calls == {"requests": 2, "calls": 2, "parallel": 0, "invalid": 2}
+    assert calls_tally.metrics().tool_calls == {
+        "requests": 2,
+        "calls": 6,
+        "parallel": 2,
+        "invalid": 0,
+        "valid_share": 1.0,
+    }
+    assert bad_tally.metrics().tool_calls == {
+        "requests": 2,
+        "calls": 2,
+        "parallel": 0,
+        "invalid": 2,
+        "valid_share": 0.0,
+    }
     assert bad_tally.row().failures == 0
 
 

@@ -10,6 +10,7 @@ import csv
 import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fixtures.runs import make_record
@@ -18,6 +19,9 @@ from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.rung_tally import RungTally
 from llmload.analysis.sessions.figures import SessionEnds, session_figures, top_level
 from llmload.analysis.sessions.intervals import length, union
+from llmload.core.config import parse_config
+from llmload.core.files.run_files import RunFiles
+from llmload.loadgen.webui.live_sweep import LiveSweep
 from llmload.output.html_report import render_html
 from llmload.output.run_table import render_run
 from llmload.output.table import render
@@ -131,6 +135,18 @@ def test_the_table_json_csv_and_html_show_the_figures(tmp_path):
     assert flat["session_model_%"] == "70.8"
     page = render_html(result, {}, None, None)
     assert "<h2>Sessions</h2>" in page and "makespan_p50_s" in page
+
+
+def test_the_tokens_tab_shows_them_as_the_table_does(tmp_path):
+    config = parse_config({"endpoint": "chat", "stream": True, "sessions": {"turns": 3}}, "ladder.yaml")
+    run = SimpleNamespace(progress=[], current=None, files=RunFiles(tmp_path / "run"), config=config)
+    live = LiveSweep()
+    for rec in RUNG0:
+        live.add(run, rec)
+    (cells,) = live.table(active=False)
+    shown = ("sessions_finished", "session_makespan_p50_s", "session_makespan_p99_s", "calls_valid_pct")
+    assert [cells[k] for k in shown] == ["2", "6.00", "6.98", "75.0"]  # 4 calls, 1 invalid
+    assert cells["valid_pct"] == "-"  # no answer checked against a schema
 
 
 def test_runs_without_sessions_or_fan_out_show_no_such_columns(tmp_path):

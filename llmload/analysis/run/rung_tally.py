@@ -396,7 +396,7 @@ class RungTally:
             "calls": t["calls"],
             "parallel": t["parallel"],
             "invalid": t["invalid"],
-            "valid_share": 1.0 - t["invalid"] / t["calls"],
+            "valid_share": (t["calls"] - t["invalid"]) / t["calls"],
         }
 
     def _add_structured(self, rec: RequestRecord) -> None:

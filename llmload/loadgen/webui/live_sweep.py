@@ -205,12 +205,15 @@ class LiveSweep:
         ]
         return {m.rung: m for m in rung_server_metrics(samples, windows, {})}
 
+    def _session_ends(self) -> SessionEnds:
+        """When the run's sessions end (its `sessions:` section; a session run has a run)."""
+        configured = None if self.run is None else self.run.config.sessions
+        return SessionEnds.of(None if configured is None else asdict(configured))
+
     def table(self, active: bool) -> list[dict[str, str]]:
         """One row of display strings per rung (the Tokens tab), in ladder order."""
         rows = []
         server = self.server_view()
-        configured = None if self.run is None else self.run.config.sessions
-        ends = SessionEnds.of(None if configured is None else asdict(configured))
         for index, state in self.states(active).items():
             now_tok_s = None
             if state == "running":
@@ -223,7 +226,7 @@ class LiveSweep:
                 state=state,
                 now_tok_s=now_tok_s,
                 server=server.get(index),
-                sessions=None if sessions is None else sessions.figures(ends),
+                sessions=None if sessions is None else sessions.figures(self._session_ends()),
             )
             rows.append(cells)
         return rows
