@@ -19,7 +19,7 @@ from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.rung_tally import RungTally
 from llmload.analysis.sessions.figures import SessionEnds, session_figures, top_level
 from llmload.analysis.sessions.intervals import length, union
-from llmload.core.config import parse_config
+from llmload.core.config import SessionConfig, parse_config
 from llmload.core.files.run_files import RunFiles
 from llmload.loadgen.webui.live_sweep import LiveSweep
 from llmload.output.html_report import render_html
@@ -90,7 +90,8 @@ def test_what_ends_a_session():
     # a sub-agent cut cuts its tree
     cut = [turn("g", 1, 0.0, 1.0), turn("g/1", 1, 0.0, 0.5, outcome="timeout")]
     assert session_figures(cut, SessionEnds(turns=1))[0].failed == 1
-    assert SessionEnds.of({"turns": 4}) == SessionEnds(turns=4) and SessionEnds.of(None) == SessionEnds()
+    assert SessionEnds.of(SessionConfig(turns=4)) == SessionEnds(turns=4)
+    assert SessionEnds.of(None) == SessionEnds()
 
 
 def test_figures_per_rung_and_only_measured_session_records():
@@ -108,7 +109,7 @@ def write_run(tmp: Path, records, turns: int) -> Path:
     prefix = tmp / "run"
     Path(f"{prefix}_records.jsonl").write_text("".join(r.to_json() + "\n" for r in records))
     Path(f"{prefix}_run.json").write_text(
-        json.dumps({"stages": [], "config": {"sessions": {"turns": turns}}})
+        json.dumps({"stages": [], "config": {"endpoint": "chat", "sessions": {"turns": turns}}})
     )
     return prefix
 

@@ -183,7 +183,8 @@ def load_run(
     result.server = server
     result.gpu = load_gpu_metrics(prefix, info, [(t.window, t.tokens) for t in rungs])
     if any(t.sessions for t in rungs):  # the figures per session (llmload.analysis.sessions)
-        ends = SessionEnds.of((info.config if info else {}).get("sessions"))
+        recorded = info.recorded("sessions") if info else None
+        ends = SessionEnds.of(None if recorded is None else recorded.sessions)
         result.sessions = session_figures(result.iter_records(), ends)
     if found.tally.probe_requests:  # the greedy-determinism check's probes: compare their texts
         result.divergence = divergence(group_rungs(result.iter_records(), DETERMINISM_PHASE))

@@ -19,11 +19,12 @@ calls, sub-agents and shares are of finished trees only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.analysis.sessions.intervals import Span, length, union
+from llmload.core.config import SessionConfig
 from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE
 from llmload.core.stats import DEFAULT_PERCENTILES, mean, percentile, percentile_label
@@ -44,10 +45,9 @@ class SessionEnds:
     turns: int | None = None
 
     @classmethod
-    def of(cls, sessions: Mapping[str, Any] | None) -> SessionEnds:
-        """The rule of a run's `sessions:` section as written in its run file (None: unknown)."""
-        turns = (sessions or {}).get("turns")
-        return cls(turns=turns if type(turns) is int else None)
+    def of(cls, sessions: SessionConfig | None) -> SessionEnds:
+        """The rule of a run's `sessions:` section (None: not known)."""
+        return cls() if sessions is None else cls(turns=sessions.turns)
 
     def ended(self, last: RequestRecord) -> bool:
         """Whether a session whose last turn is `last` (completed) reached its end."""

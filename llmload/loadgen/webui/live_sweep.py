@@ -31,7 +31,6 @@ is read (so the last point of a rung is always its final figures).
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from typing import Any
 
 from llmload.analysis.run.rung_tally import RungTally, SweepTally, percentile_or_none
@@ -207,8 +206,7 @@ class LiveSweep:
 
     def _session_ends(self) -> SessionEnds:
         """When the run's sessions end (its `sessions:` section; a session run has a run)."""
-        configured = None if self.run is None else self.run.config.sessions
-        return SessionEnds.of(None if configured is None else asdict(configured))
+        return SessionEnds.of(None if self.run is None else self.run.config.sessions)
 
     def table(self, active: bool) -> list[dict[str, str]]:
         """One row of display strings per rung (the Tokens tab), in ladder order."""
