@@ -82,6 +82,44 @@ def test_several_tokens_a_chunk_with_per_chunk_usage(fast):
     assert acc.tokens_per_chunk() == [2, 4, 3] and acc.tools is not None and acc.tools.invalid() == 0
 
 
+CLOSING = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}  # vLLM's: no content key
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_a_closing_delta_that_carries_tokens_is_a_chunk(fast):
+    """vLLM's tool parser holds back the call's last tokens (the closing tag) and ends the stream
+    with an empty `delta: {}` and the finish_reason; with per-chunk usage that message's tokens
+    show: it is the reply's last token chunk, so every token is in a chunk and the last step is
+    timed (before, the 12 tokens of a real vLLM's closing delta were in no chunk: 34 of 46)."""
+    acc = parse(
+        lines(
+            ROLE,
+            delta(call(0, "get_weather"), usage=22),
+            delta(call(0, args='{"city": "Paris"}'), usage=32),
+            {**CLOSING, "usage": {"prompt_tokens": 3, "completion_tokens": 44}},
+        ),
+        fast,
+    )
+    assert acc.tokens_per_chunk() == [22, 10, 12] and acc.chunk_times == [1.0, 2.0, 3.0]
+    assert acc.finish_reason == "tool_calls" and acc.output_tokens(64) == (44, False)
+
+
+@pytest.mark.parametrize(("final", "chunks"), [(3, [0.0, 1.0, 2.0]), (2, [0.0, 1.0])])
+def test_a_closing_delta_without_per_chunk_usage_is_a_token_only_when_the_count_says_so(final, chunks):
+    """Usage only at the end: the closing `delta: {}` is a token when the count is one above the
+    chunks seen (as a text stream's empty closing chunk), else not."""
+    acc = parse(
+        lines(
+            delta(call(0, "f")),
+            delta(call(0, args="{}")),
+            CLOSING,
+            {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": final}},
+        ),
+        fast=False,
+    )
+    assert acc.chunk_times == chunks and acc.completion_tokens == final
+
+
 @pytest.mark.parametrize("fast", [False, True])
 def test_a_name_split_across_deltas_is_one_name(fast):
     acc = parse(lines(delta(call(0, "get_")), delta(call(0, "weather")), delta(call(0, args="{}"))), fast)

@@ -17,7 +17,8 @@ Definitions (as vLLM `bench serve`, see docs/metrics.md):
 - t_last: the last message with non-empty `choices` (vLLM's end of the request);
 - a *token chunk* is a `choices` message that carries generated text, or empty text without a
   finish_reason (vLLM sends a token whose bytes are not yet a full character that way); the
-  role-only chat delta is not. A closing message with empty text and a finish_reason is a token
+  role-only chat delta is not. A closing message with empty text (or none: vLLM closes a tool
+  call's stream with `delta: {}`, its parser's held-back tokens in it) and a finish_reason is a token
   for vLLM (its last token, when that token's bytes end inside a character) and not one for
   llama.cpp (a closing chunk after the last token): only the server's count can tell, so it is
   held as a candidate until usage arrives and counted when usage proves it a token (per-chunk
@@ -183,7 +184,7 @@ class StreamAccumulator(TemplatePath):
             self._on_reasoning(t, bool(text))
             text = reasoning + (text or "")
         elif not (text or tool or (not role_only and not finish)):
-            if finish and not role_only:
+            if finish:  # text "" or none at all (vLLM's tool-call streams close with `delta: {}`)
                 self._closing = (t, usage)
             return
         else:
