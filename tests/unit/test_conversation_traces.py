@@ -12,13 +12,15 @@ from fixtures.sim_calibration import SIM_OVERHEAD, SIM_VOCAB
 
 from llmload.core.config import ConfigError, SweepConfig
 from llmload.core.workload.conversations import (
+    HISTORY_AUTHORED,
     HISTORY_DELTAS,
+    HISTORY_ISOLATED,
     HISTORY_WHOLE,
     Conversation,
     ConversationTurn,
-    parse_conversations,
 )
 from llmload.core.workload.trace_file import parse_trace
+from llmload.core.workload.trace_formats import parse_conversations
 from llmload.loadgen.workload.trace import TraceWorkload
 from llmload.sim.tokens import count_tokens
 
@@ -230,7 +232,7 @@ def test_turn_texts_cost_what_the_trace_says(tmp_path):
 def test_a_multi_turn_trace_needs_messages(tmp_path):
     with pytest.raises(
         ConfigError,
-        match=re.escape("t.jsonl: a multi-turn trace resends each conversation's history as messages"),
+        match=re.escape("t.jsonl: a multi-turn trace sends each turn as chat messages"),
     ):
         workload(tmp_path, MOONCAKE, endpoint="completions")
     small = {**WEKA, "requests": [{**WEKA["requests"][0], "in": 1}]}
@@ -242,3 +244,149 @@ def test_a_conversation_counts_its_subagents_turns():
     sub = Conversation("p/1", 0.0, (ConversationTurn(1, 5, 1),))
     turn = ConversationTurn(1, 5, 1, subagents=(sub, sub))
     assert Conversation("p", 0.0, (turn, ConversationTurn(1, 5, 1))).requests() == 4
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+DAG = [
+    {
+        "session_id": "root",
+        "turns": [
+            {
+                "messages": [{"role": "system", "content": "s"}, user("plan")],
+                "max_tokens": 5,
+                "delay": 40,
+                "spawns": ["a", "b"],
+            },
+            {
+                "messages": [user("merge")],
+                "max_tokens": 4,
+                "delay": 25.5,
+                "spawns": [{"children": ["c"], "join_at": 3}],
+            },
+            {"messages": [user("go on")], "max_tokens": 3, "model": "x", "extra": {"temperature": 1}},
+            {"messages": [user("done")], "max_tokens": 2},
+        ],
+    },
+    {"session_id": "a", "turns": [{"messages": [user("look")], "max_tokens": 6, "delay": 10}]},
+    {
+        "session_id": "b",
+        "context_mode": "message_array_with_responses",
+        "turns": [
+            {"messages": [user("x")], "max_tokens": 1},
+            {"messages": [user("y")], "max_tokens": 1, "spawns": ["d"]},
+        ],
+    },
+    {
+        "session_id": "c",
+        "context_mode": "deltas_with_responses",
+        "turns": [{"messages": [user("z")], "max_tokens": 2}],
+    },
+    {"session_id": "d", "turns": [{"messages": [user("w")], "max_tokens": 2}]},
+    {"session_id": "lone", "turns": [{"messages": [user("q")], "max_tokens": 9}]},
+]
+
+
+def test_dag_roots_spawns_joins_and_context_modes():
+    text = "".join(json.dumps(line) + "\n" for line in DAG)
+    root, lone = parse_conversations(text, "d.jsonl") or []
+    assert (root.id, root.timestamp_ms, root.history, root.parent) == ("root", 40.0, HISTORY_DELTAS, None)
+    assert (lone.id, lone.timestamp_ms, lone.turns[0].line, lone.turns[0].output_length) == (
+        "lone",
+        0.0,
+        6,
+        9,
+    )
+    assert [(t.line, t.output_length, t.wait_s, t.messages[-1]["content"]) for t in root.turns] == [
+        (1, 5, 0.0, "plan"),  # a first turn's delay is the conversation's (a root: its start)
+        (1, 4, 0.0255, "merge"),
+        (1, 3, 0.0, "go on"),
+        (1, 2, 0.0, "done"),
+    ]
+    assert root.turns[0].messages[0] == {"role": "system", "content": "s"}
+    a, b = root.turns[0].subagents
+    (c,) = root.turns[1].subagents
+    assert [(s.id, s.parent, s.join_turn, s.wait_s, s.history) for s in (a, b, c)] == [
+        ("root/1", "root", None, 0.01, HISTORY_DELTAS),
+        ("root/2", "root", None, 0.0, HISTORY_ISOLATED),
+        ("root/3", "root", 4, 0.0, HISTORY_AUTHORED),  # join_at 3 (0-based): turn 4 waits for it
+    ]
+    (d,) = b.turns[1].subagents
+    assert (d.id, d.parent, [t.line for t in d.turns]) == ("root/2/1", "root/2", [5])
+    assert root.requests() == 9  # root 4, a 1, b 2 and its d 1, c 1
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (
+            [{"session_id": "r", "turns": [{"messages": [user("x")]}]}],
+            "d.jsonl:1 turns[0]: 'max_tokens' must be an integer >= 1 (required here), got None",
+        ),
+        (
+            [{"session_id": "r", "turns": [{"messages": [], "max_tokens": 1}]}],
+            "d.jsonl:1 turns[0]: 'messages' must be a non-empty list of objects with a 'role'",
+        ),
+        (
+            [{"session_id": "r", "turns": [{"messages": [user("x")], "max_tokens": 1, "delay": "1"}]}],
+            "d.jsonl:1 turns[0]: 'delay' must be a number of milliseconds >= 0, got '1'",
+        ),
+        (
+            [{"session_id": "r", "turns": [{"messages": [user("x")], "max_tokens": 1, "spawns": ["nope"]}]}],
+            "d.jsonl:1: 'spawns' names 'nope', which no line defines",
+        ),
+        (
+            [{"session_id": "r", "turns": [{"messages": [user("x")], "max_tokens": 1, "forks": ["r"]}]}],
+            "d.jsonl:1: 'forks' is AIPerf's and not replayed here",
+        ),
+        (
+            [{"session_id": "r", "turns": [], "orchestrator": True, "spawns": ["a"]}],
+            "d.jsonl:1: 'orchestrator' is AIPerf's and not replayed here",
+        ),
+        (
+            [{"session_id": "r", "turns": [{"messages": [user("x")], "max_tokens": 1}]}] * 2,
+            "d.jsonl:2: 'session_id' 'r' is used by line 1",
+        ),
+        (
+            [
+                {
+                    "session_id": "r",
+                    "turns": [
+                        {
+                            "messages": [user("x")],
+                            "max_tokens": 1,
+                            "spawns": [{"children": ["r"], "join_at": 0}],
+                        }
+                    ],
+                }
+            ],
+            "d.jsonl:1 turns[0]: 'join_at' must be a later turn's index, got 0",
+        ),
+        (
+            [{"session_id": "r", "turns": [{"messages": [user("x")], "max_tokens": 1, "spawns": ["r"]}]}],
+            "d.jsonl: every conversation is spawned by another: a spawn cycle",
+        ),
+        (
+            [
+                {"session_id": "r", "turns": [{"messages": [user("x")], "max_tokens": 1}]},
+                {"session_id": "a", "turns": [{"messages": [user("x")], "max_tokens": 1, "spawns": ["b"]}]},
+                {"session_id": "b", "turns": [{"messages": [user("x")], "max_tokens": 1, "spawns": ["a"]}]},
+            ],
+            "d.jsonl: 2 conversations spawn each other in a cycle",
+        ),
+        (
+            [{"session_id": "r", "context_mode": "x", "turns": [{"messages": [user("x")], "max_tokens": 1}]}],
+            "d.jsonl:1: 'context_mode' must be one of deltas_without_responses",
+        ),
+        (
+            [{"session_id": "r", "turns": [{"messages": [user("x")], "max_tokens": 1}]}, {"timestamp": 0}],
+            "d.jsonl:2: not a DAG conversation",
+        ),
+    ],
+)
+def test_bad_dag_traces_name_the_line_and_field(lines, message):
+    with pytest.raises(ConfigError, match="^" + re.escape(message)) as err:
+        parse_conversations("".join(json.dumps(line) + "\n" for line in lines), "d.jsonl")
+    assert "\n" not in str(err.value)

@@ -1,8 +1,7 @@
-"""Conversation traces: the agentic and multi-turn trace formats of AIPerf and inference-perf, read
-into conversations whose turns wait on each other.
-
-Two formats (docs/traces.md says which fields are read and which are not, and from which package
-versions), told apart by their content:
+"""Conversation traces: what a conversation of a trace is (its turns, their waits, its sub-agents,
+how its history is resent), and two of the peers' formats read into it (docs/traces.md says
+which fields are read and which are not, and from which package versions; AIPerf's DAG trace is
+`llmload.core.workload.dag_trace`, and `llmload.core.workload.trace_formats` tells them apart):
 - AIPerf's multi-turn Mooncake trace: the JSONL of `trace_file` with a `session_id` on its lines
   (`llmload.core.workload.trace_file` reads the lines). The lines of a session, in file order,
   are its turns; each turn is a new user message of `input_length` tokens after the history
@@ -29,14 +28,15 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from llmload.core.config import ConfigError
 from llmload.core.schema import shown
-from llmload.core.workload.trace_file import BLOCK_TOKENS, TraceLine, parse_trace, trace_text
+from llmload.core.workload.trace_file import BLOCK_TOKENS, TraceLine
 
-HISTORY_DELTAS = "deltas"  # each turn adds a user message; the replies as received are resent
+HISTORY_DELTAS = "deltas"  # each turn adds its messages; the replies as received are resent
+HISTORY_AUTHORED = "authored"  # each turn adds its messages (replies as authored); live ones not resent
+HISTORY_ISOLATED = "isolated"  # each turn sends its own messages only
 HISTORY_WHOLE = "whole"  # each turn's prompt is its whole context (its hash_ids), nothing resent
 WEKA_TURN_TYPES = ("n", "s")  # a normal and a streaming API call: both are sent streamed here
 WEKA_SUBAGENT = "subagent"
@@ -47,12 +47,13 @@ class ConversationTurn:
     """One request of a conversation."""
 
     line: int  # the line of the file it comes from (the records' `trace_line`)
-    input_length: int  # deltas: the new user message's tokens; whole: the prompt's tokens
+    input_length: int  # synthetic: the new user message's tokens, or the whole prompt's; authored: 0
     output_length: int
     hash_ids: tuple[int, ...] | None = None
     input_text: str | None = None
     wait_s: float = 0.0  # after the last of its predecessors ends (a first turn: after the start)
-    subagents: tuple[Conversation, ...] = ()  # spawned when this turn ends; the next turn waits
+    subagents: tuple[Conversation, ...] = ()  # spawned when this turn ends; `join_turn` waits for each
+    messages: tuple[dict[str, Any], ...] | None = None  # authored messages, sent instead of synthetic text
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ class Conversation:
     block_tokens: int = BLOCK_TOKENS  # tokens per hash_ids block
     parent: str | None = None  # a sub-agent's parent conversation
     wait_s: float = 0.0  # a sub-agent: after the turn that spawns it ends
+    join_turn: int | None = None  # a sub-agent: the parent's turn that waits for it (None: the next)
 
     def requests(self) -> int:
         """Its turns and its sub-agents' turns, all."""
@@ -267,29 +269,3 @@ def weka_conversations(text: str, source: str) -> list[Conversation]:
         seen.add(conversation.id)
         conversations.append(conversation)
     return conversations
-
-
-def _first_object(text: str) -> Any:
-    """The whole text as JSON, else its first line's, else None."""
-    for candidate in (text, text.lstrip().split("\n", 1)[0]):
-        try:
-            return json.loads(candidate)
-        except ValueError:
-            continue
-    return None
-
-
-def parse_conversations(text: str, source: str) -> list[Conversation] | None:
-    """The conversations of a trace's text (module docstring), or None for a trace of independent
-    requests (no `session_id`: `llmload.core.workload.trace_file`)."""
-    if is_weka(_first_object(text)):
-        return weka_conversations(text, source)
-    lines = parse_trace(text, source)
-    if all(t.session_id is None for t in lines):
-        return None
-    return mooncake_conversations(lines)
-
-
-def read_conversations(path: str | Path) -> list[Conversation] | None:
-    """A trace file's conversations (`parse_conversations`); `ConfigError` naming the file."""
-    return parse_conversations(trace_text(path), str(path))
