@@ -636,8 +636,8 @@ class SweepConfig:
     # trace replay and multi-turn sessions (llmload.loadgen.workload.trace, llmload.loadgen.workload.sessions)
     trace_file: str | None = setting(
         None,
-        help="`mode: trace`: a Mooncake JSONL or CSV trace, AIPerf's multi-turn one or a Weka agentic "
-        "trace (docs/traces.md; relative to the config file)",
+        help="`mode: trace`: a Mooncake JSONL or CSV trace, AIPerf's multi-turn or DAG trace, or a Weka "
+        "agentic trace (docs/traces.md; relative to the config file)",
         check=optional(non_empty("a file path")),
     )
     speed: float = setting(

@@ -1,8 +1,9 @@
-"""Replay of the peers' conversation traces (`mode: trace`, llmload.core.workload.conversations) by
+"""Replay of the peers' conversation traces (`mode: trace`, llmload.core.workload.trace_formats) by
 a real `locust` run against the simulator, checked against its truth log: AIPerf's multi-turn
 Mooncake trace (`session_id`, `delay`; each turn a new user message after the history and the
-replies as received) and the Weka agentic trace of inference-perf and AIPerf (whole-context
-prompts, a sub-agent spawned after a turn, the next turn waiting for it)."""
+replies as received), AIPerf's DAG trace (authored messages, two sub-agents spawned at once, the
+next turn waiting for both) and the Weka agentic trace of inference-perf and AIPerf
+(whole-context prompts, a sub-agent spawned after a turn, the next turn waiting for it)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from llmload.core.files.records import read_records
 from llmload.runner.sweep_run import run_sweep
-from llmload.sim.tokens import BOS_TOKENS, CHAT_TEMPLATE_TOKENS_PER_MESSAGE
+from llmload.sim.tokens import BOS_TOKENS, CHAT_TEMPLATE_TOKENS_PER_MESSAGE, chat_prompt
 from llmload.sim.truth import load_truth
 
 FAST_SIM = {"accept_len": 1, "base_ms": 2, "per_seq_ms": 0.2}
@@ -25,6 +26,26 @@ MOONCAKE = [
     {"session_id": "a", "delay": 300, "input_length": 20, "output_length": 5},
     {"session_id": "b", "delay": 200, "input_length": 25, "output_length": 4},
     {"session_id": "a", "delay": 150, "input_length": 10, "output_length": 5},
+]
+
+PLAN, MERGE = (
+    {"role": "user", "content": "plan the work"},
+    {"role": "user", "content": "merge the two reports"},
+)
+# AIPerf's DAG trace: the root's first turn spawns a and b (b 50 ms later); its second waits for both
+DAG = [
+    {
+        "session_id": "root",
+        "turns": [
+            {"messages": [PLAN], "max_tokens": 5, "spawns": ["a", "b"]},
+            {"messages": [MERGE], "max_tokens": 4, "delay": 150},
+        ],
+    },
+    {"session_id": "a", "turns": [{"messages": [{"role": "user", "content": "look here"}], "max_tokens": 6}]},
+    {
+        "session_id": "b",
+        "turns": [{"messages": [{"role": "user", "content": "look there"}], "max_tokens": 8, "delay": 50}],
+    },
 ]
 
 
@@ -84,6 +105,11 @@ def mooncake(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def dag(tmp_path_factory):
+    return replay(tmp_path_factory.mktemp("dag"), "".join(json.dumps(line) + "\n" for line in DAG), "chat")
+
+
+@pytest.fixture(scope="module")
 def weka(tmp_path_factory):
     return replay(tmp_path_factory.mktemp("weka"), json.dumps(WEKA, indent=1), "completions")
 
@@ -119,6 +145,23 @@ def test_mooncake_turns_resend_the_history_with_the_replies(mooncake):
     assert {(r.session, r.turn): r.trace_line for r in records}[("a", 3)] == 5
     assert all(r.parent_session is None for r in records)
     assert sorted(r.tool_wait_s for r in records if r.turn > 1) == pytest.approx([0.15, 0.2, 0.3])
+
+
+def test_dag_subagents_run_at_once_and_the_next_turn_waits_for_both(dag):
+    records, truth = dag
+    sessions = by_session(truth)
+    assert sorted(sessions) == ["root", "root/1", "root/2"]
+    (t1, t2), (a,), (b,) = sessions["root"], sessions["root/1"], sessions["root/2"]
+    assert 0.0 <= a["received"] - t1["closed"] <= LATE_S  # both spawned when turn 1 ends, b 50 ms later
+    assert 0.05 <= b["received"] - t1["closed"] <= 0.05 + LATE_S
+    assert 0.15 <= t2["received"] - max(a["closed"], b["closed"]) <= 0.15 + LATE_S
+    # turn 2 resends turn 1's message and its reply as received, then its own message
+    resent = CHAT_TEMPLATE_TOKENS_PER_MESSAGE + t1["completion_tokens"]
+    assert t2["prompt_tokens"] == chat_prompt([PLAN, MERGE])[1] + resent
+    assert [t["completion_tokens"] for t in (t1, a, b, t2)] == [5, 6, 8, 4]
+    mine = {r.session: r for r in records if r.turn == 1}
+    assert mine["root/1"].parent_session == mine["root/2"].parent_session == "root"
+    assert [r.tool_wait_s for r in records if r.session == "root" and r.turn == 2] == [pytest.approx(0.15)]
 
 
 def test_weka_subagent_runs_between_its_turns(weka):

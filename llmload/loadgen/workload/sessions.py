@@ -24,7 +24,7 @@ import random
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import gevent
 
@@ -39,7 +39,7 @@ class Turn:
 
     session: str
     number: int  # 1-based
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]  # a trace's authored messages may hold more than strings
 
 
 class Session:

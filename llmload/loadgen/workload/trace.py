@@ -38,13 +38,12 @@ from collections.abc import Hashable, Sequence
 
 from llmload.core.config import ConfigError, SweepConfig
 from llmload.core.workload.conversations import (
-    HISTORY_DELTAS,
     HISTORY_WHOLE,
     Conversation,
     ConversationTurn,
-    read_conversations,
 )
 from llmload.core.workload.trace_file import BLOCK_TOKENS, TraceLine, read_trace, replay_window
+from llmload.core.workload.trace_formats import read_conversations
 from llmload.loadgen.workload.prompts import ANCHOR, synthetic_text
 
 
@@ -74,9 +73,9 @@ class TraceWorkload:
         for t in self.lines:
             self._check_overhead(source, t.line, t.input_text, t.input_length, BLOCK_TOKENS, overhead)
         for c in self.conversations:
-            if c.history == HISTORY_DELTAS and config.endpoint == "completions":
+            if c.history != HISTORY_WHOLE and config.endpoint == "completions":
                 raise ConfigError(
-                    f"{source}: a multi-turn trace resends each conversation's history as messages: "
+                    f"{source}: a multi-turn trace sends each turn as chat messages: "
                     "it needs 'endpoint: chat' or 'responses'"
                 )
             for conv, turn, _ in _numbered(c):
@@ -155,6 +154,9 @@ class TraceWorkload:
     def _turn_text(self, conv: Conversation, turn: ConversationTurn) -> str:
         """A turn's text: its whole prompt (`HISTORY_WHOLE`), or its user message (`HISTORY_DELTAS`:
         `input_length` words, each after a space, so each costs one token)."""
+        if turn.messages is not None:  # authored: the last message's text (its prompt_hash is of all)
+            content = turn.messages[-1].get("content")
+            return content if isinstance(content, str) else json.dumps(content)
         if turn.input_text is not None:
             return turn.input_text
         if conv.history == HISTORY_WHOLE:
