@@ -24,7 +24,8 @@ from llmload.core.checks import flag_type, number
 from llmload.core.command_line import ArgumentParser, command, one_line
 from llmload.core.config import ConfigError
 from llmload.core.exit_codes import BAD_INPUT, OK
-from llmload.core.workload.trace_file import BLOCK_TOKENS, read_trace, replay_window
+from llmload.core.workload.trace_file import BLOCK_TOKENS, replay_window
+from llmload.core.workload.trace_formats import read_request_lines
 from llmload.output.trace_report import render_trace_stats
 
 MAX_CACHE_BLOCKS = 10**9  # 16 billion tokens of cache at 16-token blocks
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         window = replay_window(
-            read_trace(args.trace), start_s=args.start_s, duration_s=args.duration_s, speed=args.speed
+            read_request_lines(args.trace), start_s=args.start_s, duration_s=args.duration_s, speed=args.speed
         )
     except ConfigError as exc:
         print(f"llmload trace-stats: error: {one_line(str(exc))}", file=sys.stderr)

@@ -10,6 +10,7 @@ import re
 import pytest
 from fixtures.sim_calibration import SIM_OVERHEAD, SIM_VOCAB
 
+from llmload.cli.trace_stats import main as trace_stats_main
 from llmload.core.config import ConfigError, SweepConfig
 from llmload.core.workload.conversations import (
     HISTORY_AUTHORED,
@@ -390,3 +391,16 @@ def test_bad_dag_traces_name_the_line_and_field(lines, message):
     with pytest.raises(ConfigError, match="^" + re.escape(message)) as err:
         parse_conversations("".join(json.dumps(line) + "\n" for line in lines), "d.jsonl")
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "name"), [(json.dumps(WEKA), "a Weka trace"), (json.dumps(DAG[1]), "AIPerf's DAG trace")]
+)
+def test_trace_stats_reads_request_lines_only(tmp_path, capsys, text, name):
+    path = tmp_path / "t.jsonl"
+    path.write_text(text + "\n")
+    assert trace_stats_main([str(path)]) == 2
+    message = f"{path}: {name} holds conversations, not the request lines of a Mooncake or CSV trace"
+    assert capsys.readouterr().err == f"llmload trace-stats: error: {message}\n"
+    path.write_text(MOONCAKE)  # AIPerf's multi-turn trace has them: each turn as a line
+    assert trace_stats_main([str(path)]) == 0 and "4 requests" in capsys.readouterr().out

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from llmload.core.config import ConfigError
 from llmload.core.workload.conversations import (
     Conversation,
     is_weka,
@@ -20,7 +21,7 @@ from llmload.core.workload.conversations import (
     weka_conversations,
 )
 from llmload.core.workload.dag_trace import dag_conversations, is_dag
-from llmload.core.workload.trace_file import parse_trace, trace_text
+from llmload.core.workload.trace_file import TraceLine, parse_trace, trace_text
 
 
 def _first_object(text: str) -> Any:
@@ -50,3 +51,16 @@ def parse_conversations(text: str, source: str) -> list[Conversation] | None:
 def read_conversations(path: str | Path) -> list[Conversation] | None:
     """A trace file's conversations (`parse_conversations`); `ConfigError` naming the file."""
     return parse_conversations(trace_text(path), str(path))
+
+
+def read_request_lines(path: str | Path) -> list[TraceLine]:
+    """The lines of a Mooncake or CSV trace (AIPerf's multi-turn one included); `ConfigError` for a
+    Weka or DAG trace, which holds conversations, not request lines."""
+    text = trace_text(path)
+    first = _first_object(text)
+    for holds, name in ((is_weka, "a Weka trace"), (is_dag, "AIPerf's DAG trace")):
+        if holds(first):
+            raise ConfigError(
+                f"{path}: {name} holds conversations, not the request lines of a Mooncake or CSV trace"
+            )
+    return parse_trace(text, str(path))
