@@ -43,6 +43,7 @@ CONNECT_NOTE_PCT = 5.0  # connections opened in a rung are noted when they raise
 _ESTIMATED_COLUMNS = ("agg_tok/s", "per_req_tok/s", "tokens")
 
 
+INTERVAL_COLUMN = "±%"  # after agg_tok/s: its 95 % interval, +- % (llmload.analysis.interval)
 CACHE_COLUMN = "cache_%"  # shown when a rung's requests said what the prefix cache served
 WAITING_MIN = 0.5  # mean requests waiting in a rung's scrapes from which the sweep says they queued
 KV_FULL = 0.9  # KV-cache usage (mean over a rung's scrapes) from which the sweep says it neared full
@@ -74,6 +75,9 @@ def _called(rows: Sequence[SweepRow]) -> bool:
 
 def _header(rows: Sequence[SweepRow], wide: bool) -> tuple[str, ...]:
     core: tuple[str, ...] = CORE_COLUMNS
+    if any(r.interval for r in rows):
+        at = core.index("agg_tok/s") + 1
+        core = (*core[:at], INTERVAL_COLUMN, *core[at:])
     valid = (VALID_COLUMN,) * _checked(rows) + (CALLS_VALID_COLUMN,) * _called(rows)
     at = core.index("per_req_tok/s") + 1
     core = (*core[:at], *valid, *core[at:])
@@ -107,6 +111,7 @@ def _sweep_cells(
         **(_reasoning_cells(row) if reasoned else {}),
     }
     cells[CACHE_COLUMN] = fmt_pct(cache_share(row))
+    cells[INTERVAL_COLUMN] = fmt_num((row.interval or {}).get("agg_tok_s_pct"), 1)
     if checked:
         cells[VALID_COLUMN] = fmt_pct((row.structured or {}).get("valid_share"))
     if called:

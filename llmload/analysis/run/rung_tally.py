@@ -33,6 +33,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from llmload.analysis.interval import RungSlices, interval_dict
 from llmload.analysis.run.metrics import (
     LATENCY_NAMES,
     RungMetrics,
@@ -277,6 +278,7 @@ class RungTally:
     # completed streams of two or more chunks: send, first and last chunk (epoch s), mean gap (s),
     # four floats each: whether requests waited for a place in the batch (steps.waited_requests)
     spans: array[float] = field(default_factory=_floats)
+    slices: RungSlices = field(default_factory=RungSlices)  # the interval's (llmload.analysis.interval)
     cached: array[float] = field(default_factory=_floats)  # completed, cache reported: cached tokens
     cached_of: array[float] = field(default_factory=_floats)  # and their prompt tokens
     # tools and structured output (completed requests that carried them): of them stopped before
@@ -363,7 +365,12 @@ class RungTally:
             own = rec.handshake_ms if rec.handshake_ms is not None else connect
             self.ttft_warm_ms.append(ttft[-1] - (own or 0.0) - (tls or 0.0))
         self.uncertainty.add(rec, found["ttft"], found["tpot"])
-        self._span(rec, micros)
+        first, last, chunks = _chunk_span(rec, micros)
+        self.slices.add(
+            t_start, first, last, rec.output_tokens, values["ttft"][-1] if found["ttft"] else None
+        )
+        if rec.stream and chunks >= 2:  # a completed stream's send, first and last chunk, mean gap
+            self.spans.extend((t_start, t_start + first, t_start + last, (last - first) / (chunks - 1)))
         if self.itl:
             if micros is not None:
                 self.itl_us.add_micros(micros)
@@ -444,24 +451,6 @@ class RungTally:
             "odd": dict(sorted(self.odd.items())),
         }
 
-    def _span(self, rec: RequestRecord, micros: bytes | None) -> None:
-        """Keep a completed stream's send, first and last chunk and mean gap (`spans`)."""
-        if not rec.stream:
-            return
-        if micros is not None:
-            n = len(micros) // 4
-            if n < 2:
-                return
-            first = int.from_bytes(micros[:4], "little", signed=True) / 1e6
-            last = last_micros(micros) / 1e6
-        else:
-            n = len(rec.chunk_times)
-            if n < 2:
-                return
-            first, last = rec.chunk_times[0], rec.chunk_times[-1]
-        t = rec.t_start
-        self.spans.extend((t, t + first, t + last, (last - first) / (n - 1)))
-
     def waited(self) -> tuple[int, int] | None:
         """(requests that waited for a place in the batch, most decoding at once), or None
         without streams to tell (`llmload.analysis.run.steps.waited_requests`)."""
@@ -515,6 +504,7 @@ class RungTally:
             tokens=self.tokens,
             wall_s=self.wall_s,
             window=self.window.as_dict(),
+            interval=interval_dict(self.slices.intervals(self.window.start, self.window.end)),
             ttft_p50_ms=_median(self.values["ttft"]),
             requests=self.requests,
             failures=sum(self.failures.values()),
@@ -556,6 +546,7 @@ class RungTally:
         self.first_start = min(self.first_start, other.first_start)
         self.last_end = max(self.last_end, other.last_end)
         self.failures.update(other.failures)
+        self.slices.merge(other.slices)
         for mine, theirs in (
             (self.rates, other.rates),
             (self.e2e, other.e2e),
@@ -706,6 +697,18 @@ def summarize_array(values: np.ndarray, percentiles: Sequence[float] = DEFAULT_P
     std = math.sqrt(math.fsum(map(pow, _minus(values, m).tolist(), repeat(2))) / n)
     pct = percentiles_of_array(values, (50.0, *percentiles))
     return Summary(count=n, mean=m, median=pct[50.0], std=std, percentiles={q: pct[q] for q in percentiles})
+
+
+def _chunk_span(rec: RequestRecord, micros: bytes | None) -> tuple[float, float, int]:
+    """A completed request's first and last chunk (s after its start) and its chunks, from the
+    records file's index (`micros`) or its own times; no chunk: both its end, 0."""
+    if micros is not None and len(micros) >= 4:
+        first = int.from_bytes(micros[:4], "little", signed=True) / 1e6
+        return first, last_micros(micros) / 1e6, len(micros) // 4
+    times = rec.chunk_times
+    if times:
+        return times[0], times[-1], len(times)
+    return rec.e2e_s, rec.e2e_s, 0
 
 
 def _minus(values: np.ndarray, m: float) -> np.ndarray:

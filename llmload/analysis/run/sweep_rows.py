@@ -131,6 +131,7 @@ class SweepRow:
     window: dict[str, float] | None = None  # the rung's one window: start, end, seconds (= wall_s)
     structured: dict[str, Any] | None = None  # tools, response_format: RungTally.structured_summary
     tool_calls: dict[str, Any] | None = None  # replies with tool calls: RungTally.tool_summary
+    interval: dict[str, Any] | None = None  # +- % of agg tok/s and TTFT p50 (llmload.analysis.interval)
 
 
 @dataclass(frozen=True, slots=True)
