@@ -466,6 +466,28 @@ class SweepConfig:
         flag="--rung-duration",
         parse=float,
     )
+    precision: float | None = setting(
+        None,
+        help="concurrency mode: each rung holds its users until the 95 % interval of its agg tok/s "
+        "is within +- this many % (docs/metrics.md), or a cap (precision_max_s, precision_max_requests)",
+        check=optional(number(0, 100, above=True)),
+        flag="--precision",
+        parse=float,
+    )
+    precision_ttft: bool = setting(
+        False, help="with `precision`: the interval of TTFT p50 must be within it too", check=boolean
+    )
+    precision_max_s: float = setting(
+        120.0,
+        help="with `precision`: seconds a rung may run at most (then it ends with the precision it reached)",
+        check=number(0, 30 * 86_400, above=True),
+    )
+    precision_max_requests: int = setting(
+        2000,
+        help="with `precision`: completed requests after which a rung ends at most (its users finish "
+        "what is in flight)",
+        check=integer(1, 10_000_000),
+    )
     warmup_requests: int = setting(
         1,
         help="requests per user at the first rung's concurrency before the ladder, left out of every figure",
@@ -749,6 +771,7 @@ def _check_mode(config: SweepConfig) -> None:
     _check_trace_and_sessions(config)
     _check_endpoint(config)
     _check_reply_shape(config)
+    _check_precision(config)
     if config.soak is not None and (config.duration is None or len(config.rungs) != 1):
         raise ConfigError(f"{source}: 'soak' needs one time-based rung: set 'rungs: [N]' and 'duration'")
     if config.mode in ("concurrency", "capacity"):
@@ -770,6 +793,22 @@ def _check_mode(config: SweepConfig) -> None:
     if config.shared_prefix_ratio and config.prompt_tokens is None:
         raise ConfigError(
             f"{source}: 'shared_prefix_ratio' applies to synthetic prompts: set 'prompt_tokens'"
+        )
+
+
+def _check_precision(config: SweepConfig) -> None:
+    """`precision` ends concurrency rungs of single requests, by its own caps."""
+    if config.precision is None:
+        return
+    if config.mode != "concurrency" or config.sessions is not None:
+        raise ConfigError(
+            f"{config.source}: 'precision' applies to concurrency rungs of single requests "
+            "('mode: concurrency', no 'sessions')"
+        )
+    if config.duration is not None:
+        raise ConfigError(
+            f"{config.source}: 'precision' ends each rung itself: its time cap is 'precision_max_s', "
+            "not 'duration'"
         )
 
 

@@ -365,7 +365,7 @@ class RungTally:
             own = rec.handshake_ms if rec.handshake_ms is not None else connect
             self.ttft_warm_ms.append(ttft[-1] - (own or 0.0) - (tls or 0.0))
         self.uncertainty.add(rec, found["ttft"], found["tpot"])
-        first, last, chunks = _chunk_span(rec, micros)
+        first, last, chunks = chunk_span(rec, micros)
         self.slices.add(
             t_start, first, last, rec.output_tokens, values["ttft"][-1] if found["ttft"] else None
         )
@@ -699,7 +699,7 @@ def summarize_array(values: np.ndarray, percentiles: Sequence[float] = DEFAULT_P
     return Summary(count=n, mean=m, median=pct[50.0], std=std, percentiles={q: pct[q] for q in percentiles})
 
 
-def _chunk_span(rec: RequestRecord, micros: bytes | None) -> tuple[float, float, int]:
+def chunk_span(rec: RequestRecord, micros: bytes | None) -> tuple[float, float, int]:
     """A completed request's first and last chunk (s after its start) and its chunks, from the
     records file's index (`micros`) or its own times; no chunk: both its end, 0."""
     if micros is not None and len(micros) >= 4:

@@ -205,7 +205,7 @@ class LLMUser(User):
             for _ in range(stage.requests_per_user):
                 sent += self.send_one(stage)
         else:
-            while wall() < stage.deadline:
+            while wall() < stage.deadline and not self._process.board.ended(stage.seq):
                 sent += self.send_one(stage)
         self._last_seq = stage.seq
         done = {"seq": stage.seq, "requests": sent, "first_send": self._first_send}

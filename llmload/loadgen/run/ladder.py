@@ -57,6 +57,7 @@ from llmload.loadgen.run.clock_sync import (
 from llmload.loadgen.run.messages import (
     MSG_HEALTH,
     MSG_RECORD,
+    MSG_RUNG_END,
     MSG_STAGE,
     MSG_USER_DONE,
     MSG_USER_READY,
@@ -210,11 +211,16 @@ class LadderShape(LoadTestShape):
             assert isinstance(event, Finished)
             run.write_run_file()
             log.info("llmload: %s done: %d requests", stage.name, event.progress.records)
+            if run.precision is not None and (capped := run.precision.finished(event.progress)):
+                log.info("llmload: %s", capped)
             self.end.rung_failed(run.reconciler.problems(event.progress))
             if run.probes is not None:
                 run.probes.finished(run, event.progress)  # may plan the next probe
         current = run.current
         assert current is not None
+        if run.precision is not None and (reached := run.precision.due(current, time.time())):
+            log.info("llmload: %s", reached)  # its users send no more (llmload.loadgen.run.precision_stop)
+            self._runner.send_message(MSG_RUNG_END, {"seq": current.stage.seq})
         return current.stage.users, run.config.spawn_rate
 
 
@@ -254,6 +260,7 @@ def register_messages(environment: Any) -> None:
     environment.events.test_stop.add_listener(on_test_stop)
     if not isinstance(runner, MasterRunner):  # local and worker processes run users
         runner.register_message(MSG_STAGE, process_state(environment).board.on_message)
+        runner.register_message(MSG_RUNG_END, process_state(environment).board.on_end)
     if isinstance(runner, WorkerRunner):  # its clock, measured and corrected by the master
         runner.register_message(MSG_CLOCK_PROBE, on_probe)
         runner.register_message(MSG_CLOCK_OFFSET, on_offset)

@@ -9,6 +9,9 @@ Owns the wire between the master (or the local process) and the processes that r
 - `llmload_user_done` (user -> master): `{seq, requests, first_send}` once it sent its quota.
 - `llmload_record` (user -> master): one `RequestRecord`, as its dict from a worker (msgpack); in a
   local run the record itself (Locust's local runner calls the listener with the object as sent).
+- `llmload_rung_end` (master -> users' processes): `{seq}`: a rung run to a stated precision has
+  reached it (or its cap of requests): its users send no more and finish what is in flight
+  (`llmload.loadgen.run.precision_stop`).
 - `llmload_health` (users' process -> master): the generator's health samples, once a second
   (`llmload.loadgen.monitor.health_sampler` sends them).
 Who sends and who handles each is `llmload.loadgen.run.ladder`'s docstring.
@@ -31,6 +34,7 @@ MSG_RECORD = "llmload_record"
 MSG_USER_DONE = "llmload_user_done"
 MSG_USER_READY = "llmload_user_ready"
 MSG_HEALTH = "llmload_health"
+MSG_RUNG_END = "llmload_rung_end"
 
 
 @dataclass(frozen=True, slots=True)

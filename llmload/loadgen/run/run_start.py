@@ -38,6 +38,7 @@ from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.run.capacity_probes import CapacityProbes
 from llmload.loadgen.run.clock_sync import ClockSync
 from llmload.loadgen.run.error_log import RunErrors
+from llmload.loadgen.run.precision_stop import PrecisionStop
 from llmload.loadgen.run.record_sinks import FirstBadRequest, RecordCounter, RecordSink, RungReconciler
 from llmload.loadgen.run.run_state import RecordHook, RunState
 from llmload.loadgen.run.stage_plan import check_users_per_process, plan_stages, stall_limit
@@ -144,7 +145,8 @@ def begin_run(
     prompts = len(workload.pool) if not workload.distinct else max(len(workload.pool), config.most_users)
     run_id = new_run_id()  # the stages carry it to the users, whose records carry it
     stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, prompt_overhead, run_id)
-    protocol = StageProtocol(stages, duration=config.duration, stall_limit=stall_limit(config))
+    held = config.duration if config.precision is None else config.precision_max_s  # a rung's time
+    protocol = StageProtocol(stages, duration=held, stall_limit=stall_limit(config))
     reconciler = RungReconciler(config)
     writer = RecordWriter(path, fsync=False, truncate=True, chunk_index=True, exclusive=True)
     calibration = RecordWriter(files.calibration, fsync=False, truncate=True)
@@ -178,6 +180,9 @@ def begin_run(
         state.probes.plan_next(state)
     state.health = RecordWriter(health_path(path), fsync=False, truncate=True)
     probes: list[RecordSink] = [] if state.probes is None else [state.probes]
+    if config.precision is not None:
+        state.precision = PrecisionStop(config)
+        probes.append(state.precision)
     hooks: list[RecordSink] = [functools.partial(hook, state) for hook in record_hooks]
     state.sinks = [
         writer.write,

@@ -25,6 +25,7 @@ from llmload.loadgen.run.capacity_probes import CapacityProbes
 from llmload.loadgen.run.clock_sync import ClockSync
 from llmload.loadgen.run.error_log import RunErrors
 from llmload.loadgen.run.messages import Stage, config_to_dict
+from llmload.loadgen.run.precision_stop import PrecisionStop
 from llmload.loadgen.run.record_sinks import RecordSink, RungReconciler
 from llmload.loadgen.run.stage_plan import expected_requests
 from llmload.loadgen.run.stage_protocol import StageProgress, StageProtocol, start_spread
@@ -51,6 +52,7 @@ class RunState:
     all_done_at: float | None = None
     health: RecordWriter | None = None  # the generator's health samples (llmload.analysis.run.health)
     probes: CapacityProbes | None = None  # mode: capacity: the search and its running probe
+    precision: PrecisionStop | None = None  # `precision`: the live end of each rung (also a sink)
     workload: dict[str, Any] = field(default_factory=dict)  # Stage fields of every stage: calibration, run id
     run_id: str = field(default_factory=new_run_id)  # every record's and the run file's `run_id`
     finished: bool = False  # the ladder's last stage finished (kept by every later rewrite)

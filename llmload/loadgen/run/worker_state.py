@@ -26,10 +26,16 @@ class StageBoard:
     def __init__(self) -> None:
         self.stage: Stage | None = None
         self._changed = Event()
+        self._ended = -1  # the latest stage the master ended early (`llmload_rung_end`)
+
+    def ended(self, seq: int) -> bool:
+        """Whether the master ended stage `seq` before its deadline (it reached its precision)."""
+        return seq <= self._ended
 
     def reset(self) -> None:
         """Forget the stage of a finished or stopped run."""
         self.stage = None
+        self._ended = -1
 
     def announce(self, stage: Stage) -> None:
         if stage.start_at is not None:
@@ -55,6 +61,9 @@ class StageBoard:
 
     def on_message(self, environment: Any, msg: Any, **_: Any) -> None:
         self.announce(announced_stage(msg.data))
+
+    def on_end(self, environment: Any, msg: Any, **_: Any) -> None:
+        self._ended = max(self._ended, int(msg.data["seq"]))
 
 
 @dataclass(slots=True)

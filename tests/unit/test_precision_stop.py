@@ -1,0 +1,81 @@
+"""The live end of a rung run to a stated precision (llmload.loadgen.run.precision_stop), and the
+keys that ask for it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from fixtures.runs import make_record
+
+from llmload.core.config import ConfigError, SweepConfig, parse_config
+from llmload.loadgen.run.messages import Stage
+from llmload.loadgen.run.precision_stop import CHECK_S, MIN_PER_USER, PrecisionStop
+from llmload.loadgen.run.stage_protocol import StageProgress
+
+
+def running(config: SweepConfig, users: int = 4) -> StageProgress:
+    stage = Stage(1, 0, users, 1, "m", config, start_at=1000.0, deadline=1000.0 + config.precision_max_s)
+    return StageProgress(stage, 1000.0)
+
+
+def held_rung(
+    stop: PrecisionStop, users: int, rounds: int, jitter: float, seed: int = 0, t0: float = 1000.0
+) -> None:
+    """`users` users each sending `rounds` 100-token requests of about a second back to back from t0."""
+    rng = random.Random(seed)
+    for user in range(users):
+        t = t0
+        for _ in range(rounds):
+            e2e = 1.0 + rng.uniform(-jitter, jitter)
+            times = [0.05 + i * (e2e - 0.05) / 99 for i in range(100)]
+            rec = make_record(t, t + e2e, 100, 0.05, users=users, chunk_times=times, request_id=f"{user}-{t}")
+            stop(rec)
+            t += e2e
+
+
+def test_a_steady_rung_ends_once_its_interval_is_within_the_precision():
+    config = parse_config({"rungs": [4], "precision": 2}, source="t")
+    stop = PrecisionStop(config)
+    progress = running(config)
+    held_rung(stop, 4, 1, 0.02)  # one request per user: too few to judge
+    assert stop.due(progress, 2000.0) is None
+    held_rung(stop, 4, 30, 0.02, t0=1001.1)
+    line = stop.due(progress, 2000.0 + CHECK_S)
+    assert line is not None and "it ends (precision +-2 %)" in line and "after 124 requests" in line
+    assert stop.due(progress, 2000.0 + 2 * CHECK_S) is None  # once
+
+
+def test_a_noisy_rung_runs_on_until_its_cap_of_requests():
+    config = parse_config({"rungs": [4], "precision": 0.1, "precision_max_requests": 100}, source="t")
+    stop = PrecisionStop(config)
+    held_rung(stop, 4, 10, 0.5, seed=1)
+    progress = running(config)
+    assert stop.due(progress, 2000.0) is None  # 40 requests: on
+    held_rung(stop, 4, 20, 0.5, seed=2, t0=1016.0)
+    line = stop.due(progress, 2000.0 + CHECK_S)
+    assert line is not None and "capped at 120 requests (precision_max_requests): agg_tok_s +-" in line
+
+
+def test_the_rule_waits_for_its_minimum_and_between_checks():
+    config = parse_config({"rungs": [8], "precision": 50}, source="t")
+    stop = PrecisionStop(config)
+    held_rung(stop, 8, MIN_PER_USER - 1, 0.0)
+    progress = running(config, users=8)
+    assert stop.due(progress, 2000.0) is None
+    held_rung(stop, 8, MIN_PER_USER + 5, 0.0, seed=3, t0=1000.0 + MIN_PER_USER)
+    assert stop.due(progress, 2000.0 + CHECK_S / 2) is None  # checked half a period ago
+    assert stop.due(progress, 2000.0 + CHECK_S) is not None
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"mode": "rate", "rungs": [1.0], "duration": 5}, "'precision' applies to concurrency rungs"),
+        ({"duration": 5}, "its time cap is 'precision_max_s', not 'duration'"),
+        ({"precision": 0}, "precision"),
+    ],
+)
+def test_precision_is_refused_where_it_cannot_end_a_rung(keys, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config({"precision": 2, **keys}, source="ladder.yaml")
