@@ -468,8 +468,9 @@ class SweepConfig:
     )
     precision: float | None = setting(
         None,
-        help="concurrency mode: each rung holds its users until the 95 % interval of its agg tok/s "
-        "is within +- this many % (docs/metrics.md), or a cap (precision_max_s, precision_max_requests)",
+        help="concurrency mode: each rung holds its users until the 95-percent interval of its agg tok/s "
+        "is within +- this many percent (docs/precision.md), or a cap (precision_max_s, "
+        "precision_max_requests)",
         check=optional(number(0, 100, above=True)),
         flag="--precision",
         parse=float,
