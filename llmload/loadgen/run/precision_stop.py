@@ -30,7 +30,7 @@ from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE
 from llmload.loadgen.run.stage_protocol import StageProgress
 
-CHECK_S = 2.0  # the rule is evaluated at most this often (the interval costs ~ms per 10k requests)
+CHECK_S = 1.0  # the rule is evaluated at most this often (the ladder ticks once a second)
 MIN_PER_USER = 2  # completed requests per user before the rule may end a rung
 
 
