@@ -6,6 +6,10 @@ narrow when they move together and says nothing of the time the rung ran. Batch 
 time instead: the rung's window (`llmload.analysis.run.window`, given here as its two edges) is
 cut into `SLICES` equal slices, each slice gives one value of the figure, and the slices' values,
 each an average over many steps of the server, are taken as independent draws of the figure.
+That holds when a slice is longer than what correlates the rung's output: a request (its
+tokens, and the users that start and end together). So a slice must last at least the rung's
+median request (end to end), or the rung gets no interval: a rung of one request per user whose
+requests start and end together is one event, however it is cut.
 
 - agg tok/s: a slice's value is the output tokens delivered in it over its length. A completed
   request's tokens are spread evenly over its chunks' span (first to last chunk; all at its end
@@ -17,7 +21,8 @@ each an average over many steps of the server, are taken as independent draws of
 The interval of a figure F from the slices' values v_1..v_K (K = SLICES):
 half-width h = T_975 x sd(v) / sqrt(K) (sd with K - 1 in the denominator; T_975 = 2.262, Student's
 t quantile of 0.975 at K - 1 = 9 degrees of freedom), stated as the relative `pct` = 100 x h / mean(v),
-the rung's figure +- pct %. A rung shorter than `MIN_SLICE_S` per slice gets none.
+the rung's figure +- pct %. A rung whose slices are shorter than its median request, or than
+`MIN_SLICE_S`, gets none.
 
 Its width scales as 1 / sqrt(n) in the requests (or seconds) it is taken over: to reach a
 relative half-width `want` from `have` over n requests takes n x (have / want)^2 (`needed`), the
@@ -76,19 +81,21 @@ def needed(n: float, have_pct: float, want_pct: float) -> float:
 @dataclass(slots=True)
 class RungSlices:
     """What a rung's interval needs of each completed request, fed one at a time: its chunks'
-    first and last time (epoch s), its output tokens and its TTFT (ms, nan without one)."""
+    first and last time (epoch s), its output tokens, its TTFT (ms, nan without one) and its
+    end-to-end time (s)."""
 
-    spans: array[float] = field(default_factory=lambda: array("d"))  # first, last, tokens, ttft
+    spans: array[float] = field(default_factory=lambda: array("d"))  # first, last, tokens, ttft, e2e
 
     def __len__(self) -> int:
-        return len(self.spans) // 4
+        return len(self.spans) // 5
 
-    def add(self, t_start: float, first: float, last: float, tokens: int, ttft_ms: float | None) -> None:
+    def add(
+        self, t_start: float, first: float, last: float, tokens: int, ttft_ms: float | None, e2e_s: float
+    ) -> None:
         """A completed request: its start (epoch s), its first and last chunk (s after it; both
-        its end when it was not streamed), its output tokens and its TTFT."""
-        self.spans.extend(
-            (t_start + first, t_start + last, float(tokens), math.nan if ttft_ms is None else ttft_ms)
-        )
+        its end when it was not streamed), its output tokens, its TTFT and its E2E time."""
+        ttft = math.nan if ttft_ms is None else ttft_ms
+        self.spans.extend((t_start + first, t_start + last, float(tokens), ttft, e2e_s))
 
     def merge(self, other: RungSlices) -> None:
         self.spans.extend(other.spans)
@@ -98,8 +105,10 @@ class RungSlices:
         width = (end - start) / SLICES
         if not len(self) or not width >= MIN_SLICE_S:
             return {}
-        rows = np.frombuffer(self.spans, dtype=np.float64).reshape(-1, 4)
-        first, last, tokens, ttft = rows.T
+        rows = np.frombuffer(self.spans, dtype=np.float64).reshape(-1, 5)
+        first, last, tokens, ttft, e2e = rows.T
+        if width < float(np.median(e2e)):  # slices within one request: not independent
+            return {}
         edges = start + width * np.arange(SLICES + 1)
         lo, hi = edges[:-1][None, :], edges[1:][None, :]
         span = (last - first)[:, None]

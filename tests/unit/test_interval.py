@@ -29,7 +29,7 @@ def rung_of(tokens: list[float], ttfts: list[float] | None = None) -> RungSlices
     rung = RungSlices()
     for i, amount in enumerate(tokens):
         t = i * STEP_S
-        rung.add(t, 0.0, 0.0, round(amount), None if ttfts is None else ttfts[i])
+        rung.add(t, 0.0, 0.0, round(amount), None if ttfts is None else ttfts[i], STEP_S)
     return rung
 
 
@@ -61,11 +61,21 @@ def test_covers_the_median_ttft_of_a_correlated_series_about_95_percent():
 
 def test_the_rate_is_the_window_s_and_a_span_is_shared_by_the_slices_it_crosses():
     rung = RungSlices()
-    rung.add(0.0, 0.0, 10.0, 1000, 5.0)  # 1000 tokens evenly over the whole window
+    for i in range(10):  # ten requests of 1 s, 100 tokens each spread evenly: slices of 1 s
+        rung.add(float(i), 0.0, 1.0, 100, 5.0, 1.0)
+    rung.add(0.5, 0.0, 0.0, 10, None, 1.0)  # 10 more tokens at 0.5 s: in the first slice
     found = rung.intervals(0.0, 10.0)
-    assert found["agg_tok_s"].value == pytest.approx(100.0)
-    assert found["agg_tok_s"].pct == pytest.approx(0.0, abs=1e-9)  # every slice holds 100 tok/s
-    assert "ttft_p50_ms" not in found  # one TTFT: nine slices have none
+    assert found["agg_tok_s"].value == pytest.approx(101.0)
+    slices = np.array([110.0] + [100.0] * 9)
+    assert found["agg_tok_s"].pct == pytest.approx(100 * T_975 * slices.std(ddof=1) / math.sqrt(10) / 101)
+    assert found["ttft_p50_ms"].value == pytest.approx(5.0)
+
+
+def test_no_interval_when_a_slice_is_shorter_than_the_rung_s_median_request():
+    rung = RungSlices()
+    for user in range(4):  # four users of one 10-second request each: one event cut in ten
+        rung.add(0.0, 0.1 * user, 10.0, 500, 100.0, 10.0)
+    assert rung.intervals(0.0, 10.0) == {}
 
 
 def test_half_width_is_t_times_the_standard_error_of_the_slices():
@@ -80,7 +90,7 @@ def test_half_width_is_t_times_the_standard_error_of_the_slices():
 def test_no_interval_for_a_window_without_length_or_requests():
     assert RungSlices().intervals(0.0, 10.0) == {}
     rung = RungSlices()
-    rung.add(5.0, 0.0, 0.0, 10, 1.0)
+    rung.add(5.0, 0.0, 0.0, 10, 1.0, 0.0)
     assert rung.intervals(5.0, 5.0) == {}
 
 

@@ -63,7 +63,7 @@ def test_the_rule_waits_for_its_minimum_and_between_checks():
     held_rung(stop, 8, MIN_PER_USER - 1, 0.0)
     progress = running(config, users=8)
     assert stop.due(progress, 2000.0) is None
-    held_rung(stop, 8, MIN_PER_USER + 5, 0.0, seed=3, t0=1000.0 + MIN_PER_USER)
+    held_rung(stop, 8, 15, 0.0, seed=3, t0=1000.0 + MIN_PER_USER)  # slices as long as a request
     assert stop.due(progress, 2000.0 + CHECK_S / 2) is None  # checked half a period ago
     assert stop.due(progress, 2000.0 + CHECK_S) is not None
 

@@ -65,19 +65,19 @@ def seed_records():
 def test_plain_table_reproduces_the_seed_layout():
     out = render(rows_of(seed_records()), "table").splitlines()
     assert out == [
-        "conc  agg_tok/s     ±%  per_req_tok/s  tokens  wall_s  ttft_p50_ms  failures",
-        "   1      135.7  226.2          135.7     256    1.89        200.0         0",
-        "  10      516.2  226.2           53.3    2560    4.96        300.0         0",
+        "conc  agg_tok/s  per_req_tok/s  tokens  wall_s  ttft_p50_ms  failures",
+        "   1      135.7          135.7     256    1.89        200.0         0",
+        "  10      516.2           53.3    2560    4.96        300.0         0",
     ]
 
 
 def test_plain_table_marks_estimated_and_partial_figures():
     out = render(rows_of(run_records(), requests_per_user=1), "table").splitlines()
     assert out[:4] == [
-        "conc  agg_tok/s     ±%  per_req_tok/s  tokens  wall_s  ttft_p50_ms  failures",
-        "  1      128.0   226.2         128.0     256     2.00        500.0         0",
-        "  4       76.8   115.2          53.3     768    10.00        400.0         1",
-        "  4!      42.5*  153.7          35.0*    170*    4.00        200.0         0",
+        "conc  agg_tok/s  per_req_tok/s  tokens  wall_s  ttft_p50_ms  failures",
+        "  1      128.0          128.0     256     2.00        500.0         0",
+        "  4       76.8           53.3     768    10.00        400.0         1",
+        "  4!      42.5*          35.0*    170*    4.00        200.0         0",
     ]
     notes = "\n".join(out[4:])
     assert "* the server sent no usage on some requests" in notes
@@ -88,25 +88,22 @@ def test_plain_table_marks_estimated_and_partial_figures():
 def test_wide_columns_only_behind_the_option():
     narrow = render(rows_of(run_records()), "table").splitlines()[0].split()
     wide = render(rows_of(run_records()), "table", wide=True).splitlines()[0].split()
-    assert narrow == [
-        *("conc", "agg_tok/s", "±%", "per_req_tok/s"),
-        *("tokens", "wall_s", "ttft_p50_ms", "failures"),
-    ]
+    assert narrow == ["conc", "agg_tok/s", "per_req_tok/s", "tokens", "wall_s", "ttft_p50_ms", "failures"]
     assert wide == [*narrow, "rung", "requests", "partial_tokens", "failure_kinds"]
 
 
 def test_markdown_csv_and_json():
     rows = rows_of(run_records())
     md = render(rows, "markdown").splitlines()
-    assert md[0].replace(" ", "") == "|conc|agg_tok/s|±%|per_req_tok/s|tokens|wall_s|ttft_p50_ms|failures|"
-    assert md[3].replace(" ", "") == "|4|76.8|115.2|53.3|768|10.00|400.0|1|"
+    assert md[0].replace(" ", "") == "|conc|agg_tok/s|per_req_tok/s|tokens|wall_s|ttft_p50_ms|failures|"
+    assert md[3].replace(" ", "") == "|4|76.8|53.3|768|10.00|400.0|1|"
     lines = render(rows, "csv").splitlines()
     header = (
         "conc,agg_tok/s,per_req_tok/s,tokens,wall_s,ttft_p50_ms,failures,cache_%,±%,estimated,partial,saturated,"
         "server_running,server_waiting,server_kv_usage,server_accept_len,server_cache_share"
     )
     assert lines[0] == header
-    assert lines[3] == "4,42.5,35.0,170,4.00,200.0,0,-,153.7,True,False,False,,,,,"
+    assert lines[3] == "4,42.5,35.0,170,4.00,200.0,0,-,-,True,False,False,,,,,"
     data = json.loads(render(rows, "json"))
     assert data[1]["per_req_tok_s"] == pytest.approx(160 / 3, rel=1e-12)  # full precision
     assert data[1]["failures_by_kind"] == {"http_500": 1}
@@ -128,7 +125,7 @@ def run_prefix(tmp_path: Path) -> Path:
 def test_script_prints_the_table_and_no_warning_when_csv_agrees(run_prefix: Path):
     res = run_script(str(run_prefix))
     assert res.returncode == 0, res.stderr
-    row = "   4      76.8   115.2          53.3     768    10.00        400.0         1"
+    row = "   4      76.8           53.3     768    10.00        400.0         1"
     assert res.stdout.splitlines()[2] == row
     assert "warning" not in res.stdout + res.stderr
 
@@ -240,3 +237,16 @@ def test_the_server_side_notes_fire_only_when_the_server_queued_filled_or_had_se
     assert "rung01 c4: 3 of 4 requests" in notes[0] and "rerun with another seed" in notes[0]
     assert "rung01 c4: 2.5 waiting on average" in notes[1] and "--max-num-seqs" in notes[1]
     assert "rung01 c4: 95 %" in notes[2] and "--gpu-memory-utilization" in notes[2]
+
+
+def test_a_held_rung_shows_its_interval_beside_agg_tok_s():
+    """Twenty 1-second requests back to back (slices of 2 s, longer than a request): the table
+    gains the `±%` column after agg_tok/s; rungs of requests that all start together have none."""
+    held = [
+        make_record(1000.0 + i, 1001.0 + i, 100, 0.1, chunk_times=[0.1 + 0.009 * k for k in range(100)])
+        for i in range(20)
+    ]
+    header, row = render(rows_of(held), "table").splitlines()[:2]
+    assert header.split()[:4] == ["conc", "agg_tok/s", "±%", "per_req_tok/s"]
+    assert row.split()[1:3] == ["100.0", "0.0"]  # 100 tokens in every second
+    assert "±%" not in render(rows_of(seed_records()), "table")

@@ -366,9 +366,8 @@ class RungTally:
             self.ttft_warm_ms.append(ttft[-1] - (own or 0.0) - (tls or 0.0))
         self.uncertainty.add(rec, found["ttft"], found["tpot"])
         first, last, chunks = chunk_span(rec, micros)
-        self.slices.add(
-            t_start, first, last, rec.output_tokens, values["ttft"][-1] if found["ttft"] else None
-        )
+        ttft_now = values["ttft"][-1] if found["ttft"] else None
+        self.slices.add(t_start, first, last, rec.output_tokens, ttft_now, e2e)
         if rec.stream and chunks >= 2:  # a completed stream's send, first and last chunk, mean gap
             self.spans.extend((t_start, t_start + first, t_start + last, (last - first) / (chunks - 1)))
         if self.itl:

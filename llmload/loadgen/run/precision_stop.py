@@ -45,7 +45,7 @@ class LiveRung:
 
     def add(self, rec: RequestRecord) -> None:
         first, last, _ = chunk_span(rec, None)
-        self.slices.add(rec.t_start, first, last, rec.output_tokens, ttft_ms(rec))
+        self.slices.add(rec.t_start, first, last, rec.output_tokens, ttft_ms(rec), rec.e2e_s)
         self.first_start = min(self.first_start, rec.t_start)
         self.last_end = max(self.last_end, rec.t_end)
         self.longest = max(self.longest, rec.e2e_s)
