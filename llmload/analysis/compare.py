@@ -7,8 +7,12 @@ relative change cand / base - 1:
 - ttft_p50_ms and tpot_p50_ms: medians over completed requests (p99 of a few dozen requests is
   one or two requests: too noisy to judge).
 
-Uncertainty: a seeded bootstrap over requests (each run's completed requests resampled with
-replacement, `resamples` times). The aggregate rate tokens / wall is one number per rung whose
+Uncertainty: where both rungs have their own interval (`llmload.analysis.interval`: batch means
+over time slices of the rung's window; held rungs, agg tok/s and TTFT p50), the change's interval
+is theirs: the two log half-widths added in quadrature (scaled from 95 % to `confidence` by the
+normal quantiles' ratio). Otherwise (a rung whose requests start together, too short for time
+slices; the other figures) a seeded bootstrap over requests (each run's completed requests
+resampled with replacement, `resamples` times). The aggregate rate tokens / wall is one number per rung whose
 wall time is set by the slowest request, and a bootstrap of a maximum is not valid; it is
 written instead as (sum tokens / sum E2EL) * achieved concurrency (Little's law: achieved
 concurrency = sum E2EL / wall) and the first factor, a ratio of sums, is bootstrapped while the
@@ -185,6 +189,18 @@ def _repeat_sd(fig: Figure, runs: Sequence[list[tuple[Rung, SweepRow]]], conc: i
     return math.sqrt(squares / dof) if dof else 0.0
 
 
+def _rung_intervals(fig: Figure, base: SweepRow, cand: SweepRow, alpha: float) -> float | None:
+    """The half-width (log scale) of the change from the two rungs' own intervals
+    (`llmload.analysis.interval`, 95 %: each side's log half-width, added in quadrature, scaled to
+    the asked confidence by the normal quantiles' ratio); None when a side has none."""
+    key = f"{fig.name}_pct"
+    sides = [(row.interval or {}).get(key) for row in (base, cand)]
+    if sides[0] is None or sides[1] is None:
+        return None
+    scale = NormalDist().inv_cdf(1 - alpha) / NormalDist().inv_cdf(0.975)
+    return scale * math.hypot(math.log1p(sides[0] / 100.0), math.log1p(sides[1] / 100.0))
+
+
 def _verdict(fig: Figure, change: float, low: float, high: float, threshold: float) -> str:
     better_low, better_high = (low, high) if fig.higher_is_better else (-high, -low)
     if better_low > 0 and change * (1 if fig.higher_is_better else -1) >= threshold:
@@ -216,6 +232,8 @@ def compare_rung(
             n = min(len(base[0].completed), len(cand[0].completed))
             return Change(fig.name, b, c, math.expm1(center), None, None, f"{TOO_FEW} (n={n})")
         lo = hi = center
+    elif (half := _rung_intervals(fig, base[1], cand[1], alpha)) is not None:
+        lo, hi = center - half, center + half
     else:
         boot_b = _log_bootstrap(fig, base[0].completed, rng, resamples)
         boot_c = _log_bootstrap(fig, cand[0].completed, rng, resamples)

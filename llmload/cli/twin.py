@@ -156,13 +156,19 @@ def main(argv: list[str] | None = None) -> int:
     prediction = prediction_rows(measured, run_figures(results["predict"])) if "predict" in results else None
     verdict = judge(fit, rows, prediction or ())
     steps = {s.rung: s for s in measure_run(result.iter_records(), result.prefix)}
-    boot = bootstrap_spreads(results["predict"].record_rungs()) if "predict" in results else None
+    boot = None
+    if "predict" in results:
+        predicted_rows = {row.rung: row.interval for row in results["predict"].rows}
+        boot = bootstrap_spreads(results["predict"].record_rungs(), intervals=predicted_rows)
     intervals = prediction_intervals(rows, prediction or [], predicted, boot)
     decision = None
     if not change.empty:
         try:
+            done = {
+                row.conc: row.requests - row.failures for row in reversed(result.rows)
+            }  # first rung of a conc
             decision = run_decision(
-                change, measured, prediction, intervals, steps, verdict.fits, args.at, args.worth
+                change, measured, prediction, intervals, steps, verdict.fits, args.at, args.worth, done
             )
         except ValueError as exc:
             print(f"{PROG}: error: {exc}", file=sys.stderr)

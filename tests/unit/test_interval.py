@@ -1,6 +1,8 @@
 """The batch-means interval (llmload.analysis.interval) on synthetic correlated series whose mean
 is known: it covers the mean about 95 % of the time, where an interval that takes the
-correlated values as independent covers it far less often."""
+correlated values as independent covers it far less often; `compare` and the twin taking a
+change's interval from the rungs' own, and the decision's count of the requests that would have
+decided a "cannot tell"."""
 
 from __future__ import annotations
 
@@ -9,8 +11,13 @@ import random
 
 import numpy as np
 import pytest
+from fixtures.runs import make_record
 
+from llmload.analysis import compare
 from llmload.analysis.interval import SLICES, T_975, RungSlices, batch_means, needed
+from llmload.analysis.run.sweep_rows import Rung, SweepRow
+from llmload.analysis.twin.decision import UNDECIDED, Decision, RungDecision, decide, more_requests
+from llmload.analysis.twin.replay import bootstrap_spreads
 
 STEP_S = 0.01  # one value per step of the synthetic server
 
@@ -101,3 +108,55 @@ def test_the_width_scales_as_one_over_root_n():
     short = rung_of(ar1(rng, 1000, 40.0, 0.5, 4.0)).intervals(0.0, 10.0)["agg_tok_s"].pct
     long = rung_of(ar1(rng, 16000, 40.0, 0.5, 4.0)).intervals(0.0, 160.0)["agg_tok_s"].pct
     assert long == pytest.approx(short / 4, rel=0.6)  # 16x the time: about a quarter of the width
+
+
+def _held(agg: float, pct: float | None) -> tuple[Rung, SweepRow]:
+    """A rung of 20 requests whose sweep row says `agg` tok/s +- `pct` % (None: no interval)."""
+    records = [make_record(1000.0 + i, 1001.0 + i, 100, 0.1) for i in range(20)]
+    interval = None if pct is None else {"slices": SLICES, "agg_tok_s_pct": pct}
+    row = SweepRow(0, 4, agg, 100.0, 2000, 20.0, 100.0, 20, 0, interval=interval)
+    return Rung(0, 4, records), row
+
+
+@pytest.mark.parametrize(("pct", "verdict"), [(1.0, compare.IMPROVED), (3.0, compare.NOISE)])
+def test_compare_takes_the_change_s_interval_from_the_two_rungs_intervals(pct, verdict):
+    """+3 % between two rungs known to +-1 %: the change's interval is +3 % +- 1.41 %, all of it
+    above 0 (improved); known to +-3 % (+-4.2 %), it holds 0 (within noise)."""
+    fig = compare.FIGURES[0]
+    change = compare.compare_rung(
+        fig,
+        _held(100.0, pct),
+        _held(103.0, pct),
+        repeat_sd=0.0,
+        rng=random.Random(0),
+        resamples=10,
+        confidence=0.95,
+        threshold=0.01,
+    )
+    half = math.hypot(math.log1p(pct / 100), math.log1p(pct / 100))
+    assert change.low == pytest.approx(math.expm1(math.log(1.03) - half))
+    assert change.high == pytest.approx(math.expm1(math.log(1.03) + half))
+    assert change.verdict == verdict
+
+
+def test_a_cannot_tell_says_how_many_more_requests_would_decide_it():
+    """A predicted +6 % [+2 %, +10 %] over 100 requests against a 5 % threshold: the interval must
+    shrink to +-1 % on its low side, 4x narrower, so 16x the requests: 1500 more (1 / sqrt(n))."""
+    rung = RungDecision(8, 10.0, 1.0, 0.5, gain=0.06, low=0.02, high=0.10, requests=100)
+    assert more_requests(rung, 0.05) == 1500
+    decision = decide([rung], 0.05)
+    assert decision.verdict == UNDECIDED
+    assert (
+        "about 1500 more requests per rung would decide it (the width scales as 1/sqrt(n))" in decision.line
+    )
+    assert Decision.from_dict(decision.as_dict()).rungs[0].requests == 100
+    at_threshold = RungDecision(8, 10.0, 1.0, 0.5, gain=0.05, low=0.02, high=0.08, requests=100)
+    assert more_requests(at_threshold, 0.05) is None  # no count of requests moves it off
+
+
+def test_the_twin_s_spread_of_a_held_rung_is_two_runs_of_its_interval():
+    records = [make_record(1000.0 + i, 1001.0 + i, 100, 0.1) for i in range(20)]
+    spreads = bootstrap_spreads([Rung(0, 4, records)], resamples=20, intervals={0: {"agg_tok_s_pct": 2.0}})
+    half = math.hypot(math.log1p(0.02), math.log1p(0.02))
+    assert spreads[0]["agg_tok_s"] == pytest.approx((-half, half))
+    assert spreads[0]["per_req_tok_s"] != (-half, half)  # no interval of its own: the bootstrap's

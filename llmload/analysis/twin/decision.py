@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from llmload.analysis.interval import needed
 from llmload.core.exit_codes import NO_FIT, NOT_WORTH_IT, OK
 from llmload.core.exit_codes import UNDECIDED as UNDECIDED_EXIT
 
@@ -42,6 +43,7 @@ class RungDecision:
     high: float | None = None
     figures: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # predicted (v, lo, hi)
     verdict: str = UNDECIDED
+    requests: int | None = None  # the measured rung's completed requests (what its interval is over)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +71,8 @@ class Decision:
             rungs = [
                 RungDecision(
                     **{
-                        **{k: r[k] for k in _RUNG_FIELDS if k != "figures"},
+                        **{k: r[k] for k in _RUNG_FIELDS if k not in ("figures", "requests")},
+                        "requests": r.get("requests"),
                         "figures": {k: _figure(v) for k, v in (r.get("figures") or {}).items()},
                     }
                 )
@@ -108,6 +111,8 @@ def _check_rung(r: RungDecision) -> None:
             raise ValueError(f"a rung's {name} is not a number: {value!r}")
     if r.verdict not in (WORTH, NOT_WORTH, UNDECIDED):
         raise ValueError(f"a rung's verdict is not the twin's: {r.verdict!r}")
+    if r.requests is not None and (not isinstance(r.requests, int) or isinstance(r.requests, bool)):
+        raise ValueError(f"a rung's requests is not a count: {r.requests!r}")
 
 
 def pct(share: float | None) -> str:
@@ -175,10 +180,32 @@ def decide(rungs: Sequence[RungDecision], worth: float, why_not_predicted: str |
         else:
             line = (
                 f"cannot tell at conc {_concs(open_)}: {pct(top.gain)} % [{pct(top.low)}, {pct(top.high)}] "
-                f"tok/s holds the threshold: its interval is wider than the margin ({threshold})"
+                f"tok/s holds the threshold: its interval is wider than the margin{_more(open_, worth)} "
+                f"({threshold})"
             )
         verdict = UNDECIDED
     return Decision(worth, judged, verdict, line, why_not_predicted)
+
+
+def more_requests(r: RungDecision, worth: float) -> int | None:
+    """How many more requests the rung would have needed for its interval to leave the threshold
+    (its width scaling as 1 / sqrt(n): `llmload.analysis.interval.needed`); None without a
+    prediction, a request count, or a margin (a gain at the threshold)."""
+    if r.gain is None or r.low is None or r.high is None or not r.requests:
+        return None
+    margin, half = (r.gain - worth, r.gain - r.low) if r.gain >= worth else (worth - r.gain, r.high - r.gain)
+    if margin <= 0:
+        return None
+    return max(0, math.ceil(needed(r.requests, half, margin) - 1e-9) - r.requests)
+
+
+def _more(open_: Sequence[RungDecision], worth: float) -> str:
+    """The decision's clause of the requests that would have decided it (the most any rung needs)."""
+    counts = [more_requests(r, worth) for r in open_]
+    if not counts or any(c is None for c in counts):
+        return ""
+    most = max(c for c in counts if c is not None)
+    return f"; about {most} more requests per rung would decide it (the width scales as 1/sqrt(n))"
 
 
 def decision_exit_code(decision: Decision, fits: bool) -> int:

@@ -32,9 +32,12 @@ def run_decision(
     fits: bool,
     at: Sequence[int] | None,
     worth: float,
+    requests: Mapping[int, int] | None = None,
 ) -> Decision:
     """The decision at the production rungs `at` (default: every rung) from the measured steps
-    (`steps` by rung index) and the prediction (its rows and their intervals)."""
+    (`steps` by rung index) and the prediction (its rows and their intervals); `requests`: each
+    concurrency's completed requests in the measured run (a "cannot tell" says how many more
+    would have decided it)."""
     concs = [r.conc for r in measured] + [r.conc for r in prediction or []]
     by_conc = {r.conc: r for r in reversed(prediction or [])}
     rungs = []
@@ -55,7 +58,8 @@ def run_decision(
             if meas and "agg_tok_s" in figures:
                 v, lo, hi = figures["agg_tok_s"]
                 gain, low, high = v / meas - 1.0, lo / meas - 1.0, hi / meas - 1.0
-        rungs.append(RungDecision(conc, step_ms, cost, bound, gain, low, high, figures))
+        done = (requests or {}).get(conc)
+        rungs.append(RungDecision(conc, step_ms, cost, bound, gain, low, high, figures, requests=done))
     return decide(rungs, worth, None if fits else NOT_FITTED)
 
 

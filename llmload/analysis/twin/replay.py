@@ -448,7 +448,11 @@ def _log_resamples(
 
 
 def bootstrap_spreads(
-    rungs: Iterable[Rung], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+    rungs: Iterable[Rung],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+    intervals: Mapping[int, Mapping[str, Any] | None] | None = None,
 ) -> dict[int, dict[str, tuple[float, float]]]:
     """By rung index of the twin's predicted run (its `record_rungs()`), per figure of
     INTERVAL_KEYS: the 2.5th and 97.5th percentiles of log(A / B), A and B the figure (as
@@ -458,7 +462,10 @@ def bootstrap_spreads(
     place and the others are resampled apart (`wait_strata`): how many wait is set by the
     closed loop and the limit, not drawn, and resampling it would read a spread no rerun shows.
     Seeded; rungs with fewer than MIN_REQUESTS completed requests get none (a handful of
-    requests says nothing about its own spread)."""
+    requests says nothing about its own spread). A figure whose rung has its own interval
+    (`intervals`: the predicted run's sweep rows' `interval` by rung index; held rungs) takes it
+    instead: +- the log half-width of two such runs (`llmload.analysis.interval`, the one interval
+    `compare` uses too)."""
     rng = random.Random(seed)
     figures = {fig.name: fig for fig in compare.FIGURES}
     out: dict[int, dict[str, tuple[float, float]]] = {}
@@ -468,7 +475,12 @@ def bootstrap_spreads(
             continue
         strata = wait_strata(done)
         spreads = {}
+        own = (intervals or {}).get(rung.index) or {}
         for key in INTERVAL_KEYS:
+            if (pct := own.get(f"{key}_pct")) is not None:
+                half = math.hypot(math.log1p(pct / 100.0), math.log1p(pct / 100.0))  # two runs
+                spreads[key] = (-half, half)
+                continue
             stat = figures[key].resampled
             ours = _log_resamples(stat, strata, rng, resamples)
             theirs = _log_resamples(stat, strata, rng, resamples)
