@@ -17,6 +17,7 @@ Short runs: steps of 10-40 ms, no warm-up."""
 from __future__ import annotations
 
 import html
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,8 @@ def test_a_10ms_step_change_is_worth_it_and_the_real_run_falls_inside(limited, t
     straddle = doc["decision"]
     assert code == UNDECIDED and straddle["verdict"] == "cannot tell", (straddle, c4, err)
     assert "holds the threshold: its interval is wider than the margin" in straddle["line"]
+    more = re.search(r"about (\d+) more requests per rung would decide it", straddle["line"])
+    assert more and int(more.group(1)) > 0, straddle["line"]  # n x (half-width / margin)^2 - n
 
 
 # Steps of at least 10.5 ms: on a loaded 2-core machine a chunk is read some ms late now and then,
