@@ -14,8 +14,10 @@ count); two identical sweeps send it again at rungs 1 and 2. Checked:
 - tokens: the records' output tokens (the preflight's and per-chunk probe's requests included)
   equal the rise of vLLM's `vllm:generation_tokens_total` over each sweep, and each record's
   equal the read request's usage;
-- chunks: each record counts exactly the read stream's `tool_calls` deltas, with the tokens the
-  server put on each, its calls, and as invalid the calls whose arguments are not a JSON object;
+- chunks: each record counts exactly the read stream's token messages (its `tool_calls` deltas,
+  and the closing `delta: {}` when the server's count grew on it: vLLM's tool parser holds the
+  call's last tokens back until then), with the tokens the server put on each, its calls, and as
+  invalid the calls whose arguments are not a JSON object;
 - identity: each record's tool hash is the BLAKE2b-64 of the read stream's calls (name, then
   arguments in brackets), the same in both sweeps, and `compare` finds the outputs identical.
 """
@@ -69,7 +71,7 @@ CALL_SEPARATOR = "\x1e"  # between two calls in the hashed text (the record's de
 class Stream:
     """One greedy tool-call request as the server streamed it."""
 
-    delta_tokens: list[int] = field(default_factory=list)  # per `tool_calls` delta: its tokens
+    delta_tokens: list[int] = field(default_factory=list)  # per token message: its tokens
     names: dict[int, str] = field(default_factory=dict)  # per call index
     arguments: dict[int, str] = field(default_factory=dict)
     completion_tokens: int = 0
@@ -114,7 +116,7 @@ def read_stream(url: str) -> Stream:
         for choice in event["choices"]:
             stream.finish_reason = choice.get("finish_reason") or stream.finish_reason
             calls = choice["delta"].get("tool_calls")
-            if calls:
+            if calls or total > seen:  # the closing `delta: {}` carries the parser's held-back tokens
                 stream.delta_tokens.append(total - seen)
             for call in calls or ():
                 function = call.get("function") or {}
