@@ -74,6 +74,7 @@ SESSION_CELLS: tuple[tuple[str, str, Callable[[SessionFigures], str]], ...] = (
     ("session_sub_agents_mean", "sub_agents", lambda f: fmt_num(f.sub_agents_mean)),
     ("session_sub_agents_max", "sub_agents_max", lambda f: _count(f.sub_agents_max)),
     ("session_model_%", "model_%", lambda f: fmt_pct(f.model_share)),
+    ("session_tool_%", "tool_%", lambda f: fmt_pct(f.tool_share)),
     ("session_other_%", "other_%", lambda f: fmt_pct(f.other_share)),
 )
 _SUB_AGENTS = ("session_sub_agents_mean", "session_sub_agents_max")

@@ -15,6 +15,7 @@ import pytest
 
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.sessions.figures import top_level
+from llmload.analysis.sessions.intervals import length, union
 from llmload.core.files.records import read_records
 from llmload.core.stats import percentile
 from llmload.output.run_table import render_run
@@ -24,6 +25,7 @@ from llmload.sim.truth import load_truth
 # a turn is ~25 one-token steps of ~4 ms (~0.1 s); with 0.3 s of thinking between turns a
 # session of 4 turns lasts ~1.3 s: 1 % is 13 ms, several times the client's lag behind the server
 SIM = {"accept_len": 1, "base_ms": 4, "per_seq_ms": 0.2}
+LATE_S = 0.060  # a turn is sent after its wait at most this much later (tests/e2e/test_agent_traces_e2e.py)
 SCHEMA = {
     "type": "object",
     "properties": {"title": {"type": "string"}, "score": {"type": "integer", "minimum": 0, "maximum": 9}},
@@ -120,3 +122,51 @@ def test_the_valid_share_of_structured_replies_per_rung_is_the_simulators(sessio
         assert row.structured["valid_share"] == sum(sent_valid) / len(sent_valid)
     assert {truth[r.request_id]["valid"] for r in records} == {True, False}  # both kinds were sent
     assert "valid_%" in render_run(result)
+
+
+# Weka agentic traces (trace replay, llmload.core.workload.conversations): conversations whose turn 1
+# spawns a sub-agent of two requests, the next turn waiting for it; every wait before a turn is the
+# trace's recorded one (`tool_wait_s`), so the sessions' time off the model is those waits; replies
+# of 25-30 tokens (~0.1 s each) keep the client's own ms per request under 2 % of the model's time
+def weka_request(t: float, kind: str, tokens_in: int, out: int) -> dict:
+    return {"t": t, "type": kind, "model": "m", "in": tokens_in, "out": out, "hash_ids": [], "api_time": 0.1}
+
+
+def weka(i: int) -> dict:
+    sub = [weka_request(0.0, "n", 40, 25), weka_request(0.25, "n", 50, 25)]
+    spawn = {"t": 0.3, "type": "subagent", "agent_id": "agent_1", "duration_ms": 500, "requests": sub}
+    last = weka_request(1.0 + 0.05 * i, "s", 150, 30)
+    return {"id": f"w{i}", "block_size": 64, "requests": [weka_request(0.0, "s", 100, 30), spawn, last]}
+
+
+def test_fanned_out_sessions_time_on_the_model_and_on_tools_is_the_simulators(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(weka(i)) + "\n" for i in range(6)))
+    ladder = tmp_path / "trace.yaml"
+    ladder.write_text(
+        f"mode: trace\ntrace_file: {trace}\nendpoint: completions\nmax_concurrency: 12\nwarmup_requests: 0\n"
+    )
+    run = run_sweep(run_dir=tmp_path, locust_args=["--ladder", str(ladder)], sim=SIM, timeout=120)
+    assert run.returncode == 0, run.log.read_text()[-3000:]
+    records, _ = read_records(run.records)
+    truth = [t for t in load_truth(run.truth_log)[0].values() if t["session"] is not None]
+    trees: dict[str, list[dict]] = {}
+    for served in truth:  # grouped by the simulator's own X-Session-Id
+        trees.setdefault(top_level(served["session"]), []).append(served)
+    (figures,) = load_run(run.prefix).sessions.values()
+    assert (figures.sessions, figures.finished, figures.sub_agents_max, figures.turns_max) == (6, 6, 1, 2)
+    makespans = [max(t["closed"] for t in tree) - min(t["received"] for t in tree) for tree in trees.values()]
+    assert figures.makespan_s is not None
+    for q in (50.0, 90.0, 99.0):
+        assert figures.makespan_s[f"p{q:g}"] == pytest.approx(percentile(makespans, q), rel=0.01)
+    # the truth's time off the model: the gaps between a tree's requests, each a recorded wait (a
+    # tool's: `tool_wait_s`; or the sub-agent's spawn, 0.3 - 0.1 s after turn 1: not a tool's) plus
+    # the client's lag in sending the next (at most LATE_S)
+    busy = sum(length(union([(t["received"], t["closed"]) for t in tree])) for tree in trees.values())
+    gaps = sum(makespans) - busy
+    total = figures.makespan_s["mean"] * figures.finished
+    assert figures.model_share == pytest.approx(busy / sum(makespans), rel=0.02)
+    waits = sum(r.tool_wait_s or 0.0 for r in records if r.phase == "measure")
+    assert figures.tool_share * total == pytest.approx(waits, rel=1e-6)  # no wait overlaps a request here
+    spawns = 0.2 * len(trees)
+    assert waits + spawns <= gaps <= waits + spawns + 3 * len(trees) * LATE_S  # 3 gaps a tree

@@ -1,5 +1,5 @@
 """The figures per session (llmload.analysis.sessions) from hand-made records whose figures are
-worked out by hand in each test: makespans, turns, tool calls, sub-agents, the model / other
+worked out by hand in each test: makespans, turns, tool calls, sub-agents, the model / tool / other
 shares, the sessions cut apart (failed, unended); and where the user reads them: the session
 table beside the per-turn table, the json rows, the csv columns, the HTML report; the valid share
 of tool calls beside tok/s."""
@@ -18,7 +18,7 @@ from fixtures.runs import make_record
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.run.rung_tally import RungTally
 from llmload.analysis.sessions.figures import SessionEnds, session_figures, top_level
-from llmload.analysis.sessions.intervals import length, union
+from llmload.analysis.sessions.intervals import length, outside, union
 from llmload.core.config import SessionConfig, parse_config
 from llmload.core.files.run_files import RunFiles
 from llmload.loadgen.webui.live_sweep import LiveSweep
@@ -32,9 +32,13 @@ def turn(session: str, n: int, start: float, end: float, **kw):
     return make_record(start, end, 8, 0.1, session=session, turn=n, endpoint="chat", request_id=rid, **kw)
 
 
-def test_intervals_union_and_its_length():
+def test_intervals_union_and_the_time_outside_others():
     assert union([(3.0, 4.0), (0.0, 1.0), (0.5, 2.0), (2.0, 2.5), (5.0, 5.0)]) == [(0.0, 2.5), (3.0, 4.0)]
     assert length(union([(0.0, 1.0), (0.5, 2.0)])) == 2.0
+    covered = [(1.0, 2.0), (3.0, 4.0)]
+    assert outside([(0.0, 5.0)], covered) == 3.0  # 5 s less the 2 s covered
+    assert outside([(1.5, 3.5), (1.2, 1.4)], covered) == pytest.approx(1.0)  # 2.0-3.0 alone is outside
+    assert outside([], covered) == 0.0 and outside([(0.0, 1.0)], []) == 1.0
 
 
 def test_top_level_ids():
@@ -48,12 +52,12 @@ def test_top_level_ids():
 RUNG0 = [
     turn("a", 1, 0.0, 1.0),
     turn("a", 2, 3.0, 4.0, tool_calls=2, tool_calls_invalid=1),
-    turn("a", 3, 5.0, 7.0),
+    turn("a", 3, 5.0, 7.0, tool_wait_s=1.5),
     turn("b", 1, 10.0, 12.0, tool_calls=1),
     turn("b/1", 1, 11.5, 12.0),
     turn("b/1", 2, 12.2, 12.8),
     turn("b/1", 3, 13.0, 13.5),
-    turn("b", 2, 12.0, 13.0),
+    turn("b", 2, 12.0, 13.0, tool_wait_s=0.5),
     turn("b", 3, 14.0, 15.0),
     turn("c", 1, 20.0, 21.0),
     turn("c", 2, 22.0, 23.0, outcome="timeout"),
@@ -75,8 +79,10 @@ def test_a_rungs_sessions_by_hand():
     assert (figures.turns_mean, figures.turns_max) == (3.0, 3)
     assert (figures.tool_calls_mean, figures.tool_calls_max) == (1.5, 2)  # d's call: a cut session's
     assert (figures.sub_agents_mean, figures.sub_agents_max) == (0.5, 1)
-    # model time: a 1 + 1 + 2 = 4 of 7; b 10-13.5 and 14-15 = 4.5 of 5
-    assert figures.model_share == pytest.approx(8.5 / 12) and figures.other_share == pytest.approx(3.5 / 12)
+    # model time: a 1 + 1 + 2 = 4 of 7; b 10-13.5 and 14-15 = 4.5 of 5; tool waits: a's turn 3
+    # waited 1.5 s (3.5-5: 1 s of it after turn 2's end), b's turn 2 0.5 s (11.5-12: model time)
+    assert figures.model_share == pytest.approx(8.5 / 12) and figures.tool_share == pytest.approx(1.0 / 12)
+    assert figures.other_share == pytest.approx(2.5 / 12)
 
 
 def test_what_ends_a_session():
@@ -123,11 +129,11 @@ def test_the_table_json_csv_and_html_show_the_figures(tmp_path):
     assert header.split() == [
         "rung", "sessions", "finished", "failed", "unended", "makespan_p50_s", "makespan_p90_s",
         "makespan_p99_s", "turns", "turns_max", "tool_calls", "tool_calls_max",
-        "sub_agents", "sub_agents_max", "model_%", "other_%",
+        "sub_agents", "sub_agents_max", "model_%", "tool_%", "other_%",
     ]  # fmt: skip
     assert line.split() == [
         "rung01", "c1", "4", "2", "1", "1", "6.00", "6.80", "6.98", "3.0", "3", "1.5", "2", "0.5", "1",
-        "70.8", "29.2",
+        "70.8", "8.3", "20.8",
     ]  # fmt: skip
     (row,) = json.loads(render_run(result, "json"))
     assert row["sessions"]["makespan_s"]["p90"] == pytest.approx(6.8) and row["sessions"]["unended"] == 1

@@ -7,9 +7,10 @@ records of every attempt, failed ones too:
 - makespan: the tree's first request start to its last request end (s);
 - turns: the top-level session's turns (its highest `turn`); sub_agents: the tree's sub-agent
   sessions; tool_calls: the calls every reply of the tree made (`tool_calls`);
-- model time: the union of the tree's request intervals [t_start, t_end]; the rest (think time,
-  the client) is other time. The rung's shares pool its finished trees: their model (other) time
-  summed / their makespans summed.
+- model time: the union of the tree's request intervals [t_start, t_end]; tool time: the union of
+  its waits before a turn ([t_start - tool_wait_s, t_start]: an agent's tool latency, a trace's
+  recorded wait) outside model time; the rest (think time, the client) is other time. The rung's
+  shares pool its finished trees: their model (tool, other) time summed / their makespans summed.
 A tree finished when every session of it ended: its last turn (highest `turn`; of its attempts,
 the last to end) completed, and it reached its turn limit (`SessionEnds`). The others are cut, apart from the
 figures: `failed` (a session's last turn failed: a failed turn ends its session), else
@@ -23,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmload.analysis.sessions.intervals import Span, length, union
+from llmload.analysis.sessions.intervals import Span, length, outside, union
 from llmload.core.config import SessionConfig
 from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE
@@ -59,11 +60,14 @@ class _Tree:
     """A top-level session and its sub-agents, as their records came."""
 
     spans: list[Span] = field(default_factory=list)
+    waits: list[Span] = field(default_factory=list)  # the waits before turns (tool_wait_s)
     tool_calls: int = 0
     last: dict[str, RequestRecord] = field(default_factory=dict)  # each session id's last turn
 
     def add(self, rec: RequestRecord) -> None:
         self.spans.append((rec.t_start, rec.t_end))
+        if rec.tool_wait_s:
+            self.waits.append((rec.t_start - rec.tool_wait_s, rec.t_start))
         self.tool_calls += rec.tool_calls or 0
         assert rec.session is not None
         known = self.last.get(rec.session)
@@ -95,6 +99,7 @@ class SessionFigures:
     sub_agents_mean: float | None
     sub_agents_max: int | None
     model_share: float | None
+    tool_share: float | None
     other_share: float | None
 
     def as_dict(self) -> dict[str, Any]:
@@ -116,11 +121,13 @@ class SessionTally:
     def figures(self, ends: SessionEnds) -> SessionFigures:
         cuts = {name: tree.cut(ends) for name, tree in self.trees.items()}
         done = {name: self.trees[name] for name, why in cuts.items() if why is None}
-        makespans, model = [], 0.0
+        makespans, model, tool = [], 0.0, 0.0
         for tree in done.values():
             starts, stops = zip(*tree.spans, strict=True)
             makespans.append(max(stops) - min(starts))
-            model += length(union(tree.spans))
+            busy = union(tree.spans)
+            model += length(busy)
+            tool += outside(tree.waits, busy)
         turns = [(t.last[name].turn or 0) if name in t.last else 0 for name, t in done.items()]
         subs = [sum(SUB_AGENT_SEPARATOR in s for s in t.last) for t in done.values()]
         calls = [t.tool_calls for t in done.values()]
@@ -141,7 +148,8 @@ class SessionTally:
             sub_agents_mean=mean(subs) if any(subs) else None,
             sub_agents_max=max(subs) if any(subs) else None,
             model_share=model / total if share else None,
-            other_share=max(0.0, 1.0 - model / total) if share else None,
+            tool_share=tool / total if share else None,
+            other_share=max(0.0, 1.0 - (model + tool) / total) if share else None,
         )
 
 
