@@ -38,6 +38,7 @@ from llmload.sim.formats.structured import (
     parse_structured,
     plan_reply,
     tool_call_deltas,
+    tool_result_ids,
 )
 from llmload.sim.prefix_cache import block_keys, prompt_units
 from llmload.sim.tokens import (
@@ -263,6 +264,7 @@ class SimServer:
             return error_response(err, headers)
         rec.stream = req.stream
         rec.prompt_tokens = req.prompt_tokens
+        rec.tool_results = tool_result_ids(body, responses=req.responses)
         rec.fault = self.faults.draw()
         return await self._serve(request, req, rec, headers, plan)
 

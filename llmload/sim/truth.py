@@ -21,7 +21,9 @@ Two kinds of line, each flushed as soon as it is written:
   A structured reply (llmload.sim.formats.structured) adds `"structured"` (`tool_calls` or
   `json`), `"valid"`, `"tool_calls"` (each call's id, name and arguments as sent) and `"tokens"`
   (each token's text as sent, a call's header token as its function's name); on a text reply
-  they are null.
+  they are null. `"tool_results"`: the call ids the request's tool results answer, in order
+  (chat: `tool_call_id` of each `role: tool` message; the Responses API: `call_id` of each
+  `function_call_output` item), null when it sent none.
   `flipped`: token positions (0-based) that batch variance changed (llmload.sim.tokens.flips),
   in order.
 - `{"type": "connection", "id", "accepted", "peer_port", "tls"}` when a connection is
@@ -82,6 +84,7 @@ class RequestTruth:
     valid: bool | None = None  # a structured reply: whether what was sent parses and fits its schema
     tool_calls: list[dict[str, str]] | None = None  # each call sent: its id, name and arguments
     tokens: list[str] | None = None  # a structured reply: each token sent (a call's header: its name)
+    tool_results: list[str] | None = None  # the call ids its tool results answer, in order (None: none)
 
     def content_written(self, t: float, tokens: int) -> None:
         """Record one content chunk (or a non-streamed body) carrying `tokens` tokens."""

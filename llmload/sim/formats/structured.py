@@ -165,6 +165,22 @@ def parse_structured(body: dict[str, Any], *, responses: bool) -> StructuredRequ
     return StructuredRequest(tools, choice, named, parallel is not False, schema, key)
 
 
+def tool_result_ids(body: dict[str, Any], *, responses: bool) -> list[str] | None:
+    """The call ids the request's tool results answer, in order (chat: each `role: tool` message's
+    `tool_call_id`; the Responses API: each `function_call_output` item's `call_id`); None: no
+    result. Logged in the truth log, so a test sees that an agent answers the calls it was sent."""
+    items = body.get("input" if responses else "messages")
+    if not isinstance(items, list):
+        return None
+    if responses:
+        ids = [
+            m.get("call_id") for m in items if isinstance(m, dict) and m.get("type") == "function_call_output"
+        ]
+    else:
+        ids = [m.get("tool_call_id") for m in items if isinstance(m, dict) and m.get("role") == "tool"]
+    return [str(i) for i in ids] or None
+
+
 def _draw(*parts: object) -> float:
     """A uniform number in [0, 1) from `parts`, stable across processes."""
     key = "\0".join(str(p) for p in parts).encode()
