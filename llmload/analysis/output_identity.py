@@ -7,8 +7,9 @@ changed (a new kernel, another batch layout) may not.
 
 Matching: rungs are matched by ladder index and concurrency (as the speed comparison matches
 them); inside a rung, a candidate request is matched with the base request at the same place: the
-same prompt (`prompt_hash`) and `max_tokens`, the k-th such request in send order. The same seeded
-workload sends the same prompts in the same order, so every request finds its partner. Each pair is
+same prompt (`prompt_hash`) and `max_tokens`, the k-th such request in send order; a session's
+turn: the same session id and turn (ids are seeded: llmload.loadgen.workload.sessions). The same
+seeded workload sends the same prompts in the same order, so every request finds its partner. Each pair is
 compared by llmload.analysis.identity.text_identity (as the greedy-determinism check inside one run): its
 texts differ or not (`text_hash`), and where they first differ (`chunk_hashes`).
 

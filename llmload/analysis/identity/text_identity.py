@@ -30,8 +30,10 @@ from llmload.core.stats import percentile
 
 CHUNK_HASH_DIGITS = 4
 Pair = tuple[RequestRecord, RequestRecord]  # (a record, the reference it is compared with)
-# a request's place among a run's requests of one prompt: (prompt hash, max_tokens, k-th sent)
+# a request's place among a run's requests of one prompt: (prompt hash, max_tokens, k-th sent),
+# or a session's turn: (session id, turn, SESSION_PLACE)
 Place = tuple[str, int, int]
+SESSION_PLACE = -1  # never a k-th: a session's place cannot be taken for a prompt's
 
 
 def checkable(rec: RequestRecord) -> bool:
@@ -116,10 +118,15 @@ def differs(rec: RequestRecord, ref: RequestRecord) -> bool:
 def places(records: Iterable[RequestRecord]) -> dict[Place, RequestRecord]:
     """The checkable records by their place: the k-th request (in send order) of a prompt and
     max_tokens. The same seeded workload sends the same prompts in the same order at a rung, so a
-    place names one request in each of two runs."""
+    place names one request in each of two runs. A session's turn is placed by (session, turn):
+    its ids are seeded (llmload.loadgen.workload.sessions), and a turn whose history holds a
+    reply that changed still pairs with its partner."""
     out: dict[Place, RequestRecord] = {}
     seen: dict[tuple[str, int], int] = {}
     for rec in sorted((r for r in records if checkable(r)), key=lambda r: (r.t_start, r.request_id)):
+        if rec.session is not None and rec.turn is not None:
+            out[(rec.session, rec.turn, SESSION_PLACE)] = rec
+            continue
         key = (rec.prompt_hash or "", rec.max_tokens)
         k = seen[key] = seen.get(key, -1) + 1
         out[(*key, k)] = rec
