@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ MAX_TOKENS_FIELDS = ("auto", "max_tokens", "max_completion_tokens")
 MODES = ("concurrency", "rate", "capacity", "trace")  # users, request rates, a search, or a trace file
 CAPACITY_VARIABLES = ("concurrency", "rate")  # what a capacity search varies
 THINK_TIMES = ("constant", "exponential")  # sessions: the pause between a reply and the next turn
+MAX_FAN_OUT = 16  # agent sessions: the most sub-agents one turn may start (sessions.fan_out)
 ARRIVALS = ("poisson", "gamma")
 CONNECTION_KEEP_ALIVE, CONNECTION_CLOSE = "keep-alive", "close"
 CONNECTIONS = (CONNECTION_KEEP_ALIVE, CONNECTION_CLOSE)
@@ -346,6 +348,36 @@ class SessionConfig:
     think_time: str = setting(
         "constant", help="`constant`, or `exponential` with mean think_time_s", check=one_of(THINK_TIMES)
     )
+    agent: bool = setting(
+        False,
+        help="agent sessions: a reply with tool calls is answered with tool results, and the session "
+        "runs until a reply without tool calls (or `turns`); needs `tools` (docs/sessions.md)",
+        check=boolean,
+    )
+    tool_latency_s: float = setting(
+        0.0, help="agent sessions: mean tool latency, s", check=non_negative_number
+    )
+    tool_latency: str = setting(
+        "constant", help="`constant`, or `exponential` with mean tool_latency_s", check=one_of(THINK_TIMES)
+    )
+    tool_result_tokens: int | Lengths = setting(
+        64,
+        help="agent sessions: tokens of each tool result (synthetic): a number, or a length "
+        "distribution drawn per result",
+        check=length_key,
+    )
+    fan_out: int | None = setting(
+        None,
+        help=f"agent sessions: sub-agent sessions (1 to {MAX_FAN_OUT}) a tool-call reply at "
+        "`fan_out_turn` starts at once; their answers return as its one tool result (null: none)",
+        check=optional(integer(1, MAX_FAN_OUT)),
+    )
+    fan_out_turn: int = setting(
+        1, help="agent sessions with fan_out: the turn whose tool-call reply fans out", check=integer()
+    )
+    sub_agent_turns: int = setting(
+        4, help="agent sessions with fan_out: each sub-agent's turn limit", check=integer()
+    )
 
 
 def _check_trace_and_sessions(config: SweepConfig) -> None:
@@ -362,6 +394,42 @@ def _check_trace_and_sessions(config: SweepConfig) -> None:
             raise ConfigError(
                 f"{source}: 'sessions' need 'endpoint: chat' (or 'responses') and 'stream: true'"
             )
+        _check_agent_sessions(config, config.sessions)
+
+
+_AGENT_KEYS = (  # SessionConfig's keys that only agent sessions read
+    "tool_latency_s",
+    "tool_latency",
+    "tool_result_tokens",
+    "fan_out",
+    "fan_out_turn",
+    "sub_agent_turns",
+)
+
+
+def _check_agent_sessions(config: SweepConfig, sessions: SessionConfig) -> None:
+    """Agent sessions: tools that may be called, no user think time, a fan-out turn a tool call
+    can reach; the agent keys only with `agent: true`."""
+    source, defaults = config.source, SessionConfig()
+    if not sessions.agent:
+        for key in _AGENT_KEYS:
+            if getattr(sessions, key) != getattr(defaults, key):
+                raise ConfigError(f"{source}: 'sessions.{key}' needs 'sessions.agent: true'")
+        return
+    if config.tools is None or config.tool_choice == "none":
+        raise ConfigError(
+            f"{source}: 'sessions.agent' needs 'tools' the model may call (not 'tool_choice: none')"
+        )
+    if sessions.think_time_s:
+        raise ConfigError(
+            f"{source}: 'sessions.think_time_s' is a user's pause; an agent session's turns follow "
+            "tools ('sessions.tool_latency_s')"
+        )
+    if sessions.fan_out is not None and sessions.fan_out_turn >= sessions.turns:
+        raise ConfigError(
+            f"{source}: 'sessions.fan_out_turn' ({sessions.fan_out_turn}) must be below 'sessions.turns' "
+            f"({sessions.turns}): the last turn's tool calls are never answered"
+        )
 
 
 RESPONSE_FORMATS = ("json_object", "json_schema")
@@ -757,13 +825,23 @@ class SweepConfig:
         raw = {f.name: getattr(self, f.name) for f, _ in settings(SweepConfig)}
         for name, value in raw.items():
             if dataclasses.is_dataclass(value) and not isinstance(value, type | Lengths):  # a section
-                raw[name] = dataclasses.asdict(value)
+                raw[name] = section_data(value, lambda lengths: lengths)  # re-validated as they are
         if "scenario" in changed:  # a new scenario sets both lengths, over the file's
             raw.pop("prompt_tokens"), raw.pop("max_tokens")
         elif {"prompt_tokens", "max_tokens"} & changed.keys():  # a length flag over the file's scenario
             raw["scenario"] = None
         raw.update(changed)
         return parse_config(raw, source=source or f"{self.source} (with command-line overrides)")
+
+
+def section_data(section: Any, lengths: Callable[[Lengths], Any]) -> dict[str, Any]:
+    """A configuration section as plain data (`dataclasses.asdict`), each length distribution
+    among its keys as `lengths` gives it (asdict would make a mapping no check reads back)."""
+    data = dataclasses.asdict(section)
+    for f in dataclasses.fields(section):
+        if isinstance(value := getattr(section, f.name), Lengths):
+            data[f.name] = lengths(value)
+    return data
 
 
 def _check_mode(config: SweepConfig) -> None:

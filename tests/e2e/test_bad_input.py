@@ -24,6 +24,7 @@ from llmload.servers.process import LOOPBACK, free_port
 pytestmark = pytest.mark.untimed  # asserts nothing about time: `make test` runs it beside other work
 
 KNOWN = r"\(known: rungs, .*\)"
+AGENT = "endpoint: chat\ntools: weather\n"  # agent sessions' other keys
 
 
 def run_locust(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
@@ -64,6 +65,14 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], message: str, 
         ),
         ("timeouts: {first_token: fast}\n", r"'timeouts.first_token' must be a number, got 'fast'"),
         ("retries: {max: 2, on_status: [200]}\n", r"'retries.on_status' must be a list of HTTP status .*"),
+        (
+            AGENT + "sessions: {agent: true, fan_out: 0}\n",
+            r"'sessions.fan_out' must be an integer in \[1, 16\], got 0",
+        ),
+        (
+            AGENT + "sessions: {agent: true, fan_out: 17}\n",
+            r"'sessions.fan_out' must be an integer in \[1, 16\], got 17",
+        ),
     ],
     ids=[
         "unknown-key",
@@ -76,6 +85,8 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], message: str, 
         "yaml-syntax",
         "timeout-type",
         "retry-status",
+        "fan-out-0",
+        "fan-out-over-the-cap",
     ],
 )
 def test_bad_ladder_file(tmp_path, text, message):

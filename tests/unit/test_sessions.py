@@ -4,6 +4,7 @@ collector and cached_tokens, the session/trace config keys and the per-turn metr
 from __future__ import annotations
 
 import re
+from contextlib import nullcontext
 
 import pytest
 from fixtures.runs import make_record
@@ -20,16 +21,17 @@ from llmload.analysis.run.rung_tally import tally_rungs
 from llmload.analysis.run.sweep_rows import SweepRow
 from llmload.core.config import ConfigError, SessionConfig, parse_config
 from llmload.loadgen.stream.sse import StreamAccumulator
-from llmload.loadgen.workload.sessions import Session, play_sessions
+from llmload.loadgen.workload.session_play import SessionPlayer
+from llmload.loadgen.workload.sessions import Reply, Session
 from llmload.sim.tokens import BOS_TOKENS, CHAT_TEMPLATE_TOKENS_PER_MESSAGE, chat_prompt
 
 
 def test_each_turn_resends_the_history_as_answered():
-    session = Session(SessionConfig(turns=3, user_tokens=5, system_tokens=7), seed=1, vocab=SIM_VOCAB)
+    session = Session(SessionConfig(turns=3, user_tokens=5, system_tokens=7), 1, SIM_VOCAB, "r0u0s1")
     first = session.next_turn()
     assert first.number == 1 and [m["role"] for m in first.messages] == ["system", "user"]
     assert [len(m["content"].split()) for m in first.messages] == [7, 5]
-    session.answered(" the reply")
+    session.answered(Reply(" the reply"))
     second = session.next_turn()
     assert second.messages[:2] == first.messages
     assert second.messages[2] == {"role": "assistant", "content": " the reply"}  # unchanged
@@ -39,19 +41,19 @@ def test_each_turn_resends_the_history_as_answered():
 
 
 def test_messages_are_one_token_words_of_the_calibration_and_sessions_differ():
-    a = Session(SessionConfig(user_tokens=100, system_tokens=20), seed=0, vocab=SIM_VOCAB)
+    a = Session(SessionConfig(user_tokens=100, system_tokens=20), 0, SIM_VOCAB, "r0u0s1")
     messages = a.next_turn().messages
     assert all(m["content"][0] == " " for m in messages)  # every word after a space (calibrated form)
     assert all(w in SIM_VOCAB for m in messages for w in m["content"].split())
     # the simulator's count: BOS, then each message's template tokens and exactly its tokens
     assert chat_prompt(messages)[1] == BOS_TOKENS + 2 * CHAT_TEMPLATE_TOKENS_PER_MESSAGE + 20 + 100
-    b = Session(SessionConfig(user_tokens=100), seed=0, vocab=SIM_VOCAB)
+    b = Session(SessionConfig(user_tokens=100), 0, SIM_VOCAB, "r0u0s2")
     assert b.next_turn().messages != a.history[1:2]
 
 
 def test_think_times():
-    assert Session(SessionConfig(think_time_s=0.5), 0, SIM_VOCAB).think_time() == 0.5
-    s = Session(SessionConfig(think_time_s=0.5, think_time="exponential"), 0, SIM_VOCAB)
+    assert Session(SessionConfig(think_time_s=0.5), 0, SIM_VOCAB, "a").think_time() == 0.5
+    s = Session(SessionConfig(think_time_s=0.5, think_time="exponential"), 0, SIM_VOCAB, "a")
     draws = [s.think_time() for _ in range(4000)]
     assert sum(draws) / len(draws) == pytest.approx(0.5, rel=0.06)
     assert min(draws) < 0.05  # exponential, not constant
@@ -63,15 +65,19 @@ def test_play_sessions_counts_and_stops_a_session_at_a_failed_turn():
     def send(turn, on_reply):
         sent.append((turn.session, turn.number))
         if len(sent) != 6:  # the 6th request (session 2, turn 2) fails: no reply
-            on_reply(f" reply {len(sent)}")
+            on_reply(Reply(f" reply {len(sent)}"))
         return 1
 
-    config = SessionConfig(turns=4, per_user=3)
-    assert play_sessions(config, 0, SIM_VOCAB, None, send) == 4 + 2 + 4
+    def player(deadline):
+        return SessionPlayer(
+            SessionConfig(turns=4, per_user=3), 0, SIM_VOCAB, deadline, False, send, lambda: nullcontext(send)
+        )
+
+    assert player(None).play(2, 5) == 4 + 2 + 4
     sessions = list(dict.fromkeys(s for s, _ in sent))
+    assert sessions == ["r2u5s1", "r2u5s2", "r2u5s3"]  # seeded: the rung, the user's slot, the number
     assert [n for s, n in sent if s == sessions[1]] == [1, 2]
-    assert len(sessions) == 3
-    assert play_sessions(config, 0, SIM_VOCAB, 0.0, send) == 0  # a deadline in the past starts nothing
+    assert player(0.0).play(2, 5) == 0  # a deadline in the past starts nothing
 
 
 def test_text_collector_keeps_the_reply_and_cached_tokens_are_read():

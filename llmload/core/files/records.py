@@ -106,10 +106,16 @@ class RequestRecord:
     reply_valid: bool | None = None  # response_format: the answer parsed and fit its schema; None: unchecked
     # trace replay and multi-turn sessions
     trace_line: int | None = None  # mode trace: the line of the trace file this request replays
-    session: str | None = None  # sessions: the session id
-    turn: int | None = None  # sessions: the turn (1-based); turn k resends turns 1..k-1 and their replies
-    parent_session: str | None = None  # a sub-agent's turn: its parent's session (its own: `<parent>/<k>`)
-    tool_wait_s: float | None = None  # the wait before this turn after its predecessors ended (tool, think)
+    # sessions (llmload.loadgen.workload.sessions) and conversation traces: the conversation's id;
+    # a top-level id has no "/", a sub-agent's is `<parent id>/<k>` (k 1-based)
+    session: str | None = None
+    turn: int | None = None  # the turn (1-based) within `session`; it resends turns 1..turn-1
+    parent_session: str | None = None  # a sub-agent's turn: its parent's session; None: top level
+    # the wait before this turn, over [t_start - tool_wait_s, t_start]: agent sessions, the drawn
+    # tool latency; a conversation trace, its recorded wait after the predecessors ended (tool,
+    # think). None when the turn followed no tool (the first turn, a user's turn, or a fan-out:
+    # its sub-agents are model work, recorded as their own requests)
+    tool_wait_s: float | None = None
     # the rung and run that sent it
     rate: float | None = None  # rate mode: the rung's target request rate (requests/s)
     worker: str = ""  # the Locust worker (or "local") that sent it

@@ -38,6 +38,7 @@ from llmload.loadgen.stream.responses import accumulator_for
 from llmload.loadgen.stream.sse import StreamAccumulator
 from llmload.loadgen.transport.exchange import RequestFailed, Transport
 from llmload.loadgen.transport.receive_stamps import KERNEL, ReceiveClock
+from llmload.loadgen.workload.sessions import Reply, ToolCall
 
 MAX_RETRY_WAIT_S = 60.0  # a longer Retry-After is cut to this
 NO_RETRIES = RetryConfig()
@@ -86,7 +87,7 @@ class RequestContext:
     session: str | None = None  # sessions: the session and turn it sends
     turn: int | None = None
     parent_session: str | None = None  # a sub-agent's turn: its parent session
-    tool_wait_s: float | None = None  # the wait the schedule put before this turn
+    tool_wait_s: float | None = None  # the wait before this turn (agent sessions: the tool latency drawn)
     run_id: str | None = None  # the run of the stage it belongs to (the master stamps its own)
     structured: bool = False  # it carries tools or a response_format
     reply_check: Callable[[str], bool | None] | None = None  # response_format: whether an answer fits
@@ -120,10 +121,10 @@ def send_request(
     total_timeout: float,
     retries: RetryConfig = NO_RETRIES,
     report: Callable[[RequestRecord], None],
-    on_reply: Callable[[str], None] | None = None,
+    on_reply: Callable[[Reply], None] | None = None,
 ) -> int:
     """Send a request, retrying as configured; `report` gets each attempt's record as it ends
-    (failures are recorded, not raised), `on_reply` (sessions) the text of a completed reply.
+    (failures are recorded, not raised), `on_reply` (sessions) a completed reply (its text and tool calls).
     Returns the number of attempts (records), sent on `transport` (the user's connections)."""
     body = encode_json(payload)  # orjson: the request's body is encoded on the generator's hot path
     headers = {**headers, **transport.request_headers}
@@ -143,7 +144,8 @@ def send_request(
         )
         report(rec)
         if rec.ok and on_reply is not None:
-            on_reply(acc.text)
+            calls = () if acc.tools is None else tuple(ToolCall(*call) for call in acc.tools.calls())
+            on_reply(Reply(acc.text, calls))
         if rec.ok or retry >= retries.max or rec.status not in retries.on_status:
             return retry + 1
         retry += 1

@@ -39,27 +39,14 @@ from llmload.loadgen.shutdown import cut_by_stop
 from llmload.loadgen.transport.exchange import Transport
 from llmload.loadgen.transport.preflight import auth_headers
 from llmload.loadgen.transport.send_gate import send_gate
-from llmload.loadgen.workload.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_indices
+from llmload.loadgen.workload.arrivals import ArrivalQueue, arrival_count, arrival_offsets
 from llmload.loadgen.workload.payload import build_payload, endpoint_path
 from llmload.loadgen.workload.prompts import workload_for
-from llmload.loadgen.workload.sessions import Turn, play_sessions
+from llmload.loadgen.workload.session_play import SessionPlayer
+from llmload.loadgen.workload.sessions import Reply, Turn
 from llmload.loadgen.workload.trace_play import TraceTurn, own_connection, play_conversation
 
 STAGE_POLL_S = 1.0
-
-
-def next_prompt_index(state: ProcessState, stage: Stage, process: str) -> int:
-    """The next prompt index of this process for the stage: the users take the indices in turn
-    from the first at every stage, so request i of a rung draws the same lengths at every rung
-    (its prompt is its own: `prompt_key`; the determinism probes' prompt i is the same at every
-    rung); several processes take disjoint shares of the one sequence (`slot_indices`)."""
-    key = (stage.seq, stage.start_at)  # a new run restarts seq at 0; start_at tells it apart
-    if key not in state.prompt_index:
-        state.prompt_index.clear()
-        slots = (stage.slots or {}).get(process, (0, stage.users))
-        per_slot = None if stage.deadline is not None else stage.requests_per_user
-        state.prompt_index[key] = slot_indices((slots[0], slots[1]), stage.users, per_slot)
-    return next(state.prompt_index[key])
 
 
 def prompt_key(stage: Stage, config: SweepConfig) -> str:
@@ -194,13 +181,20 @@ class LLMUser(User):
                 sent += self.send_one(stage, index, t_scheduled=due)
         elif (sessions := self._stage_config(stage).sessions) is not None and stage.phase == MEASURE_PHASE:
             assert stage.prompt_vocab is not None  # session runs are calibrated (run_start.prepare_workload)
-            sent += play_sessions(
+            config = self._stage_config(stage)
+            send = functools.partial(self.send_one, stage)
+            player = SessionPlayer(
                 sessions,
-                self._stage_config(stage).seed,
+                config.seed,
                 stage.prompt_vocab,
                 stage.deadline,
-                lambda turn, on_reply: self.send_one(stage, turn=turn, on_reply=on_reply),
+                config.endpoint == "responses",
+                send=send,
+                subagent_sender=functools.partial(
+                    own_connection, functools.partial(self._open_transport, config), send
+                ),
             )
+            sent += player.play(stage.rung, self._process.next_user_slot(stage, self._worker))
         elif stage.deadline is None:
             for _ in range(stage.requests_per_user):
                 sent += self.send_one(stage)
@@ -217,15 +211,15 @@ class LLMUser(User):
         index: int | None = None,
         t_scheduled: float | None = None,
         turn: Turn | None = None,
-        on_reply: Callable[[str], None] | None = None,
+        on_reply: Callable[[Reply], None] | None = None,
         trace_turn: TraceTurn | None = None,
         transport: Transport | None = None,
     ) -> int:
         """Send one request (and its configured retries); returns the number of records.
         `index` picks the prompt (default: the process's next; trace mode: the trace line);
         `t_scheduled` is the rate-mode arrival; `turn` a session's messages, `trace_turn` a
-        conversation trace's turn, whose reply text goes to `on_reply`; `transport`: the user's
-        own unless given (a sub-agent's)."""
+        conversation trace's turn, whose reply goes to `on_reply` (either sent with its session id
+        as `X-Session-Id`); `transport`: the user's own unless given (a sub-agent's)."""
         send_gate().wait_turn()  # reads before writes (llmload.loadgen.transport.send_gate)
         config = self._stage_config(stage)
         request_id = os.urandom(16).hex()  # 32 random hex digits, as uuid4().hex, without a UUID object
@@ -237,7 +231,7 @@ class LLMUser(User):
             if trace_turn.messages is not None:
                 turn = Turn(trace_turn.session, trace_turn.number, trace_turn.messages)
         else:
-            index = next_prompt_index(self._process, stage, self._worker) if index is None else index
+            index = self._process.next_prompt_index(stage, self._worker) if index is None else index
             if config.mode == "trace" and stage.phase == MEASURE_PHASE:
                 prompt, max_tokens, trace_line = stage_trace(stage, config).request(index)
             else:
@@ -253,7 +247,8 @@ class LLMUser(User):
         if turn is not None:  # the Responses API takes the history as its input (resent, not stored)
             payload["input" if config.endpoint == "responses" else "messages"] = turn.messages
 
-        session = turn.session if turn is not None else trace_turn.session if trace_turn is not None else None
+        where = turn if trace_turn is None else trace_turn  # its session, turn, parent and wait
+        session = None if where is None else where.session
         headers = self._headers if session is None else {**self._headers, "X-Session-Id": session}
         ctx = RequestContext(
             request_id,
@@ -271,9 +266,9 @@ class LLMUser(User):
             rate=stage.rate,
             trace_line=trace_line,
             session=session,
-            turn=trace_turn.number if trace_turn is not None else None if turn is None else turn.number,
-            parent_session=None if trace_turn is None else trace_turn.parent,
-            tool_wait_s=None if trace_turn is None else trace_turn.wait_s,
+            turn=None if where is None else where.number,
+            parent_session=None if where is None else where.parent,
+            tool_wait_s=None if where is None else where.wait_s,
             run_id=stage.run_id,
             structured=config.structured,
             reply_check=reply_checker(config),

@@ -19,13 +19,12 @@ Who sends and who handles each is `llmload.loadgen.run.ladder`'s docstring.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
 import orjson
 
-from llmload.core.config import SweepConfig, parse_config
+from llmload.core.config import SweepConfig, parse_config, section_data
 from llmload.core.names import DETERMINISM_PHASE, MEASURE_PHASE, WARMUP_PHASE, WARMUP_RUNG, rung_name
 from llmload.core.workload.lengths import Lengths
 
@@ -95,9 +94,8 @@ def announced_stage(data: dict[str, Any]) -> Stage:
 
 def config_to_dict(config: SweepConfig) -> dict[str, Any]:
     """A SweepConfig as plain data (for messages and the run file); round-trips via parse_config."""
-    data = dataclasses.asdict(config)
+    data = section_data(config, Lengths.as_mapping)
     data.pop("source")
-    for key in ("prompt_tokens", "max_tokens"):
-        if isinstance(lengths := getattr(config, key), Lengths):
-            data[key] = lengths.as_mapping()
+    if config.sessions is not None:
+        data["sessions"] = section_data(config.sessions, Lengths.as_mapping)
     return data

@@ -37,7 +37,9 @@ def expected_requests(stage: Stage, config: SweepConfig) -> int | None:
     """Requests a finished stage holds; None for a time-based concurrency rung."""
     if config.mode == "trace" and stage.rate is not None:  # the window's lines, or conversations' turns
         return stage_trace(stage, config).requests
-    if config.sessions is not None and stage.phase == "measure" and not stage.deadline:
+    if config.sessions is not None and stage.phase == "measure":
+        if stage.deadline or config.sessions.agent:  # an agent session ends at its final answer
+            return None
         return stage.users * config.sessions.per_user * config.sessions.turns  # unless a turn fails
     if stage.rate is not None:  # a rate capacity probe carries its count in its own config
         requests = stage.config.requests_per_rung or config.requests_per_rung

@@ -3,12 +3,13 @@
 Owns the announced stage (`StageBoard`: users block on it until the next stage, or until its common
 start; its configuration decoded as it arrives, once per distinct one: `announced_stage`), and what
 the process's users share for a stage (`ProcessState`: the rate stage's arrivals, the prompt
-counter). One per Locust environment (`process_state`), never a module global, so two environments
-in one interpreter do not mix.
+counter, the users' slots). One per Locust environment (`process_state`), never a module global,
+so two environments in one interpreter do not mix.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from gevent.event import Event
 
 from llmload.loadgen.run.garbage import settle_before_start
 from llmload.loadgen.run.messages import Stage, announced_stage
-from llmload.loadgen.workload.arrivals import ArrivalQueue
+from llmload.loadgen.workload.arrivals import ArrivalQueue, slot_indices
 
 
 class StageBoard:
@@ -70,17 +71,48 @@ class StageBoard:
 class ProcessState:
     """What the users of one Locust process share for the run in progress, one per Locust
     environment (not module globals, so two environments in one interpreter do not mix): the
-    announced stage, the current rate stage's arrivals, the prompt counter of the current stage."""
+    announced stage, the current rate stage's arrivals, the prompt counter and the users' slots of
+    the current stage."""
 
     board: StageBoard = field(default_factory=StageBoard)
     arrivals: dict[int, ArrivalQueue] = field(default_factory=dict)
     prompt_index: dict[tuple[int, float | None], Iterator[int]] = field(default_factory=dict)
+    user_slot: dict[tuple[int, float | None], Iterator[int]] = field(default_factory=dict)
 
     def reset(self) -> None:
         """Forget a finished or stopped run (the next one numbers its stages from 0 again)."""
         self.board.reset()
         self.arrivals.clear()
         self.prompt_index.clear()
+        self.user_slot.clear()
+
+    def next_prompt_index(self, stage: Stage, process: str) -> int:
+        """The next prompt index of `process` for the stage: its users take the indices in turn
+        from the first at every stage, so request i of a rung draws the same lengths at every rung
+        (its prompt is its own: llmload.loadgen.request.users.prompt_key; the determinism probes'
+        prompt i is the same at every rung); several processes take disjoint shares of the one
+        sequence (`slot_indices`)."""
+        key = (stage.seq, stage.start_at)  # a new run restarts seq at 0; start_at tells it apart
+        if key not in self.prompt_index:
+            self.prompt_index.clear()
+            per_slot = None if stage.deadline is not None else stage.requests_per_user
+            self.prompt_index[key] = slot_indices(_slots(stage, process), stage.users, per_slot)
+        return next(self.prompt_index[key])
+
+    def next_user_slot(self, stage: Stage, process: str) -> int:
+        """A user's slot in the stage: the users of `process` take its slots [lo, hi) in turn (a
+        session's id and text are drawn from its slot, llmload.loadgen.workload.sessions)."""
+        key = (stage.seq, stage.start_at)
+        if key not in self.user_slot:
+            self.user_slot.clear()
+            self.user_slot[key] = itertools.count(_slots(stage, process)[0])
+        return next(self.user_slot[key])
+
+
+def _slots(stage: Stage, process: str) -> tuple[int, int]:
+    """The user slots [lo, hi) of `process` in the stage (all of them in a local run)."""
+    lo, hi = (stage.slots or {}).get(process, (0, stage.users))
+    return lo, hi
 
 
 def process_state(environment: Any) -> ProcessState:

@@ -157,7 +157,8 @@ class ResponsesAccumulator(StreamAccumulator):
             item = obj.get("item")
             if not isinstance(item, dict) or item.get("type") != "function_call":
                 return  # another item: a message, reasoning, a built-in tool's call
-            piece = self._tool_calls().add(index, item.get("name"), item.get("arguments"))
+            name, arguments, call_id = item.get("name"), item.get("arguments"), item.get("call_id")
+            piece = self._tool_calls().add(index, name, arguments, call_id)
         if piece:
             self._token(t, piece, TOOL)
 

@@ -11,6 +11,9 @@ Where the pieces come from (tests/unit/test_sse_tools.py holds each shape):
   call (`response.output_item.added`, `item.name`), `response.function_call_arguments.delta`
   events carry its arguments; a call is named by its `output_index`.
 
+Each call's id (chat: the `id` of its first delta; the Responses API: the item's `call_id`) is
+kept with it, so an agent session resends the calls exactly as received (`calls`).
+
 A tool-call piece is a token chunk like answer text (the stream parsers count it; its text is not
 the answer's). A call's arguments are *invalid* when their whole text is not a JSON object (what
 the OpenAI API defines `arguments` to be): counted, the request does not fail.
@@ -29,17 +32,23 @@ _SEPARATOR = "\x1e"  # between two calls in the hashed text (a record separator:
 class ToolCalls:
     """The tool calls of one reply, by the index the server gives each (module docstring)."""
 
-    __slots__ = ("_names", "_arguments")
+    __slots__ = ("_names", "_arguments", "_ids")
 
     def __init__(self) -> None:
         self._names: dict[int, list[str]] = {}
         self._arguments: dict[int, list[str]] = {}
+        self._ids: dict[int, str] = {}
 
-    def add(self, index: int, name: Any, arguments: Any) -> str:
-        """A piece of call `index`: its name's and its arguments' text (either may be None);
-        returns the piece's text (name then arguments). MalformedStream when one is not a string."""
+    def add(self, index: int, name: Any, arguments: Any, call_id: Any = None) -> str:
+        """A piece of call `index`: its name's and its arguments' text (either may be None), and
+        the call's id when the piece carries it; returns the piece's text (name then arguments).
+        MalformedStream when one is not a string."""
         if not isinstance(name, str | None) or not isinstance(arguments, str | None):
             raise MalformedStream(f"tool call {index}: name or arguments is not a string")
+        if not isinstance(call_id, str | None):
+            raise MalformedStream(f"tool call {index}: its id is not a string")
+        if call_id:
+            self._ids[index] = call_id
         names = self._names.setdefault(index, [])
         self._arguments.setdefault(index, [])
         if name:
@@ -59,7 +68,7 @@ class ToolCalls:
             function = entry.get("function") or {} if isinstance(entry, dict) else None
             if type(index) is not int or not isinstance(function, dict):
                 raise MalformedStream(f"delta.tool_calls holds an entry that is not a call: {shown!r}")
-            text += self.add(index, function.get("name"), function.get("arguments"))
+            text += self.add(index, function.get("name"), function.get("arguments"), entry.get("id"))
         return text
 
     @property
@@ -76,6 +85,13 @@ class ToolCalls:
             except ValueError:
                 bad += 1
         return bad
+
+    def calls(self) -> list[tuple[str, str, str]]:
+        """Every call whole, in index order: (id, name, arguments) as received (id "": none sent)."""
+        return [
+            (self._ids.get(i, ""), "".join(self._names[i]), "".join(self._arguments[i]))
+            for i in sorted(self._names)
+        ]
 
     def text(self) -> str:
         """Every call's name and arguments, in index order: what the identity check hashes."""

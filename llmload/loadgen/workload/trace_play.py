@@ -27,6 +27,7 @@ import gevent
 
 from llmload.core.clock import wall
 from llmload.core.workload.conversations import HISTORY_AUTHORED, HISTORY_DELTAS, HISTORY_WHOLE, Conversation
+from llmload.loadgen.workload.sessions import Reply
 from llmload.loadgen.workload.trace import TraceWorkload
 
 
@@ -46,9 +47,9 @@ class TraceTurn:
 
 
 class TurnSender(Protocol):
-    """What sends a turn: hands a completed reply's text to `on_reply`, returns the records made."""
+    """What sends a turn: hands a completed reply to `on_reply`, returns the records made."""
 
-    def __call__(self, *, trace_turn: TraceTurn, on_reply: Callable[[str], None]) -> int: ...
+    def __call__(self, *, trace_turn: TraceTurn, on_reply: Callable[[Reply], None]) -> int: ...
 
 
 SubagentSender = Callable[[], AbstractContextManager[TurnSender]]  # a sender on a connection of its own
@@ -63,9 +64,10 @@ class Connection(Protocol):
 @contextlib.contextmanager
 def own_connection(
     open_connection: Callable[[], Connection], send: Callable[..., int]
-) -> Iterator[TurnSender]:
+) -> Iterator[Callable[..., int]]:
     """`send` (called with `transport=`) on a connection of its own, closed when the sub-agent ends:
-    a `SubagentSender` once its two arguments are bound."""
+    a `SubagentSender` once its two arguments are bound (an agent session's sub-agent's too,
+    llmload.loadgen.workload.session_play)."""
     connection = open_connection()
     try:
         yield functools.partial(send, transport=connection)
@@ -92,7 +94,7 @@ def play_conversation(
             gevent.sleep(delay)
         text = workload.turn_text(conv, number)
         new = list(turn.messages) if turn.messages is not None else [{"role": "user", "content": text}]
-        replies: list[str] = []
+        replies: list[Reply] = []
         sent += send(
             trace_turn=TraceTurn(
                 session=conv.id,
@@ -112,7 +114,7 @@ def play_conversation(
         if conv.history in (HISTORY_DELTAS, HISTORY_AUTHORED):
             history += new
         if conv.history == HISTORY_DELTAS:
-            history.append({"role": "assistant", "content": replies[-1]})
+            history.append({"role": "assistant", "content": replies[-1].text})
         ready = wall()
         for sub in turn.subagents:
             start = ready + sub.wait_s / workload.speed
