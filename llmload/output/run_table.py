@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llmload.analysis.identity.determinism import divergence_notes
+from llmload.analysis.knee import Knee, sweep_knee
 from llmload.analysis.run.clocks import clock_notes
 from llmload.analysis.run.postprocess import RunResult
 from llmload.analysis.run.production_traffic import turn_metrics
 from llmload.core.stats import DEFAULT_PERCENTILES
 from llmload.output.gpu_report import gpu_extra, gpu_notes
-from llmload.output.table import render, table_notes
+from llmload.output.table import Extra, render, table_notes
 from llmload.output.turn_table import render_sessions, render_turns, session_extra
 
 
@@ -25,7 +26,9 @@ def render_run(
     wide: bool = False,
 ) -> str:
     """The run's table(s) in fmt, without the warnings; with session turns, the session tables
-    (table, markdown; json and csv carry the figures per session in their rows)."""
+    (table, markdown; json and csv carry the figures per session in their rows); the ladder's knee
+    in each json row and csv row (`knee_extra`) and its line under the table."""
+    knee = sweep_knee(result.rows)
     text = render(
         result.rows,
         fmt,
@@ -33,11 +36,12 @@ def render_run(
         percentiles=percentiles,
         wide=wide,
         missing=result.missing,
-        notes=extra_notes(result),
+        notes=extra_notes(result, knee),
         determinism=result.divergence or None,
         extras=[
             *([] if result.gpu is None else [gpu_extra(result.gpu, result.rows)]),
             *([session_extra(result.sessions)] if result.sessions else []),
+            *([] if knee is None else [knee_extra(knee, result)]),
         ],
     )
     if fmt not in ("table", "markdown") or not result.sessions:
@@ -55,9 +59,27 @@ def run_notes(result: RunResult) -> list[str]:
     """The notes of the run's table (`llmload.output.table.table_notes`): printed under the table in
     `table` output; in the formats made for pasting or parsing (markdown, csv, json) the commands
     print them on stderr, so they never mix with the data."""
-    return table_notes(result.rows, result.missing, extra_notes(result))
+    return table_notes(result.rows, result.missing, extra_notes(result, sweep_knee(result.rows)))
 
 
-def extra_notes(result: RunResult) -> list[str]:
-    """The notes of the run's other checks: greedy determinism, the GPUs, the workers' clocks."""
-    return [*divergence_notes(result.divergence), *gpu_notes(result.gpu), *clock_notes(result.run_info)]
+def extra_notes(result: RunResult, knee: Knee | None) -> list[str]:
+    """The notes of the run's other checks: the ladder's knee (llmload.analysis.knee), greedy
+    determinism, the GPUs, the workers' clocks."""
+    return [
+        *([] if knee is None else [knee.line()]),
+        *divergence_notes(result.divergence),
+        *gpu_notes(result.gpu),
+        *clock_notes(result.run_info),
+    ]
+
+
+def knee_extra(knee: Knee, result: RunResult) -> Extra:
+    """The knee in each json row (`knee`: the ladder's, with `past`: this rung is past it) and the
+    csv's `past_knee` column; no table of its own (its line is a note)."""
+    past = {r.rung: knee.past(r.conc) for r in result.rows}
+    return Extra(
+        key="knee",
+        json={rung: knee.as_dict() | {"past": p} for rung, p in past.items()},
+        csv=lambda rung: {"past_knee": str(past.get(rung, False))},
+        table=lambda fmt: "",
+    )
