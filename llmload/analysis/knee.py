@@ -15,8 +15,8 @@ concurrency sweep's rungs (rate rungs and partial rungs are not points):
   rise from the lowest rung) the knee is the lowest rung. Needs `MIN_CONCS` concurrencies.
 - **its interval**: a residual bootstrap of the fit (`RESAMPLES` resamples, seeded): the fitted
   curve plus the fit's residuals drawn with replacement, the knee placed again by the rule; the
-  2.5th and 97.5th percentiles of the knees placed, over the resamples that placed one (a
-  resample that found no knee counts as the top rung).
+  2.5th and 97.5th percentiles of the knees placed (`llmload.core.stats.percentile`), widened to
+  the rungs that hold them (a resample that found no knee counts as the top rung).
 - **over-saturation**: throughput falls as users rise. The ladder stops (`falling`) when each of
   the last `FALLS` rungs, each of more users than the one before, has an agg tok/s more than
   `FALL_PCT` % below that rung's, and below the ladder's best so far by more than
@@ -34,6 +34,7 @@ import numpy as np
 
 from llmload.analysis.run.sweep_rows import SweepRow
 from llmload.analysis.step_fit import least_squares
+from llmload.core.stats import percentile
 
 KNEE_SHARE = 0.5  # past the knee an added user adds less than this share of what one added below it
 MIN_CONCS = 4  # distinct concurrencies a hinge needs (two on each side of a knee)
@@ -41,7 +42,8 @@ SE_MARGIN = 2.0  # ... beyond the fit's noise: s2 plus this many of its standard
 RESAMPLES = 200  # the interval's bootstrap resamples
 SEED = 52  # the bootstrap's seed: the same run gives the same interval
 FALLS = 2  # rungs in a row whose throughput fell ...
-FALL_PCT = 5.0  # ... each by more than this percentage of the rung before
+FALL_PCT = 10.0  # ... each by more than this percentage of the rung before (a fixed-count rung past a
+# batch limit reads a few % low by its last round alone: c = 7 over 6 slots runs 28 requests in 5 rounds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +159,9 @@ def knee_of(
     drawn = fitted + rng.choice(rates - fitted, size=(RESAMPLES, len(rates)), replace=True)
     placed = _place(concs, drawn, candidates).knee
     placed = np.where(placed == NO_KNEE, distinct[-1], placed)
-    low = min(int(np.percentile(placed, 2.5, method="lower")), knee)
-    high = max(int(np.percentile(placed, 97.5, method="higher")), knee)
+    low = max(c for c in distinct if c <= percentile(placed.tolist(), 2.5))
+    high = min(c for c in distinct if c >= percentile(placed.tolist(), 97.5))
+    low, high = min(low, knee), max(high, knee)
     return Knee(knee, low, high, s1, s2, distinct[0], distinct[-1], batch_limit, batch_source)
 
 

@@ -724,6 +724,12 @@ class SweepConfig:
         check=optional(boolean),
     )
     record_text: bool = setting(False, help="keep each request's generated text in its record", check=boolean)
+    stop_on_fall: bool = setting(
+        True,
+        help="a concurrency ladder stops early when its agg tok/s falls over consecutive rungs "
+        "(over-saturation: llmload.analysis.knee.falling); false: run every rung",
+        check=boolean,
+    )
     # trace replay and multi-turn sessions (llmload.loadgen.workload.trace, llmload.loadgen.workload.sessions)
     trace_file: str | None = setting(
         None,

@@ -63,9 +63,11 @@ def run_notes(result: RunResult) -> list[str]:
 
 
 def extra_notes(result: RunResult, knee: Knee | None) -> list[str]:
-    """The notes of the run's other checks: the ladder's knee (llmload.analysis.knee), greedy
-    determinism, the GPUs, the workers' clocks."""
+    """The notes of the run's other checks: the ladder's early stop (over-saturation) and its knee
+    (llmload.analysis.knee), greedy determinism, the GPUs, the workers' clocks."""
+    stopped = result.run_info.stopped_early if result.run_info is not None else None
     return [
+        *([] if stopped is None else [stopped]),
         *([] if knee is None else [knee.line()]),
         *divergence_notes(result.divergence),
         *gpu_notes(result.gpu),

@@ -2,8 +2,10 @@
 
 Each step admits waiting sequences (FIFO, up to `max_num_seqs` running), lasts
 `(base_ms + per_seq_ms * running + prefill_ms_per_token * admitted uncached prompt tokens
-+ constrained_ms * running constrained sequences) * degrade` milliseconds (a constrained sequence
-decodes under a grammar: a response_format, or tool_choice required or named), and at its end
++ constrained_ms * running constrained sequences + waiting_ms * waiting sequences) * degrade`
+milliseconds (a constrained sequence decodes under a grammar: a response_format, or tool_choice
+required or named; the waiting ones are scanned by the scheduler every step: with waiting_ms > 0,
+users past max_num_seqs slow every step and throughput falls, over-saturation), and at its end
 gives every running sequence `k = 1 + Binomial(max_draft, p)` tokens (speculative decoding: one
 verified token plus the accepted draft tokens), capped at what the sequence still has to
 generate. Steps are scheduled at absolute deadlines on the loop
@@ -84,6 +86,14 @@ class StepModel:
         parse=flag_type(number(0, 10_000), "constrained_ms"),
         group=ENGINE,
     )
+    waiting_ms: float = setting(
+        0.0,
+        help="step cost per request waiting for a place in the batch (a scheduler that scans its "
+        "queue every step): past max_num_seqs each added user slows every step, and throughput "
+        "falls (over-saturation), ms",
+        parse=flag_type(number(0, 10_000), "waiting_ms"),
+        group=ENGINE,
+    )
     degrade_pct_per_min: float = setting(
         0.0,
         help="step time grows linearly by this percent per minute since start (soak drift)",
@@ -97,6 +107,7 @@ class StepModel:
             "per_seq_ms",
             "prefill_ms_per_token",
             "constrained_ms",
+            "waiting_ms",
             "degrade_pct_per_min",
         ):
             value = getattr(self, name)
@@ -113,10 +124,15 @@ class StepModel:
         return 0.0 if self.max_draft == 0 else (self.accept_len - 1.0) / self.max_draft
 
     def duration_s(
-        self, batch: int, prefill_tokens: int, minutes_since_start: float, constrained: int = 0
+        self,
+        batch: int,
+        prefill_tokens: int,
+        minutes_since_start: float,
+        constrained: int = 0,
+        waiting: int = 0,
     ) -> float:
         ms = self.base_ms + self.per_seq_ms * batch + self.prefill_ms_per_token * prefill_tokens
-        ms += self.constrained_ms * constrained
+        ms += self.constrained_ms * constrained + self.waiting_ms * waiting
         return ms * (1.0 + self.degrade_pct_per_min / 100.0 * minutes_since_start) / 1000.0
 
 
@@ -248,7 +264,9 @@ class Engine:
                 continue
             batch = len(self.running)
             constrained = sum(s.constrained for s in self.running)
-            end = start + self.model.duration_s(batch, prefill, (start - self._t0) / 60.0, constrained)
+            waiting = len(self.waiting)
+            minutes = (start - self._t0) / 60.0
+            end = start + self.model.duration_s(batch, prefill, minutes, constrained, waiting)
             if self.energy is not None:
                 self.energy.step_started(start + self._epoch_offset, batch)
             await asyncio.sleep(end - self._loop.time())
@@ -264,6 +282,7 @@ class Engine:
                     prefill_tokens=prefill,
                     gpu_w=None if self.energy is None else self.energy.model.step_w(batch),
                     constrained=constrained,
+                    waiting=waiting,
                 )
             next_start = end
 

@@ -6,7 +6,8 @@ Two kinds of line, each flushed as soon as it is written:
   (the step's scheduled boundaries on the engine clock, as epoch seconds; prefill_tokens: prompt
   tokens admitted in the step minus those the prefix cache served; gpu_w: what the simulated GPUs
   drew during it, all together, W: llmload.sim.power; `"constrained"`: its sequences decoding
-  under a constraint, when there were any: llmload.sim.engine).
+  under a constraint, when there were any: llmload.sim.engine; `"waiting"`: the requests waiting
+  for a place through the step, when there were any).
 - `{"type": "power", "t0", "gpus", "idle_w", "busy_w", "seq_w", "mem_mib", "kv_mib_per_token"}`
   once, when the server starts: the power model, and the instant its energy counter was 0.
 - `{"type": "request", "id", "endpoint", "stream", "arrival", "admitted", "first_token",
@@ -153,6 +154,7 @@ class TruthLog:
         prefill_tokens: int,
         gpu_w: float | None = None,
         constrained: int = 0,
+        waiting: int = 0,
     ) -> None:
         line: dict[str, Any] = {
             "type": "step",
@@ -164,6 +166,8 @@ class TruthLog:
         }
         if constrained:
             line["constrained"] = constrained
+        if waiting:
+            line["waiting"] = waiting  # requests that waited for a place through the step
         self._write(line if gpu_w is None else line | {"gpu_w": gpu_w})
 
     def power(self, data: dict[str, Any]) -> None:

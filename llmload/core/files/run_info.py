@@ -2,8 +2,9 @@
 
 The ladder writes it whole at every stage boundary (`llmload.loadgen.run.run_state`, through
 `run_files.write_run_json`); everything that needs it reads it here (`read_run_file`) and gets a
-`RunInfo`: the run's id, target and model, whether the ladder finished, its stages (`RunStage`),
-its errors (`llmload.core.files.run_errors.RunError`) and its configuration as written (typed by
+`RunInfo`: the run's id, target and model, whether the ladder finished (or stopped early,
+over-saturated: `stopped_early`), its stages (`RunStage`), its errors
+(`llmload.core.files.run_errors.RunError`) and its configuration as written (typed by
 `RunInfo.sweep_config`, which names the run file when it is refused). A file that is not a run
 file (not JSON, not an object, no list of stages each with an int rung and users and a numeric or
 null `finished`) is no RunInfo, and the reader says why in one line.
@@ -57,6 +58,7 @@ class RunInfo:
     finished: bool | None = None  # None: a run file that does not say
     prompts: Mapping[str, Any] | None = None  # the calibrated prompts' shared prefix, when known
     errors: tuple[RunError, ...] = ()
+    stopped_early: str | None = None  # the ladder stopped early, over-saturated: the line that says so
     # per worker, the master's measurements of its clock as written (llmload.loadgen.run.clock_sync)
     clock_offsets: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
@@ -118,6 +120,7 @@ def read_run_file(path: Path) -> tuple[RunInfo | None, str | None]:
         finished=finished if isinstance(finished, bool) else None,
         prompts=prompts if isinstance(prompts, dict) else None,
         errors=tuple(errors_of(data)),
+        stopped_early=_text(data.get("stopped_early")),
         clock_offsets=_clock_offsets(data.get("clock_offsets")),
     ), None
 

@@ -209,6 +209,8 @@ class LadderShape(LoadTestShape):
                 )  # the run file is written with the error
                 return None
             assert isinstance(event, Finished)
+            if run.falls is not None:  # a falling ladder drops the rungs not run (over-saturation)
+                run.falls.finished(run, event.progress)
             run.write_run_file()
             log.info("llmload: %s done: %d requests", stage.name, event.progress.records)
             if run.precision is not None and (capped := run.precision.finished(event.progress)):

@@ -38,6 +38,7 @@ from llmload.loadgen.options import api_key, run_config
 from llmload.loadgen.run.capacity_probes import CapacityProbes
 from llmload.loadgen.run.clock_sync import ClockSync
 from llmload.loadgen.run.error_log import RunErrors
+from llmload.loadgen.run.fall_watch import FallWatch, watches
 from llmload.loadgen.run.precision_stop import PrecisionStop
 from llmload.loadgen.run.record_sinks import FirstBadRequest, RecordCounter, RecordSink, RungReconciler
 from llmload.loadgen.run.run_state import RecordHook, RunState
@@ -179,10 +180,13 @@ def begin_run(
         state.probes = CapacityProbes(CapacitySearch(config.capacity, config.slo))
         state.probes.plan_next(state)
     state.health = RecordWriter(health_path(path), fsync=False, truncate=True)
+    if watches(config):
+        state.falls = FallWatch()
     probes: list[RecordSink] = [] if state.probes is None else [state.probes]
     if config.precision is not None:
         state.precision = PrecisionStop(config)
         probes.append(state.precision)
+    probes += [] if state.falls is None else [state.falls]
     hooks: list[RecordSink] = [functools.partial(hook, state) for hook in record_hooks]
     state.sinks = [
         writer.write,

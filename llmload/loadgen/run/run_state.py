@@ -7,8 +7,8 @@ apart from one run), and the list of sinks each record goes to (`receive`); and 
 (`write_run_file`, through `write_run_json`), rewritten whole at every stage boundary, once more,
 finished, at the end, and at every error the run records (`llmload.loadgen.run.error_log`: its `errors`).
 A run is made by `llmload.loadgen.run.run_start.begin_run`; its sinks are
-`llmload.loadgen.run.record_sinks`'s, the capacity search's (`llmload.loadgen.run.capacity_probes`) and the
-web UI's (`LadderShape.record_hooks`).
+`llmload.loadgen.run.record_sinks`'s, the capacity search's (`llmload.loadgen.run.capacity_probes`), the
+over-saturation watch's (`llmload.loadgen.run.fall_watch`) and the web UI's (`LadderShape.record_hooks`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from llmload.core.files.run_files import RunFiles, write_run_json
 from llmload.loadgen.run.capacity_probes import CapacityProbes
 from llmload.loadgen.run.clock_sync import ClockSync
 from llmload.loadgen.run.error_log import RunErrors
+from llmload.loadgen.run.fall_watch import FallWatch
 from llmload.loadgen.run.messages import Stage, config_to_dict
 from llmload.loadgen.run.precision_stop import PrecisionStop
 from llmload.loadgen.run.record_sinks import RecordSink, RungReconciler
@@ -53,6 +54,7 @@ class RunState:
     health: RecordWriter | None = None  # the generator's health samples (llmload.analysis.run.health)
     probes: CapacityProbes | None = None  # mode: capacity: the search and its running probe
     precision: PrecisionStop | None = None  # `precision`: the live end of each rung (also a sink)
+    falls: FallWatch | None = None  # a concurrency ladder's watch for over-saturation (its early stop)
     workload: dict[str, Any] = field(default_factory=dict)  # Stage fields of every stage: calibration, run id
     run_id: str = field(default_factory=new_run_id)  # every record's and the run file's `run_id`
     finished: bool = False  # the ladder's last stage finished (kept by every later rewrite)
@@ -106,6 +108,8 @@ class RunState:
                 if p.stage.start_at is not None  # announced only: no request was sent
             ],
             "errors": self.errors.as_json(),
+            # the ladder stopped early, over-saturated: the line that says so (llmload.loadgen.run.fall_watch)
+            "stopped_early": None if self.falls is None else self.falls.line,
             # each worker's clock minus the master's, every time it was measured (clock_sync)
             "clock_offsets": self.clocks.as_json() if self.clocks is not None else {},
         }
