@@ -37,7 +37,7 @@ from llmload.analysis.step_fit import least_squares
 from llmload.core.stats import percentile
 
 KNEE_SHARE = 0.5  # past the knee an added user adds less than this share of what one added below it
-MIN_CONCS = 4  # distinct concurrencies a hinge needs (two on each side of a knee)
+MIN_CONCS = 5  # distinct concurrencies a hinge needs (its 3 terms and 2 left to judge its noise by)
 SE_MARGIN = 2.0  # ... beyond the fit's noise: s2 plus this many of its standard errors
 RESAMPLES = 200  # the interval's bootstrap resamples
 SEED = 52  # the bootstrap's seed: the same run gives the same interval
@@ -130,7 +130,8 @@ def _place(concs: np.ndarray, curves: np.ndarray, candidates: Sequence[int]) -> 
     s2_se = np.sqrt(errors[best, rows] / max(n - 3, 1) * np.array(s2_var)[best])
     flat = s2 + SE_MARGIN * s2_se < KNEE_SHARE * s1
     knee = np.where(flat, np.array(candidates)[best], NO_KNEE)
-    knee = np.where(s1 <= 0, int(concs.min()), knee)
+    rising = s1 > 1e-9 * np.abs(curves).max(axis=1)  # a flat curve's s1 is 0 up to rounding
+    knee = np.where(rising, knee, int(concs.min()))
     return _Fits(knee, s1, s2, np.array(fits)[best, rows])
 
 

@@ -73,7 +73,7 @@ def test_over_saturation_is_a_knee_too():
 
 
 def test_a_curve_flat_from_the_first_rung_has_its_knee_there():
-    knee = knee_of([(c, 500.0) for c in (2, 4, 8, 16)])
+    knee = knee_of([(c, 500.0) for c in (2, 4, 8, 12, 16)])
     assert knee is not None and knee.conc == 2
 
 
