@@ -34,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from llmload.analysis.budget import budget_rows, parse_sweep_table
+from llmload.analysis.knee import knee_of, sweep_points
 from llmload.analysis.run.steps import measure_run
 from llmload.analysis.twin.calibration import solve_setting
 from llmload.analysis.twin.decision import decision_exit_code
@@ -167,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
             done = {
                 row.conc: row.requests - row.failures for row in reversed(result.rows)
             }  # first rung of a conc
+            limit = fit.params.max_num_seqs  # the knee beside the batch limit the fit measured
+            knee = knee_of(sweep_points(result.rows), limit, "the twin's fit, max_num_seqs")
             decision = run_decision(
-                change, measured, prediction, intervals, steps, verdict.fits, args.at, args.worth, done
+                change, measured, prediction, intervals, steps, verdict.fits, args.at, args.worth, done, knee
             )
         except ValueError as exc:
             print(f"{PROG}: error: {exc}", file=sys.stderr)

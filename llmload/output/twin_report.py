@@ -130,10 +130,15 @@ def decision_table(decision: Decision, fmt: str) -> str:
                 _gain_cell(r),
                 figure_cells(r.figures, "ttft_p50_ms", 0),
                 figure_cells(r.figures, "tpot_p50_ms", 1),
-                r.verdict,
+                verdict_cell(r),
             ]
         )
     return grid(header, body, fmt, align="right") + "\n" + f"decision: {decision.line}"
+
+
+def verdict_cell(r: RungDecision) -> str:
+    """A production rung's verdict, and whether it is past the ladder's knee (queueing)."""
+    return f"{r.verdict}, queueing" if r.queueing else r.verdict
 
 
 def decision_table_html(decision: Decision) -> str:
@@ -146,7 +151,7 @@ def decision_table_html(decision: Decision) -> str:
     for r in decision.rungs:
         cells = [str(r.conc), fmt_num(r.step_ms), pct(r.bound), _gain_cell(r)]
         cells += [figure_cells(r.figures, "ttft_p50_ms", 0), figure_cells(r.figures, "tpot_p50_ms", 1)]
-        cells.append(r.verdict)
+        cells.append(verdict_cell(r))
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     head = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
     return (

@@ -5,11 +5,17 @@ linearly; an over-saturated one loses throughput past L. Noise is multiplicative
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
+from fixtures.paths import REPO
 
 from llmload.analysis.knee import FALL_PCT, MIN_CONCS, Knee, falling, knee_of, row_batch_limit, sweep_knee
 from llmload.analysis.run.sweep_rows import SweepRow
+from llmload.analysis.twin.decision import Decision, RungDecision, decide
 
 PER_USER = 200.0  # tok/s one user gets
 RUNGS = range(1, 17)
@@ -129,3 +135,50 @@ def test_noise_and_a_single_fall_do_not_stop_the_ladder():
     assert not falling(small)  # falls under FALL_PCT each
     repeated = [(4, 400.0), (4, 300.0), (4, 200.0)]  # the same users: not a rise in load
     assert not falling(repeated)
+
+
+def test_the_decision_names_the_production_rungs_past_the_knee_as_queueing(tmp_path):
+    """A table of a server of batch limit 6 (200 tok/s a user up to it, none after): of the
+    production rungs 4 and 10, 10 is past the knee, named queueing in the line and marked in the
+    table; the decision's json carries the knee."""
+    table = tmp_path / "limited.csv"
+    table.write_text("conc,agg_tok/s\n" + "".join(f"{c},{r}\n" for c, r in limited(6, rungs=range(1, 13))))
+    args = [str(table), "--accept-len", "1", "--saves-ms", "1", "--at", "4,10"]
+    done = subprocess.run(
+        [sys.executable, "-m", "llmload", "twin", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    line = next(n for n in done.stdout.splitlines() if n.startswith("decision: "))
+    assert line.endswith(
+        "; conc 10 past the knee (conc 6 [6, 6]): queueing (added users there add latency, not tok/s)"
+    )
+    verdicts = {
+        n.split()[0]: n for n in done.stdout.splitlines() if n.split() and n.split()[0] in ("4", "10")
+    }
+    assert verdicts["10"].endswith(", queueing") and not verdicts["4"].endswith("queueing")
+    doc = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "llmload", "twin", *args, "--format", "json"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=REPO,
+        ).stdout
+    )["decision"]
+    assert doc["knee"]["conc"] == 6 and [r["queueing"] for r in doc["rungs"]] == [False, True]
+    again = Decision.from_dict(doc)
+    assert again.knee == doc["knee"] and [r.queueing for r in again.rungs] == [False, True]
+    before = doc | {
+        "knee": None,
+        "rungs": [{k: v for k, v in r.items() if k != "queueing"} for r in doc["rungs"]],
+    }
+    assert not any(r.queueing for r in Decision.from_dict(before).rungs)  # a decision.json from before
+
+
+def test_a_decision_without_a_knee_names_no_rung_queueing():
+    plain = decide([RungDecision(8, 36.0, 10.0, 0.385, 0.36, 0.33, 0.39)], 0.1)
+    assert "knee" not in plain.line and plain.knee is None

@@ -12,8 +12,11 @@ Per production rung (docs/integrate.md, "The decision"):
   threshold, or no prediction: a table, or a twin that does not fit).
 
 The decision: "worth it" when every production rung is; "not worth it" when any is not; else
-"cannot tell". Exit codes (llmload.core.exit_codes): 0, NOT_WORTH_IT, UNDECIDED (NO_FIT when the
-twin does not fit and the bound cannot decide alone).
+"cannot tell". Production rungs past the ladder's knee (llmload.analysis.knee: where added users
+stop adding throughput) are named as **queueing** in the line and marked in the table: added
+users there wait for the server's batch, adding latency and no throughput. Exit codes
+(llmload.core.exit_codes): 0, NOT_WORTH_IT, UNDECIDED (NO_FIT when the twin does not fit and the
+bound cannot decide alone).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class RungDecision:
     figures: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # predicted (v, lo, hi)
     verdict: str = UNDECIDED
     requests: int | None = None  # the measured rung's completed requests (what its interval is over)
+    queueing: bool = False  # past the ladder's knee
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +57,7 @@ class Decision:
     verdict: str
     line: str
     why_not_predicted: str | None = None  # no prediction: a table, or the twin does not fit
+    knee: dict[str, Any] | None = None  # the ladder's knee (llmload.analysis.knee.Knee.as_dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +65,7 @@ class Decision:
             "line": self.line,
             "worth_pct": self.worth * 100.0,
             "why_not_predicted": self.why_not_predicted,
+            "knee": self.knee,
             "rungs": [asdict(r) for r in self.rungs],
         }
 
@@ -71,9 +77,10 @@ class Decision:
             rungs = [
                 RungDecision(
                     **{
-                        **{k: r[k] for k in _RUNG_FIELDS if k not in ("figures", "requests")},
+                        **{k: r[k] for k in _RUNG_FIELDS if k not in ("figures", "requests", "queueing")},
                         "requests": r.get("requests"),
                         "figures": {k: _figure(v) for k, v in (r.get("figures") or {}).items()},
+                        "queueing": r.get("queueing") is True,  # a decision from before the knee: none
                     }
                 )
                 for r in doc["rungs"]
@@ -83,8 +90,15 @@ class Decision:
             if doc["verdict"] not in (WORTH, NOT_WORTH, UNDECIDED) or not isinstance(doc["line"], str):
                 raise ValueError("its verdict or line is not the twin's")
             worth = float(doc["worth_pct"]) / 100.0
-            why = doc.get("why_not_predicted")
-            return cls(worth, rungs, doc["verdict"], doc["line"], why if isinstance(why, str) else None)
+            why, knee = doc.get("why_not_predicted"), doc.get("knee")
+            return cls(
+                worth,
+                rungs,
+                doc["verdict"],
+                doc["line"],
+                why if isinstance(why, str) else None,
+                knee if isinstance(knee, dict) else None,
+            )
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a decision of llmload twin ({type(e).__name__}: {e})") from None
 
@@ -138,8 +152,14 @@ def rung_verdict(bound: float | None, low: float | None, high: float | None, wor
     return WORTH if low >= worth else UNDECIDED
 
 
-def decide(rungs: Sequence[RungDecision], worth: float, why_not_predicted: str | None = None) -> Decision:
-    """The rungs judged and the decision stated (module docstring)."""
+def decide(
+    rungs: Sequence[RungDecision],
+    worth: float,
+    why_not_predicted: str | None = None,
+    knee: dict[str, Any] | None = None,
+) -> Decision:
+    """The rungs judged and the decision stated (module docstring); `knee`: the ladder's, whose
+    rungs past it (`RungDecision.queueing`) the line names."""
     judged = [
         RungDecision(**{**asdict(r), "verdict": rung_verdict(r.bound, r.low, r.high, worth)}) for r in rungs
     ]
@@ -184,7 +204,13 @@ def decide(rungs: Sequence[RungDecision], worth: float, why_not_predicted: str |
                 f"({threshold})"
             )
         verdict = UNDECIDED
-    return Decision(worth, judged, verdict, line, why_not_predicted)
+    queueing = [r for r in judged if r.queueing]
+    if queueing and knee is not None:
+        line += (
+            f"; conc {_concs(queueing)} past the knee (conc {knee['conc']} [{knee['low']}, {knee['high']}]): "
+            "queueing (added users there add latency, not tok/s)"
+        )
+    return Decision(worth, judged, verdict, line, why_not_predicted, knee)
 
 
 def more_requests(r: RungDecision, worth: float) -> int | None:

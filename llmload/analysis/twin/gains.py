@@ -4,7 +4,8 @@ From a run (`run_decision`): per production rung, its measured step (the first m
 that concurrency, `llmload.analysis.run.steps`), the Amdahl bound of the change on it
 (`llmload.analysis.twin.replay.change_bound`, the one bound), the component's cost at the rung's
 batch, and, when the twin fits, the predicted gain in aggregate tok/s with its interval (the
-prediction's figure over the measured one, minus 1). From a table typed in by hand
+prediction's figure over the measured one, minus 1); the rungs past the measured ladder's knee
+(llmload.analysis.knee) are queueing. From a table typed in by hand
 (`table_decision`): the bound of `llmload budget`'s rows alone. Both raise ValueError (one line)
 for production rungs (--at) that are not rungs.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from llmload.analysis.budget import BudgetRow
+from llmload.analysis.knee import Knee, knee_of
 from llmload.analysis.run.steps import RungSteps
 from llmload.analysis.twin.decision import Decision, RungDecision, decide, production
 from llmload.analysis.twin.replay import Change, RungFigures, TwinRow, change_bound, step_at
@@ -33,11 +35,12 @@ def run_decision(
     at: Sequence[int] | None,
     worth: float,
     requests: Mapping[int, int] | None = None,
+    knee: Knee | None = None,
 ) -> Decision:
     """The decision at the production rungs `at` (default: every rung) from the measured steps
     (`steps` by rung index) and the prediction (its rows and their intervals); `requests`: each
     concurrency's completed requests in the measured run (a "cannot tell" says how many more
-    would have decided it)."""
+    would have decided it); `knee`: the measured ladder's, whose rungs past it are queueing."""
     concs = [r.conc for r in measured] + [r.conc for r in prediction or []]
     by_conc = {r.conc: r for r in reversed(prediction or [])}
     rungs = []
@@ -59,18 +62,29 @@ def run_decision(
                 v, lo, hi = figures["agg_tok_s"]
                 gain, low, high = v / meas - 1.0, lo / meas - 1.0, hi / meas - 1.0
         done = (requests or {}).get(conc)
-        rungs.append(RungDecision(conc, step_ms, cost, bound, gain, low, high, figures, requests=done))
-    return decide(rungs, worth, None if fits else NOT_FITTED)
+        queueing = knee is not None and knee.past(conc)
+        rungs.append(
+            RungDecision(
+                conc, step_ms, cost, bound, gain, low, high, figures, requests=done, queueing=queueing
+            )
+        )
+    return decide(rungs, worth, None if fits else NOT_FITTED, None if knee is None else knee.as_dict())
 
 
 def table_decision(rows: Sequence[BudgetRow], at: Sequence[int] | None, worth: float) -> Decision:
-    """What a table alone answers: the bound on each production rung's step (its budget row)."""
+    """What a table alone answers: the bound on each production rung's step (its budget row), and
+    the knee of its rows' agg tok/s."""
     chosen = production([r.conc for r in rows], at)
+    knee = knee_of((r.conc, r.agg_tok_s) for r in rows)
     rungs = [
         RungDecision(
-            r.conc, r.step_ms, r.component_ms, r.gain_speedup if r.gain_speedup is not None else r.gain_free
+            r.conc,
+            r.step_ms,
+            r.component_ms,
+            r.gain_speedup if r.gain_speedup is not None else r.gain_free,
+            queueing=knee is not None and knee.past(r.conc),
         )
         for r in rows
         if r.conc in chosen
     ]
-    return decide(rungs, worth, TABLE_ONLY)
+    return decide(rungs, worth, TABLE_ONLY, None if knee is None else knee.as_dict())
