@@ -50,12 +50,13 @@ def test_a_batch_limit_of_6_is_the_knee(tmp_path):
     assert max(s["batch"] for s in steps) == 6  # the server's limit, as it ran
     knees = [line for line in lines if line.startswith("knee:")]
     assert len(knees) == 1, lines
-    assert [r["conc"] for r in rows] == RUNGS and not [n for n in lines if "stopped early" in n]
+    shown = "\n".join(lines)  # what the sweep printed, for a failure's message
+    assert [r["conc"] for r in rows] == RUNGS and not [n for n in lines if "stopped early" in n], shown
     knee = rows[0]["knee"]
-    assert 5 <= knee["conc"] <= 7, knees
+    assert 5 <= knee["conc"] <= 7, shown
     assert knee["low"] <= knee["conc"] <= knee["high"]
     assert knees[0].startswith(f"knee: conc {knee['conc']} [{knee['low']}, {knee['high']}] (95 %)")
-    assert knee["batch_limit"] == 6 and "batch limit 6" in knees[0]
+    assert knee["batch_limit"] == 6 and "batch limit 6" in knees[0], shown
     assert knee["range"] == [1, 16]
     assert [r["knee"]["past"] for r in rows] == [r["conc"] > knee["conc"] for r in rows]
 
