@@ -15,9 +15,9 @@ import pytest
 
 from llmload.analysis.run.postprocess import load_run
 from llmload.analysis.sessions.figures import top_level
-from llmload.analysis.sessions.intervals import length, union
+from llmload.analysis.sessions.intervals import length, outside, union
 from llmload.core.files.records import read_records
-from llmload.core.stats import percentile
+from llmload.core.stats import mean, percentile
 from llmload.output.run_table import render_run
 from llmload.runner.sweep_run import run_sweep
 from llmload.sim.truth import load_truth
@@ -170,3 +170,71 @@ def test_fanned_out_sessions_time_on_the_model_and_on_tools_is_the_simulators(tm
     assert figures.tool_share * total == pytest.approx(waits, rel=1e-6)  # no wait overlaps a request here
     spawns = 0.2 * len(trees)
     assert waits + spawns <= gaps <= waits + spawns + 3 * len(trees) * LATE_S  # 3 gaps a tree
+
+
+# agent sessions (sessions.agent): tool calls answered after a constant tool latency until a final
+# answer or the turn limit, turn 1's tool call fanning out 4 sub-agents of at most 2 turns
+AGENTS = """\
+endpoint: chat
+rungs: [1, 2]
+max_tokens: 200
+warmup_requests: 0
+tools: weather
+parallel_tool_calls: false
+sessions: {agent: true, turns: 4, per_user: 3, user_tokens: 30, tool_latency_s: 0.2, fan_out: 4,
+  fan_out_turn: 1, sub_agent_turns: 2}
+"""
+TOOL_S = 0.2
+
+
+def test_agent_sessions_figures_are_the_simulators(tmp_path):
+    path = tmp_path / "agents.yaml"
+    path.write_text(AGENTS)
+    run = run_sweep(
+        run_dir=tmp_path / "run",
+        locust_args=["--ladder", str(path)],
+        sim={**SIM, "auto_tool_share": 0.7},
+        timeout=180,
+    )
+    assert run.returncode == 0, run.log.read_text()[-3000:]
+    records = [r for r in read_records(run.records)[0] if r.phase == "measure"]
+    truth = load_truth(run.truth_log)[0]
+    assert all(r.ok for r in records) and {r.tool_wait_s for r in records} <= {None, TOOL_S}
+    result = load_run(run.prefix)
+    for rung, figures in result.sessions.items():
+        mine = [r for r in records if r.rung == rung]
+        trees: dict[str, list[dict]] = {}
+        for rec in mine:  # the session as the simulator received it (X-Session-Id)
+            trees.setdefault(top_level(truth[rec.request_id]["session"]), []).append(truth[rec.request_id])
+        # every session ended (a final answer, or its turn limit): none cut
+        assert (
+            (figures.sessions, figures.finished)
+            == (len(trees), len(trees))
+            == (3 * (rung + 1), 3 * (rung + 1))
+        )
+        makespans = [
+            max(t["closed"] for t in tree) - min(t["received"] for t in tree) for tree in trees.values()
+        ]
+        assert figures.makespan_s is not None
+        for q in (50.0, 90.0, 99.0):
+            assert figures.makespan_s[f"p{q:g}"] == pytest.approx(percentile(makespans, q), rel=0.01)
+        # turns, tool calls and sub-agents per session as the simulator counts them
+        turns = [sum(t["session"] == name for t in tree) for name, tree in trees.items()]
+        calls = [sum(len(t["tool_calls"] or []) for t in tree) for tree in trees.values()]
+        subs = [len({t["session"] for t in tree if "/" in t["session"]}) for tree in trees.values()]
+        assert (figures.turns_mean, figures.turns_max) == (pytest.approx(mean(turns)), max(turns))
+        assert (figures.tool_calls_mean, figures.tool_calls_max) == (pytest.approx(mean(calls)), max(calls))
+        assert figures.sub_agents_max == max(subs) and set(subs) <= {0, 4}
+        # the time on tools: each turn's tool latency, placed before the turn the simulator received,
+        # outside the requests the simulator served; the truth's gaps hold the waits and the lag
+        waits = {r.request_id: r.tool_wait_s for r in mine if r.tool_wait_s}
+        total = figures.makespan_s["mean"] * figures.finished
+        busy = [union([(t["received"], t["closed"]) for t in tree]) for tree in trees.values()]
+        tool = sum(
+            outside([(t["received"] - waits[t["id"]], t["received"]) for t in tree if t["id"] in waits], b)
+            for tree, b in zip(trees.values(), busy, strict=True)
+        )
+        assert figures.tool_share * total == pytest.approx(tool, rel=0.02, abs=0.005)
+        assert figures.model_share * total == pytest.approx(sum(map(length, busy)), rel=0.02)
+        gaps = sum(makespans) - sum(map(length, busy))
+        assert tool <= gaps

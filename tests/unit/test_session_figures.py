@@ -97,6 +97,12 @@ def test_what_ends_a_session():
     cut = [turn("g", 1, 0.0, 1.0), turn("g/1", 1, 0.0, 0.5, outcome="timeout")]
     assert session_figures(cut, SessionEnds(turns=1))[0].failed == 1
     assert SessionEnds.of(SessionConfig(turns=4)) == SessionEnds(turns=4)
+    # agent sessions: a reply without a tool call is a final answer; a tool call asks for more
+    agent = SessionEnds.of(SessionConfig(turns=5, agent=True, sub_agent_turns=2))
+    assert agent.ended(turn("f", 2, 0.0, 1.0)) and not agent.ended(turn("f", 2, 0.0, 1.0, tool_calls=1))
+    assert agent.ended(turn("f", 5, 0.0, 1.0, tool_calls=1))  # the turn limit
+    assert agent.ended(turn("f/1", 2, 0.0, 1.0, tool_calls=1))  # a sub-agent's own limit
+    assert not agent.ended(turn("f/1", 1, 0.0, 1.0, tool_calls=1))
     assert SessionEnds.of(None) == SessionEnds()
 
 

@@ -12,7 +12,8 @@ records of every attempt, failed ones too:
   recorded wait) outside model time; the rest (think time, the client) is other time. The rung's
   shares pool its finished trees: their model (tool, other) time summed / their makespans summed.
 A tree finished when every session of it ended: its last turn (highest `turn`; of its attempts,
-the last to end) completed, and it reached its turn limit (`SessionEnds`). The others are cut, apart from the
+the last to end) completed, and it reached its turn limit or, in an agent session, gave a final
+answer (a reply without a tool call: `SessionEnds`). The others are cut, apart from the
 figures: `failed` (a session's last turn failed: a failed turn ends its session), else
 `unended` (the rung's deadline stopped it before its end). Makespan percentiles, turns, tool
 calls, sub-agents and shares are of finished trees only.
@@ -40,19 +41,29 @@ def top_level(session: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SessionEnds:
-    """When a session has reached its end: `turns`, its turn limit (None: not known, as for a
-    records file without its run file: then a session whose last turn completed ended)."""
+    """When a session has reached its end: `turns`, a top-level session's turn limit, and
+    `sub_agent_turns`, a sub-agent's (None: not known, as for a records file without its run file
+    or a trace's conversations: then a session whose last turn completed ended); `final_answer`:
+    a reply without a tool call ends it too (agent sessions)."""
 
     turns: int | None = None
+    sub_agent_turns: int | None = None
+    final_answer: bool = False
 
     @classmethod
     def of(cls, sessions: SessionConfig | None) -> SessionEnds:
         """The rule of a run's `sessions:` section (None: not known)."""
-        return cls() if sessions is None else cls(turns=sessions.turns)
+        if sessions is None:
+            return cls()
+        agent = sessions.agent  # only agent sessions fan out (sub_agent_turns) and end on an answer
+        return cls(sessions.turns, sessions.sub_agent_turns if agent else None, final_answer=agent)
 
     def ended(self, last: RequestRecord) -> bool:
         """Whether a session whose last turn is `last` (completed) reached its end."""
-        return self.turns is None or (last.turn or 0) >= self.turns
+        limit = self.sub_agent_turns if SUB_AGENT_SEPARATOR in (last.session or "") else self.turns
+        if limit is None or (last.turn or 0) >= limit:
+            return True
+        return self.final_answer and not last.tool_calls
 
 
 @dataclass(slots=True)
