@@ -135,6 +135,17 @@ def test_noise_and_a_single_fall_do_not_stop_the_ladder():
     assert not falling(small)  # falls under FALL_PCT each
     repeated = [(4, 400.0), (4, 300.0), (4, 200.0)]  # the same users: not a rise in load
     assert not falling(repeated)
+    # a sweep on the busy build machine against a batch limit of 6 (a plateau, no over-saturation):
+    # its rungs 12-14 fell by 14 % and 5 % in a row
+    plateau = [
+        (c, r)
+        for c, r in zip(
+            range(6, 17),
+            (525.6, 516.8, 517.6, 576.4, 556.2, 545.8, 592.0, 509.5, 482.7, 591.2, 579.2),
+            strict=True,
+        )
+    ]
+    assert not any(falling(plateau[: i + 1]) for i in range(len(plateau)))
 
 
 def test_the_decision_names_the_production_rungs_past_the_knee_as_queueing(tmp_path):
