@@ -12,6 +12,8 @@ from llmload.analysis.knee import Knee, sweep_knee
 from llmload.analysis.run.clocks import clock_notes
 from llmload.analysis.run.postprocess import RunResult
 from llmload.analysis.run.production_traffic import turn_metrics
+from llmload.analysis.run.sweep_rows import SweepRow
+from llmload.core.names import rung_name
 from llmload.core.stats import DEFAULT_PERCENTILES
 from llmload.output.gpu_report import gpu_extra, gpu_notes
 from llmload.output.table import Extra, render, table_notes
@@ -66,13 +68,27 @@ def extra_notes(result: RunResult, knee: Knee | None) -> list[str]:
     """The notes of the run's other checks: the ladder's early stop (over-saturation) and its knee
     (llmload.analysis.knee), greedy determinism, the GPUs, the workers' clocks."""
     stopped = result.run_info.stopped_early if result.run_info is not None else None
+    asked = result.run_info.config.get("precision") if result.run_info is not None else None
     return [
         *([] if stopped is None else [stopped]),
+        *([] if not isinstance(asked, int | float) else [precision_note(result.rows, float(asked))]),
         *([] if knee is None else [knee.line()]),
         *divergence_notes(result.divergence),
         *gpu_notes(result.gpu),
         *clock_notes(result.run_info),
     ]
+
+
+def precision_note(rows: Sequence[SweepRow], asked: float) -> str:
+    """What a run to a stated precision (`--precision`, docs/precision.md) reached: each rung's
+    agg tok/s +- % and its requests, the rungs short of it (capped) named."""
+    reached = []
+    for row in rows:
+        pct = (row.interval or {}).get("agg_tok_s_pct")
+        shown = "no interval" if pct is None else f"+-{pct:.1f} %"
+        short = "" if pct is not None and pct <= asked else ", short of it (capped)"
+        reached.append(f"{rung_name(row.rung, row.conc)} {shown} in {row.requests} requests{short}")
+    return f"precision +-{asked:g} % asked: " + "; ".join(reached)
 
 
 def knee_extra(knee: Knee, result: RunResult) -> Extra:

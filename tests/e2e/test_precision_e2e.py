@@ -103,5 +103,12 @@ def test_the_master_ends_a_rung_whose_users_run_in_two_processes(tmp_path: Path)
     done = int(finished.group(1))
     assert int(ended.group(2)) <= done <= int(ended.group(2)) + USERS + 2 * USERS  # in flight, then a tick
     assert done < 2000  # precision_max_requests
+    table = subprocess.run(
+        [sys.executable, "-m", "llmload", "table", str(run.prefix)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "precision +-2 % asked: rung01 c4 +-" in table.stdout and f"in {done} requests" in table.stdout
     workers = {json.loads(line)["worker"] for line in (run.prefix.parent / "run_records.jsonl").open()}
     assert len(workers) == 2  # both processes' users sent, and both stopped

@@ -1,5 +1,5 @@
-"""The live end of a rung run to a stated precision (llmload.loadgen.run.precision_stop), and the
-keys that ask for it."""
+"""The live end of a rung run to a stated precision (llmload.loadgen.run.precision_stop), the keys
+that ask for it, and the table's note of what each rung reached."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import random
 import pytest
 from fixtures.runs import make_record
 
+from llmload.analysis.run.sweep_rows import SweepRow
 from llmload.core.config import ConfigError, SweepConfig, parse_config
 from llmload.loadgen.run.messages import Stage
 from llmload.loadgen.run.precision_stop import CHECK_S, MIN_PER_USER, PrecisionStop
 from llmload.loadgen.run.stage_protocol import StageProgress
+from llmload.output.run_table import precision_note
 
 
 def running(config: SweepConfig, users: int = 4) -> StageProgress:
@@ -79,3 +81,16 @@ def test_the_rule_waits_for_its_minimum_and_between_checks():
 def test_precision_is_refused_where_it_cannot_end_a_rung(keys, message):
     with pytest.raises(ConfigError, match=message):
         parse_config({"precision": 2, **keys}, source="ladder.yaml")
+
+
+def test_the_table_s_note_says_what_each_rung_reached_and_names_the_capped():
+    rows = [
+        SweepRow(0, 4, 1300.0, 330.0, 6656, 5.0, 9.0, 52, 0, interval={"agg_tok_s_pct": 1.18}),
+        SweepRow(1, 8, 2000.0, 250.0, 9000, 120.0, 9.0, 2000, 0, interval={"agg_tok_s_pct": 3.4}),
+        SweepRow(2, 16, 2100.0, 130.0, 900, 1.0, 9.0, 16, 0),
+    ]
+    assert precision_note(rows, 2.0) == (
+        "precision +-2 % asked: rung01 c4 +-1.2 % in 52 requests; "
+        "rung02 c8 +-3.4 % in 2000 requests, short of it (capped); "
+        "rung03 c16 no interval in 16 requests, short of it (capped)"
+    )
