@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmload.analysis.run.metrics import e2el_ms, itl_ms, queue_wait_ms, tpot_ms, ttft_ms
+from llmload.analysis.run.metrics import e2el_ms, from_arrival, itl_ms, tpot_ms, ttft_ms
 from llmload.analysis.run.sweep_rows import Rung
 from llmload.core.config import CapacityConfig, SloConfig
 from llmload.core.files.records import RequestRecord
@@ -53,13 +53,10 @@ FAILURE_KEY = "failure_ratio"
 
 
 def _from_arrival(metric: Callable[[RequestRecord], float | None]) -> Callable[[RequestRecord], float | None]:
-    """A latency measured from the request's send, plus its wait for a client slot (rate mode)."""
-
-    def measured(rec: RequestRecord) -> float | None:
-        value = metric(rec)
-        return None if value is None else value + (queue_wait_ms(rec) or 0.0)
-
-    return measured
+    """A latency from the scheduled arrival in a rate probe (`metrics.from_arrival`), from the send
+    in a concurrency probe (no scheduled arrival: no wait)."""
+    scheduled = from_arrival(metric)
+    return lambda rec: metric(rec) if rec.t_scheduled is None else scheduled(rec)
 
 
 # each SLO's values of one completed request (ITL: several)

@@ -21,6 +21,7 @@ from typing import Any
 from llmload.analysis.identity.determinism import RungDivergence
 from llmload.analysis.run.metrics import LATENCY_ALIASES, LATENCY_NAMES, RungMetrics
 from llmload.analysis.run.sweep_rows import MissingRung, SweepRow
+from llmload.analysis.run.window import NOT_HELD, STEADY, held_floor
 from llmload.core.config import SweepConfig
 from llmload.core.names import rung_name
 from llmload.core.stats import DEFAULT_PERCENTILES, Summary, percentile_label
@@ -32,6 +33,9 @@ CORE_COLUMNS = ("conc", "agg_tok/s", "per_req_tok/s", "tokens", "wall_s", "ttft_
 # a reasoning model's run (a rung whose requests reasoned): after ttft_p50_ms, the reasoning share
 # of the output tokens and the median time to the first answer token
 REASONING_COLUMNS = ("think_%", "ttfo_p50_ms")
+# a rate-mode run: after ttft_p50_ms (from the send), TTFT and E2EL from the scheduled arrival, the
+# wait for a client slot and the share of requests that waited (sweep_rows: scheduled)
+SCHEDULED_COLUMNS = ("ttft_sched_p50_ms", "e2el_sched_p50_ms", "queue_wait_p50_ms", "waited_%")
 VALID_COLUMN = "valid_%"  # response_format runs: after the tok/s, the share of answers that fit the schema
 CALLS_VALID_COLUMN = "calls_valid_%"  # replies with tool calls: the share of calls whose arguments parse
 WIDE_COLUMNS = ("rung", "requests", "partial_tokens", "failure_kinds")
@@ -39,6 +43,7 @@ ESTIMATED_MARK = "*"
 PARTIAL_MARK = "!"
 SATURATED_MARK = "^"
 INPUT_TOLERANCE = SweepConfig().input_tolerance  # the note's threshold: the default that fails a run
+EDGES_NOTE_SHARE = 0.05  # a rung's ramp and drain are noted when they took more of its span
 CONNECT_NOTE_PCT = 5.0  # connections opened in a rung are noted when they raise its TTFT p50 by more
 _ESTIMATED_COLUMNS = ("agg_tok/s", "per_req_tok/s", "tokens")
 
@@ -73,6 +78,11 @@ def _called(rows: Sequence[SweepRow]) -> bool:
     return any(r.tool_calls for r in rows)
 
 
+def _scheduled(rows: Sequence[SweepRow]) -> bool:
+    """Whether some rung was of rate mode (the table then has SCHEDULED_COLUMNS)."""
+    return any(r.scheduled for r in rows)
+
+
 def _header(rows: Sequence[SweepRow], wide: bool) -> tuple[str, ...]:
     core: tuple[str, ...] = CORE_COLUMNS
     if any(r.interval for r in rows):
@@ -81,6 +91,9 @@ def _header(rows: Sequence[SweepRow], wide: bool) -> tuple[str, ...]:
     valid = (VALID_COLUMN,) * _checked(rows) + (CALLS_VALID_COLUMN,) * _called(rows)
     at = core.index("per_req_tok/s") + 1
     core = (*core[:at], *valid, *core[at:])
+    if _scheduled(rows):
+        at = core.index("ttft_p50_ms") + 1
+        core = (*core[:at], *SCHEDULED_COLUMNS, *core[at:])
     if _reasoned(rows):
         at = core.index("ttft_p50_ms") + 1
         core = (*core[:at], *REASONING_COLUMNS, *core[at:])
@@ -97,8 +110,23 @@ def _reasoning_cells(row: SweepRow) -> dict[str, str]:
     }
 
 
+def _scheduled_cells(row: SweepRow) -> dict[str, str]:
+    s = row.scheduled or {}
+    return {
+        "ttft_sched_p50_ms": fmt_num(s.get("ttft_p50_ms")),
+        "e2el_sched_p50_ms": fmt_num(s.get("e2el_p50_ms")),
+        "queue_wait_p50_ms": fmt_num(s.get("queue_wait_p50_ms")),
+        "waited_%": fmt_pct(s.get("waited_share")),
+    }
+
+
 def _sweep_cells(
-    row: SweepRow, wide: bool, reasoned: bool = False, checked: bool = False, called: bool = False
+    row: SweepRow,
+    wide: bool,
+    reasoned: bool = False,
+    checked: bool = False,
+    called: bool = False,
+    scheduled: bool = False,
 ) -> dict[str, str]:
     cells = {
         "conc": str(row.conc) if row.rate is None else f"{row.rate:g}/s",  # a rate rung: its rate
@@ -109,6 +137,7 @@ def _sweep_cells(
         "ttft_p50_ms": fmt_num(row.ttft_p50_ms),
         "failures": str(row.failures),
         **(_reasoning_cells(row) if reasoned else {}),
+        **(_scheduled_cells(row) if scheduled else {}),
     }
     cells[CACHE_COLUMN] = fmt_pct(cache_share(row))
     cells[INTERVAL_COLUMN] = fmt_num((row.interval or {}).get("agg_tok_s_pct"), 1)
@@ -129,7 +158,10 @@ def _sweep_cells(
 def _marked(rows: Sequence[SweepRow], wide: bool) -> list[dict[str, str]]:
     """Cells with `*` / `!` marks; in a column holding a mark, unmarked cells get a trailing space
     so the decimal points stay aligned."""
-    table = [_sweep_cells(row, wide, _reasoned(rows), _checked(rows), _called(rows)) for row in rows]
+    table = [
+        _sweep_cells(row, wide, _reasoned(rows), _checked(rows), _called(rows), _scheduled(rows))
+        for row in rows
+    ]
     for mark, columns, flags in (
         (PARTIAL_MARK, ("conc",), [r.partial for r in rows]),
         (ESTIMATED_MARK, _ESTIMATED_COLUMNS, [r.estimated for r in rows]),
@@ -174,6 +206,7 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
                 "so the figures may be late; other processes (or the hypervisor) took the CPU, not the "
                 "generator: free the machine, more --processes would not help"
             )
+    notes += window_notes(rows)
     notes += [waited_note(r) for r in rows if r.waited]
     notes += _uncertainty_notes(rows)
     notes += reasoning_notes(rows)
@@ -199,6 +232,30 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
             notes.append(
                 f"{rung_name(r.rung, r.conc)}: {r.failures} of {r.requests} requests failed ({kinds}); "
                 f"their {r.partial_tokens} partial tokens are not counted: see their `error` in the records"
+            )
+    return notes
+
+
+def window_notes(rows: Sequence[SweepRow]) -> list[str]:
+    """Rungs whose window is not their whole span (llmload.analysis.run.window): those that never
+    held their concurrency, and those whose ramp and drain took more than `EDGES_NOTE_SHARE` of
+    it (the JSON's `window` has every rung's)."""
+    notes = []
+    for r in rows:
+        w = r.window or {}
+        if w.get("rule") == NOT_HELD:
+            notes.append(
+                f"{rung_name(r.rung, r.conc)} never held {held_floor(r.conc)} requests in flight (95 % of "
+                "its users): its figures are over its whole span, ramp and drain included; run the "
+                "rung longer (`duration` or `requests_per_user`)"
+            )
+        elif w.get("rule") == STEADY and (edges := w["ramp_s"] + w["drain_s"]) > EDGES_NOTE_SHARE * (
+            edges + w["seconds"]
+        ):
+            notes.append(
+                f"{rung_name(r.rung, r.conc)}: figures over its steady {w['seconds']:.1f} s (at least "
+                f"{held_floor(r.conc)} in flight); its ramp ({w['ramp_s']:.1f} s, {w['ramp_tokens']:.0f} "
+                f"tokens) and drain ({w['drain_s']:.1f} s, {w['drain_tokens']:.0f} tokens) are left out"
             )
     return notes
 
@@ -549,8 +606,9 @@ def _csv_row(
     reasoned: bool = False,
     checked: bool = False,
     called: bool = False,
+    scheduled: bool = False,
 ) -> dict[str, str]:
-    out = _sweep_cells(row, wide, reasoned, checked, called) | {
+    out = _sweep_cells(row, wide, reasoned, checked, called, scheduled) | {
         "estimated": str(row.estimated),
         "partial": str(row.partial),
         "saturated": str(row.saturated),
@@ -602,12 +660,13 @@ def render(
         data += [asdict(m) | {"not_run": not m.started, "partial": m.started} for m in missing]
         return json.dumps(sorted(data, key=lambda d: d["rung"]), indent=2)
     if fmt == "csv":
-        reasoned, judged, called = _reasoned(rows), _checked(rows), _called(rows)
+        reasoned, judged = _reasoned(rows), _checked(rows)
+        called, scheduled = _called(rows), _scheduled(rows)
         flat = _with_missing(
             [
                 (
                     r.rung,
-                    _csv_row(r, m, percentiles, wide, reasoned, judged, called)
+                    _csv_row(r, m, percentiles, wide, reasoned, judged, called, scheduled)
                     | {k: v for e in extras for k, v in e.csv(r.rung).items()},
                 )
                 for r, m in paired

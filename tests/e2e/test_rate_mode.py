@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from llmload.analysis.run.rung_tally import tally_rungs
+from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
 from llmload.core.config import ConfigError, parse_config
 from llmload.core.files.records import read_records
 from llmload.core.stats import mean, percentile, pstdev
 from llmload.loadgen.workload.arrivals import ArrivalQueue, arrival_count, arrival_offsets, slot_ranges
+from llmload.output.table import SCHEDULED_COLUMNS, render
 from llmload.runner.sweep_run import run_sweep
 from llmload.sim.truth import load_truth
 
@@ -161,3 +162,29 @@ def test_two_processes_send_the_one_schedule(tmp_path):
     )
     arrivals = [truth[r.request_id]["arrival"] for r in records]
     assert 199 / (max(arrivals) - min(arrivals)) == pytest.approx(40.0, rel=0.05)
+
+
+def test_the_row_times_ttft_and_e2el_from_the_scheduled_arrival(poisson_run):
+    """The row's latencies from the intended time against the truth log: the server's first and
+    last token less each request's scheduled arrival (their p50, within the transit of a token
+    back to the client); `waited` the requests sent more than 1 ms after their scheduled arrival,
+    all of the saturated rung's."""
+    records, truth = poisson_run
+    rows = sweep_rows(tally_rungs(records))
+    for row in rows:
+        rung = [r for r in records if r.rung == row.rung]
+        sched = row.scheduled
+        assert sched is not None
+        for key, when in (("ttft_p50_ms", "first_token"), ("e2el_p50_ms", "last_token")):
+            truth_ms = percentile([(truth[r.request_id][when] - r.t_scheduled) * 1000.0 for r in rung], 50)
+            assert sched[key] == pytest.approx(truth_ms, abs=2.0), key
+        # from the intended time: the send's latency plus the wait
+        assert sched["ttft_p50_ms"] >= row.ttft_p50_ms
+        late = [(r.t_start - r.t_scheduled) * 1000.0 > 1.0 for r in rung]
+        assert sched["waited"] == sum(late) and sched["waited_share"] == pytest.approx(sum(late) / len(rung))
+        assert sched["queue_wait_p50_ms"] == pytest.approx(
+            percentile([(r.t_start - r.t_scheduled) * 1000.0 for r in rung], 50)
+        )
+    assert rows[1].scheduled["waited_share"] > 0.9  # 400/s is more than 16 slots serve
+    header = render(rows).splitlines()[0].split()
+    assert header[header.index("ttft_p50_ms") + 1 :][:4] == list(SCHEDULED_COLUMNS)

@@ -21,7 +21,7 @@ from llmload.analysis.run.server_metrics import (
     rung_server_metrics,
     token_warnings,
 )
-from llmload.analysis.run.window import rung_window
+from llmload.analysis.run.window import span_window
 from llmload.core.files.records import read_records
 from llmload.core.prometheus_text import parse_prometheus
 from llmload.core.run_environment import read_environment
@@ -101,11 +101,14 @@ def test_fixture_rungs_golden():
     assert [(m.generation_tokens, m.client_tokens, m.accept_len) for m in server.rungs] == [
         (999, 999, 3.0),
         (256, 256, 4.0),
-        (808, 805, 4.0),  # 3 tokens generated for the failed request but never delivered
+        # its steady window 1011-1014 (4 in flight), bracketed by the scrapes at 1009.8 and 1016:
+        # the client's tokens that arrived between them (the requests ending at 1014 and 1015)
+        (545, 512, pytest.approx(1 + (1260 - 858) / (540 - 397))),
         (170, 170, 2.0),
     ]
-    assert (by_rung[1].running, by_rung[1].waiting, by_rung[1].kv_usage) == (3.5, 0.5, pytest.approx(0.09))
-    assert by_rung[1].samples == 2 and not any(m.overlap for m in server.rungs)
+    assert (by_rung[1].running, by_rung[1].waiting, by_rung[1].kv_usage) == (4.0, 0.0, pytest.approx(0.1))
+    assert by_rung[1].samples == 1 and not any(m.overlap for m in server.rungs)
+    assert by_rung[1].generation_tok_s == pytest.approx(545 / (1016 - 1010))  # the bracket in the span
     assert server.run_generation_tokens == 2233
     assert server.warnings == []
 
@@ -117,7 +120,7 @@ def _sample(t: float, tokens: float) -> Sample:
 def test_a_bracket_covering_another_stage_is_flagged_not_warned():
     # one scrape every 5 s: each rung's bracket also covers part of the other rung
     samples = [_sample(0.0, 0), _sample(5.0, 100), _sample(10.0, 250)]
-    windows = [rung_window(0, 1, 1.0, 6.0), rung_window(1, 2, 7.0, 9.0)]
+    windows = [span_window(0, 1, 1.0, 6.0), span_window(1, 2, 7.0, 9.0)]
     metrics = rung_server_metrics(samples, windows, {})
     assert [(m.generation_tokens, m.overlap) for m in metrics] == [(250, True), (150, True)]
     assert token_warnings(metrics) == []
@@ -137,7 +140,7 @@ def test_server_counting_fewer_tokens_than_the_client_is_warned():
 
 def test_a_restarted_server_gives_no_delta():
     samples = [_sample(0.0, 500), _sample(10.0, 20)]
-    assert rung_server_metrics(samples, [rung_window(0, 1, 1.0, 9.0)], {})[0].generation_tokens is None
+    assert rung_server_metrics(samples, [span_window(0, 1, 1.0, 9.0)], {})[0].generation_tokens is None
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from llmload.analysis.run.gpu_metrics import (
 )
 from llmload.analysis.run.server_metrics import Sample
 from llmload.analysis.run.sweep_rows import SweepRow
-from llmload.analysis.run.window import rung_window
+from llmload.analysis.run.window import span_window
 from llmload.core.config import ConfigError, load_config
 from llmload.core.files.run_info import RunInfo
 from llmload.core.prometheus_text import parse_prometheus
@@ -87,7 +87,7 @@ def test_energy_is_the_counters_rise_in_the_window_and_tokens_per_joule_follow()
         return 300.0 if 10.0 <= t < 14.0 else 50.0
 
     samples = _scrapes([9.8, 10.0, 11.0, 12.0, 13.0, 14.0, 14.1], power)
-    g = gpu_rung(samples, rung_window(0, 4, 10.0, 14.0), tokens=2400)
+    g = gpu_rung(samples, span_window(0, 4, 10.0, 14.0), tokens=2400)
     true_energy = 2 * 300.0 * 4.0  # two GPUs, the window only
     assert g.energy_from == "counter" and g.gpus == 2
     assert g.energy_j == pytest.approx(true_energy)
@@ -98,21 +98,21 @@ def test_energy_is_the_counters_rise_in_the_window_and_tokens_per_joule_follow()
 
 def test_without_the_energy_counter_energy_is_mean_power_times_the_window():
     samples = _scrapes([9.8, 10.5, 11.5, 12.5, 14.1], lambda t: 200.0, energy=False)
-    g = gpu_rung(samples, rung_window(0, 4, 10.0, 14.0), tokens=800)
+    g = gpu_rung(samples, span_window(0, 4, 10.0, 14.0), tokens=800)
     assert g.energy_from == "power"
     assert g.power_w == pytest.approx(400.0)
     assert g.energy_j == pytest.approx(1600.0) and g.tok_per_j == pytest.approx(0.5)
 
 
 def test_no_scrape_around_a_rung_gives_no_figures():
-    g = gpu_rung(_scrapes([1.0, 2.0], lambda t: 100.0), rung_window(0, 1, 10.0, 14.0), tokens=10)
+    g = gpu_rung(_scrapes([1.0, 2.0], lambda t: 100.0), span_window(0, 1, 10.0, 14.0), tokens=10)
     assert g.energy_j is None and g.tok_per_j is None and g.power_w is None and g.util_pct is None
 
 
 RUN_INFO = RunInfo(
     Path("run_run.json"), (), host="http://127.0.0.1:8000", config={"gpu_metrics": "/gpu/metrics"}
 )
-WALLS = [(rung_window(0, 1, 3.0, 5.0), 10)]
+WALLS = [(span_window(0, 1, 3.0, 5.0), 10)]
 
 
 def test_an_exporter_that_gave_nothing_is_one_note_saying_what_to_do(tmp_path: Path):
@@ -143,7 +143,7 @@ def test_a_scrape_file_gives_each_rungs_figures_unreadable_lines_skipped(tmp_pat
         lines.append(json.dumps({"t": t, "samples": parse_prometheus(page)}))
     lines.insert(2, "not json")
     gpu_metrics_path(prefix).write_text("\n".join(lines) + "\n")
-    gpu = load_gpu_metrics(prefix, RUN_INFO, [(rung_window(0, 1, 3.0, 5.0), 300)])
+    gpu = load_gpu_metrics(prefix, RUN_INFO, [(span_window(0, 1, 3.0, 5.0), 300)])
     assert gpu is not None and gpu.note is None and list(gpu.rungs) == [0]
     assert gpu.rungs[0].energy_j == pytest.approx(200.0) and gpu.rungs[0].tok_per_j == pytest.approx(1.5)
 
@@ -204,7 +204,7 @@ def test_the_figures_in_json_csv_and_the_metrics_table(tmp_path: Path):
             for t in (2.0, 5.0)
         )
     )
-    gpu = load_gpu_metrics(prefix, RUN_INFO, [(rung_window(0, 1, 3.0, 5.0), 300)])
+    gpu = load_gpu_metrics(prefix, RUN_INFO, [(span_window(0, 1, 3.0, 5.0), 300)])
     assert gpu is not None
     extra = [gpu_extra(gpu, [row])]
     data = json.loads(render([row], "json", extras=extra))
@@ -256,7 +256,7 @@ def test_a_page_that_was_not_refreshed_is_noted_with_what_to_do(tmp_path: Path):
                 for t, e in points
             )
         )
-        gpu = load_gpu_metrics(prefix, RUN_INFO, [(rung_window(0, 1, 3.0, 5.0), 10)])
+        gpu = load_gpu_metrics(prefix, RUN_INFO, [(span_window(0, 1, 3.0, 5.0), 10)])
         assert gpu is not None and (gpu.note is not None) == noted, gpu.note
     assert gpu.note is not None and "at least 2.0 s, 100% of the shortest rung (rung01 c1: 2.0 s)" in gpu.note
     assert "-c 1000" in gpu.note
@@ -283,7 +283,7 @@ def test_a_gpu_without_the_energy_counter_is_integrated_from_its_power():
     # the issue's exporter: 8 GPUs at 135 W, GPU 7 without DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
     # the truth is 8 x 135 = 1,080 W (summing only the GPUs with the counter read 945 W)
     times = [9.9, 10.0, 10.5, 11.0, 11.5, 12.0, 12.5, 13.0, 13.5, 14.0, 14.1]
-    g = gpu_rung(_mixed_page(times, lambda t: 135.0), rung_window(0, 4, 10.0, 14.0), tokens=4320)
+    g = gpu_rung(_mixed_page(times, lambda t: 135.0), span_window(0, 4, 10.0, 14.0), tokens=4320)
     assert g.gpus == 8 and g.power_w == pytest.approx(1080.0, rel=0.01)
     assert g.energy_j == pytest.approx(1080.0 * 4.0, rel=0.01)
     assert g.gpu_energy_from == {**dict.fromkeys(EIGHT[:7], "counter"), "7": "power"}
@@ -295,7 +295,7 @@ def test_a_counter_that_goes_backwards_is_a_reset_of_that_gpu_alone():
     # GPU 3's counter restarts from 0 at 12.0 (inside the rung): only GPU 3 is taken from its power
     times = [9.9, 10.0, 11.0, 12.0, 13.0, 14.0, 14.1]
     g = gpu_rung(
-        _mixed_page(times, lambda t: 135.0, reset=("3", 12.0)), rung_window(0, 4, 10.0, 14.0), tokens=1
+        _mixed_page(times, lambda t: 135.0, reset=("3", 12.0)), span_window(0, 4, 10.0, 14.0), tokens=1
     )
     assert g.counter_reset == ["3"] and g.from_power == ["3", "7"]
     assert g.gpu_energy_from["0"] == "counter" and g.gpu_energy_from["4"] == "counter"
@@ -303,7 +303,7 @@ def test_a_counter_that_goes_backwards_is_a_reset_of_that_gpu_alone():
     # a rung after the reset keeps GPU 3's counter
     later = gpu_rung(
         _mixed_page([*times, 15.0, 16.0, 16.1], lambda t: 135.0, reset=("3", 12.0)),
-        rung_window(1, 4, 15.0, 16.0),
+        span_window(1, 4, 15.0, 16.0),
         1,
     )
     assert later.counter_reset == [] and later.gpu_energy_from["3"] == "counter"
@@ -319,7 +319,7 @@ def test_the_note_names_the_gpus_integrated_from_power(tmp_path: Path):
                 for k, v in s.values.items()
             }
             fh.write(json.dumps({"t": s.t, "samples": samples}) + "\n")
-    gpu = load_gpu_metrics(prefix, RUN_INFO, [(rung_window(0, 1, 3.0, 5.0), 300)])
+    gpu = load_gpu_metrics(prefix, RUN_INFO, [(span_window(0, 1, 3.0, 5.0), 300)])
     assert gpu is not None and gpu.note is None and gpu.rungs[0].power_w == pytest.approx(1080.0, rel=0.01)
     assert gpu.energy_note is not None and gpu_notes(gpu) == [gpu.energy_note]
     assert "GPU 3 (its counter went backwards in rung01 c1), GPU 7 from their power gauge" in gpu.energy_note

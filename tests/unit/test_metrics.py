@@ -101,14 +101,15 @@ def test_rung_latencies_itl_pooled():
 
 def test_rung_metrics_rates_and_reconciliation():
     m = tally_rungs(run_records(), slo={"ttft_ms": 450})[1].metrics()
-    wall = 10.0
+    wall = 3.0  # the steady window: 4 in flight (the failure too) from 1011 to 1014
     assert m.completed == 3
-    assert m.output_tok_s == pytest.approx(768 / wall)
-    assert m.total_tok_s == pytest.approx((768 + 3 * 64) / wall)
-    assert m.request_s == pytest.approx(0.3)
-    assert m.achieved_concurrency == pytest.approx((4 + 8 + 4 + 9) / wall)  # failed request too
+    # in it one request ended (1010-1014): its tokens (no chunk times: at its end) and prompt
+    assert m.output_tok_s == pytest.approx(256 / wall)
+    assert m.total_tok_s == pytest.approx((256 + 64) / wall)
+    assert m.request_s == pytest.approx(1 / wall)
+    assert m.achieved_concurrency == pytest.approx(4.0)  # each of the 4 in flight the whole window
     assert m.good_requests == 2  # TTFT 200 and 400 ms; the 600 ms one and the failure are not good
-    assert m.goodput_request_s == pytest.approx(0.2)
+    assert m.goodput_request_s == pytest.approx(1 / wall)  # 1010-1014 (TTFT 200 ms) ended in it
     assert (m.stopped_early, m.chunks_over_tokens) == (0, 0)
     assert m.latencies["ttft"].std == pytest.approx(163.299316)  # sqrt(80000 / 3)
 
@@ -135,7 +136,8 @@ def test_goodput_checks_only_given_slos():
     with pytest.raises(ValueError, match="unknown SLO keys"):
         meets_slo(fast, {"itl_ms": 5})
     m = tally_records(0, 2, [fast, one_token], slo={"tpot_ms": 50}).metrics()
-    assert (m.good_requests, m.goodput_request_s) == (1, pytest.approx(1.0))
+    # both in flight from 0 to 0.3 s (the steady window), in which the good one ended
+    assert (m.good_requests, m.goodput_request_s) == (1, pytest.approx(1 / 0.3))
 
 
 def test_missing_prompt_tokens_leave_total_throughput_unknown():

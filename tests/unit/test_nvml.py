@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmload.analysis.run.gpu_metrics import gpu_metrics_path, gpu_values, load_gpu_metrics
-from llmload.analysis.run.window import rung_window
+from llmload.analysis.run.window import span_window
 from llmload.core.files.run_info import RunInfo
 from llmload.loadgen.monitor.nvml import NvmlSampler
 from llmload.loadgen.options import run_config
@@ -36,7 +36,7 @@ def test_without_the_package_the_run_gets_one_note_naming_the_extra(tmp_path, mo
     assert sampler.sample(1.0) is False
     sampler.close()
     assert "pip install 'llmload[nvml]'" in _lines(sampler.path)[0]["error"]
-    gpu = load_gpu_metrics(tmp_path / "run", RUN_INFO, [(rung_window(0, 1, 0.0, 2.0), 10)])
+    gpu = load_gpu_metrics(tmp_path / "run", RUN_INFO, [(span_window(0, 1, 0.0, 2.0), 10)])
     assert gpu is not None and gpu.rungs == {}
     assert gpu.note is not None and gpu.note.startswith("GPU metrics: NVML read no GPU")
     assert "llmload[nvml]" in gpu.note and "DCGM exporter" in gpu.note
@@ -50,7 +50,7 @@ def test_with_the_package_and_no_driver_it_is_a_note_never_an_error(tmp_path):
         pytest.skip("this machine has an NVIDIA GPU")
     sampler.close()
     assert _lines(sampler.path)[0]["error"].startswith("NVML: ")
-    gpu = load_gpu_metrics(tmp_path / "run", RUN_INFO, [(rung_window(0, 1, 0.0, 2.0), 10)])
+    gpu = load_gpu_metrics(tmp_path / "run", RUN_INFO, [(span_window(0, 1, 0.0, 2.0), 10)])
     assert gpu is not None and gpu.note is not None and "NVML read no GPU (NVML: " in gpu.note
 
 

@@ -31,11 +31,14 @@ def test_warmup_excluded_and_rungs_kept_apart_by_index():
 
 def test_rung_with_a_failure():
     row = rows_of(run_records())[1]
-    # wall: first start 1010 to last end 1020 (the failed request counts for the window)
-    assert row.wall_s == pytest.approx(10.0)
+    # the steady window: 4 in flight (the failed request counts) from 1011 to 1014 (the first end)
+    assert row.wall_s == pytest.approx(3.0)
+    assert row.window["ramp_s"] == pytest.approx(1.0) and row.window["drain_s"] == pytest.approx(6.0)
     assert row.tokens == 768  # 3 x 256; the failure's 37 tokens are not in it
-    assert row.agg_tok_s == pytest.approx(76.8)
-    # per request: 256/4 = 64, 256/8 = 32, 256/4 = 64 -> mean 160/3
+    # no chunk times: a request's tokens arrive at its end; only 1010-1014's end is in the window
+    assert row.agg_tok_s == pytest.approx(256 / 3)
+    assert (row.window["ramp_tokens"], row.window["tokens"], row.window["drain_tokens"]) == (0, 256, 512)
+    # per request, every one overlapping the window: 256/4 = 64, 256/8 = 32, 256/4 = 64 -> mean 160/3
     assert row.per_req_tok_s == pytest.approx(53.333333)
     assert row.ttft_p50_ms == pytest.approx(400.0)
     assert (row.requests, row.failures, row.partial_tokens) == (4, 1, 37)
@@ -55,7 +58,8 @@ def test_estimated_and_partial_flags():
 
 def seed_records():
     """The seed's conc 1 and conc 10 rungs: 256 tokens in 1.8866 s; ten requests of 4.8 s, one of
-    them starting 0.159 s late, so wall = 4.959 s."""
+    them starting 0.159 s late, so the ten are in flight from 10.159 to 14.8 s: wall = 4.641 s, in
+    which nine requests ended (no chunk times: their tokens arrive at their end)."""
     one = [make_record(0.0, 1.8866, 256, 0.2)]
     ten = [make_record(10.0, 14.8, 256, 0.3, rung=1, users=10) for _ in range(9)]
     ten.append(make_record(10.159, 14.959, 256, 0.3, rung=1, users=10))
@@ -67,8 +71,11 @@ def test_plain_table_reproduces_the_seed_layout():
     assert out == [
         "conc  agg_tok/s  per_req_tok/s  tokens  wall_s  ttft_p50_ms  failures",
         "   1      135.7          135.7     256    1.89        200.0         0",
-        "  10      516.2           53.3    2560    4.96        300.0         0",
+        "  10      496.4           53.3    2560    4.64        300.0         0",
+        "rung02 c10: figures over its steady 4.6 s (at least 10 in flight); its ramp (0.2 s, 0 tokens) "
+        "and drain (0.2 s, 256 tokens) are left out",
     ]
+    assert round(9 * 256 / 4.641, 1) == 496.4
 
 
 def test_plain_table_marks_estimated_and_partial_figures():
@@ -76,7 +83,7 @@ def test_plain_table_marks_estimated_and_partial_figures():
     assert out[:4] == [
         "conc  agg_tok/s  per_req_tok/s  tokens  wall_s  ttft_p50_ms  failures",
         "  1      128.0          128.0     256     2.00        500.0         0",
-        "  4       76.8           53.3     768    10.00        400.0         1",
+        "  4       85.3           53.3     768     3.00        400.0         1",
         "  4!      42.5*          35.0*    170*    4.00        200.0         0",
     ]
     notes = "\n".join(out[4:])
@@ -96,7 +103,7 @@ def test_markdown_csv_and_json():
     rows = rows_of(run_records())
     md = render(rows, "markdown").splitlines()
     assert md[0].replace(" ", "") == "|conc|agg_tok/s|per_req_tok/s|tokens|wall_s|ttft_p50_ms|failures|"
-    assert md[3].replace(" ", "") == "|4|76.8|53.3|768|10.00|400.0|1|"
+    assert md[3].replace(" ", "") == "|4|85.3|53.3|768|3.00|400.0|1|"
     lines = render(rows, "csv").splitlines()
     header = (
         "conc,agg_tok/s,per_req_tok/s,tokens,wall_s,ttft_p50_ms,failures,cache_%,±%,estimated,partial,saturated,"
@@ -125,7 +132,7 @@ def run_prefix(tmp_path: Path) -> Path:
 def test_script_prints_the_table_and_no_warning_when_csv_agrees(run_prefix: Path):
     res = run_script(str(run_prefix))
     assert res.returncode == 0, res.stderr
-    row = "   4      76.8           53.3     768    10.00        400.0         1"
+    row = "   4      85.3           53.3     768     3.00        400.0         1"
     assert res.stdout.splitlines()[2] == row
     assert "warning" not in res.stdout + res.stderr
 

@@ -187,7 +187,7 @@ def _gpu_energy(
     return None if power is None else (power * (w.end - w.start), POWER)
 
 
-def gpu_rung(samples: Sequence[Sample], w: RungWindow, tokens: int) -> GpuRung:
+def gpu_rung(samples: Sequence[Sample], w: RungWindow, tokens: float) -> GpuRung:
     """One rung's GPU figures from the scrapes (in time order) and its output tokens."""
     times = [s.t for s in samples]
     inside = samples[bisect_left(times, w.start) : bisect_right(times, w.end)]
@@ -235,7 +235,7 @@ class GpuMetrics:
 
 
 def load_gpu_metrics(
-    prefix: str | Path, run_info: RunInfo | None, rungs: Sequence[tuple[RungWindow, int]]
+    prefix: str | Path, run_info: RunInfo | None, rungs: Sequence[tuple[RungWindow, float]]
 ) -> GpuMetrics | None:
     """The run's GPU figures; None when the run did not ask for them (no `gpu_metrics`). `rungs`:
     each measured rung's window (`RungTally.window`) and output tokens (the table's `tokens`)."""

@@ -36,7 +36,12 @@ Rates per rung (wall_s as in `llmload.analysis.run.sweep_rows`: first start to l
   its SLO when <= the limit; a 1-token request has TPOT 0; SLO keys not given are not checked).
 
 Request-rate mode: queue_wait = t_start - t_scheduled (a due request waiting for a free client
-slot; not part of TTFT or E2EL, as in vLLM); `rate` is the rung's target request rate.
+slot; not part of TTFT or E2EL, as in vLLM); `rate` is the rung's target request rate. From the
+intended time (`SCHEDULED_NAMES`, the sweep row's `scheduled`): ttft_sched = TTFT + queue_wait =
+t_first - t_scheduled and e2el_sched = E2EL + queue_wait = t_end - t_scheduled, of completed
+requests (capacity's rate probes judge their SLOs on these); a request `waited` when it was sent
+more than WAITED_MS after its scheduled arrival (for a client slot, behind earlier due requests,
+or for the generator's own loop).
 input_tokens summarizes usage.prompt_tokens (the real input lengths).
 
 Connections (llmload.loadgen.transport.connections): connect and tls summarize `connect_ms` / `tls_ms` of
@@ -53,7 +58,7 @@ figures under the key names of vLLM `bench serve`'s result JSON.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from itertools import repeat
 from operator import mul, sub
@@ -68,8 +73,24 @@ LATENCY_ALIASES = {"ttft_content": "ttfo"}  # an older name -> the figure it nam
 VLLM_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2el"}  # ours -> vLLM's name
 
 
+SCHEDULED_NAMES = ("ttft_sched", "e2el_sched")  # rate mode: latencies from the scheduled arrival
+WAITED_MS = 1.0  # a request sent later than this after its scheduled arrival waited
+
+
 def queue_wait_ms(rec: RequestRecord) -> float | None:
     return None if rec.t_scheduled is None else (rec.t_start - rec.t_scheduled) * 1000.0
+
+
+def from_arrival(metric: Callable[[RequestRecord], float | None]) -> Callable[[RequestRecord], float | None]:
+    """A latency measured from the request's send, plus its wait for a client slot (rate mode;
+    None without a scheduled arrival)."""
+
+    def measured(rec: RequestRecord) -> float | None:
+        value = metric(rec)
+        wait = queue_wait_ms(rec)
+        return None if value is None or wait is None else value + wait
+
+    return measured
 
 
 def connect_ms(rec: RequestRecord) -> float | None:
@@ -243,3 +264,7 @@ class RungMetrics:
             out |= {f"mean_{theirs}_ms": s.mean, f"median_{theirs}_ms": s.median, f"std_{theirs}_ms": s.std}
             out |= {f"p{q:g}_{theirs}_ms": v for q, v in s.percentiles.items()}
         return out
+
+
+ttft_sched_ms = from_arrival(ttft_ms)  # rate mode: t_first - t_scheduled
+e2el_sched_ms = from_arrival(e2el_ms)  # rate mode: t_end - t_scheduled

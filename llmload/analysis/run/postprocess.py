@@ -30,7 +30,7 @@ from llmload.analysis.run.metrics import SLO_KEYS, RungMetrics
 from llmload.analysis.run.production_traffic import replay_warnings
 from llmload.analysis.run.records_pass import RecordsPass, StartChild, tally_file
 from llmload.analysis.run.rung_tally import RungTally, SharedPrefix, sweep_rows
-from llmload.analysis.run.server_metrics import ServerMetrics, server_metrics_of
+from llmload.analysis.run.server_metrics import ClientTokens, ServerMetrics, server_metrics_of
 from llmload.analysis.run.sweep_rows import MissingRung, Rung, SweepRow, group_rungs
 from llmload.analysis.sessions.figures import SessionEnds, SessionFigures, session_figures
 from llmload.core.files.chunk_index import index_path
@@ -181,7 +181,7 @@ def load_run(
     )
     result.records_file = files.records_file
     result.server = server
-    result.gpu = load_gpu_metrics(prefix, info, [(t.window, t.tokens) for t in rungs])
+    result.gpu = load_gpu_metrics(prefix, info, [(t.window, t.window_tokens()[1]) for t in rungs])
     if any(t.sessions for t in rungs):  # the figures per session (llmload.analysis.sessions)
         recorded = info.recorded("sessions") if info else None
         ends = SessionEnds.of(None if recorded is None else recorded.sessions)
@@ -203,7 +203,10 @@ def _server_view(
     shared = SharedPrefix.of(info.prompts if info else None)
     for row, tally in zip(rows, rungs, strict=True):
         row.cache = tally.cache(shared)
-    client = {t.index: t.tokens + t.partial_tokens for t in rungs} | {WARMUP_RUNG: found.tally.warmup_tokens}
+    client: dict[int, ClientTokens] = {
+        t.index: t.timeline.between if t.steady else t.tokens + t.partial_tokens for t in rungs
+    }
+    client[WARMUP_RUNG] = found.tally.warmup_tokens
     failed = [t.index for t in rungs if t.failures]
     server = server_metrics_of(prefix, client, failed, found.tally.windows())
     if server is not None:

@@ -36,9 +36,12 @@ import numpy as np
 from llmload.analysis.interval import RungSlices, interval_dict
 from llmload.analysis.run.metrics import (
     LATENCY_NAMES,
+    SCHEDULED_NAMES,
+    WAITED_MS,
     RungMetrics,
     connect_ms,
     e2el_ms,
+    e2el_sched_ms,
     gaps_us,
     itl_is_per_chunk,
     itl_ms,
@@ -50,6 +53,7 @@ from llmload.analysis.run.metrics import (
     tpot_ms,
     ttfo_ms,
     ttft_ms,
+    ttft_sched_ms,
     ttftc_ms,
     unanswered,
 )
@@ -57,7 +61,7 @@ from llmload.analysis.run.reconcile import Tally
 from llmload.analysis.run.steps import waited_requests
 from llmload.analysis.run.sweep_rows import SweepRow
 from llmload.analysis.run.uncertainty import Uncertainty
-from llmload.analysis.run.window import RungWindow, rung_window
+from llmload.analysis.run.window import STEADY, RungWindow, TokenTimeline, WindowEvents, span_window
 from llmload.core.files.chunk_index import last_micros
 from llmload.core.files.records import OUTCOME_OK, RequestRecord
 from llmload.core.names import DETERMINISM_PHASE, MEASURE_PHASE, WARMUP_PHASE, WARMUP_RUNG
@@ -79,11 +83,17 @@ _COMPLETED_VALUES = {
     "think": think_ms,
     "tpot": tpot_ms,
     "e2el": e2el_ms,
+    "ttft_sched": ttft_sched_ms,
+    "e2el_sched": e2el_sched_ms,
 }
 
 
 def _floats() -> array[float]:
     return array("d")
+
+
+def _indices() -> array[int]:
+    return array("q")
 
 
 class _Batch:
@@ -287,10 +297,29 @@ class RungTally:
     structured_stopped: int = 0
     replies_checked: int = 0
     replies_valid: int = 0
+    # the rung's window (llmload.analysis.run.window): every request's start and end, the
+    # completed requests' tokens by arrival time; per request, in the order added: completed,
+    # met the SLOs, prompt tokens (completed, reported; else 0); for each per-request value of
+    # `values` (and `rates`: "rate") the index of its request, so the window's requests are chosen
+    events: WindowEvents = field(default_factory=lambda: WindowEvents(0, 0))
+    timeline: TokenTimeline = field(default_factory=TokenTimeline)
+    ok: array[int] = field(default_factory=lambda: array("b"))
+    met: array[int] = field(default_factory=lambda: array("b"))
+    prompts: array[float] = field(default_factory=_floats)
+    owners: dict[str, array[int]] = field(default_factory=dict)
+    _window: RungWindow | None = None  # the window, until the next record
 
     def __post_init__(self) -> None:
-        for name in LATENCY_NAMES:
+        for name in (*LATENCY_NAMES, *SCHEDULED_NAMES):
             self.values.setdefault(name, _floats())
+        for name in (*LATENCY_NAMES, *SCHEDULED_NAMES, "rate"):
+            self.owners.setdefault(name, _indices())
+        self.events.rung, self.events.users = self.index, self.users
+
+    def _keep(self, name: str, value: float, index: int) -> None:
+        """A per-request value of the request `index` (`values`, or `rates`: "rate")."""
+        (self.rates if name == "rate" else self.values[name]).append(value)
+        self.owners[name].append(index)
 
     def add(
         self, rec: RequestRecord, data: Mapping[str, Any] | None = None, micros: bytes | None = None
@@ -298,7 +327,10 @@ class RungTally:
         """Tally one measured record; `data`: the JSON object it was read from, when there is one;
         `micros`: its chunk times as int32 microseconds, when they come from the records file's
         chunk index (then `rec.chunk_times` is empty and it has no `chunk_tokens`)."""
+        index = self.requests
         self.requests += 1
+        self.events.add(rec)
+        self._window = None
         t_start, t_end = rec.t_start, rec.t_end
         if t_start < self.first_start:
             self.first_start = t_start
@@ -316,13 +348,17 @@ class RungTally:
             self.read_delays_ms.append(rec.read_delay_ms)
         values = self.values
         if (wait := queue_wait_ms(rec)) is not None:
-            values["queue_wait"].append(wait)
+            self._keep("queue_wait", wait, index)
             if rec.trace_line is not None:
                 self.trace_late_ms.append(wait)
         if (connect := connect_ms(rec)) is not None:
-            values["connect"].append(connect)
+            self._keep("connect", connect, index)
         if (tls := tls_ms(rec)) is not None:
-            values["tls"].append(tls)
+            self._keep("tls", tls, index)
+        completed = rec.outcome == OUTCOME_OK
+        self.ok.append(completed)
+        self.prompts.append(rec.prompt_tokens or 0 if completed else 0)
+        self.met.append(completed and (not self.slo or meets_slo(rec, self.slo)))
         if data is None:
             self.counts.add_record(rec)
         else:
@@ -334,6 +370,7 @@ class RungTally:
             self.partial_tokens += rec.output_tokens
             return
         self.tokens += rec.output_tokens
+        self.timeline.add(rec, micros)
         if rec.reasoning_tokens is not None or rec.t_first_reasoning is not None:
             self._add_reasoning(rec)
         if rec.tool_calls:
@@ -355,11 +392,11 @@ class RungTally:
                 self.cached.append(rec.cached_tokens)
                 self.cached_of.append(rec.prompt_tokens)
         if e2e > 0:
-            self.rates.append(rec.output_tokens / e2e)
+            self._keep("rate", rec.output_tokens / e2e, index)
         found = {}
         for name, fn in _COMPLETED_VALUES.items():
             if (v := fn(rec)) is not None:
-                values[name].append(v)
+                self._keep(name, v, index)
             found[name] = v is not None
         if (ttft := values["ttft"]) and found["ttft"]:  # TTFT without its connection's own setup
             own = rec.handshake_ms if rec.handshake_ms is not None else connect
@@ -379,7 +416,7 @@ class RungTally:
                 self.itl_us.add(rec.chunk_times)
         if not self.itl_per_chunk:
             self.itl_per_chunk = itl_is_per_chunk(rec)
-        self.good += not self.slo or meets_slo(rec, self.slo)  # no SLO: every request is good
+        self.good += self.met[-1]  # no SLO: every request is good
 
     def _add_reasoning(self, rec: RequestRecord) -> None:
         """A completed request that says anything of reasoning (its count may be 0)."""
@@ -430,6 +467,20 @@ class RungTally:
             "valid_share": self.replies_valid / checked if checked else None,
         }
 
+    def scheduled_summary(self) -> dict[str, Any] | None:
+        """Rate mode's latencies from the intended time (definitions: `metrics`), None without a
+        scheduled arrival: the p50 and p99 of TTFT and E2EL from it and of `queue_wait`, the
+        requests that `waited` (sent more than WAITED_MS late) and their share of the window's."""
+        waits = self.kept("queue_wait")
+        if not waits.size:
+            return None
+        out: dict[str, Any] = {}
+        for name, values in (("ttft", "ttft_sched"), ("e2el", "e2el_sched"), ("queue_wait", "queue_wait")):
+            found = percentiles_of_array(kept, (50.0, 99.0)) if (kept := self.kept(values)).size else {}
+            out |= {f"{name}_p50_ms": found.get(50.0), f"{name}_p99_ms": found.get(99.0)}
+        waited = int((waits > WAITED_MS).sum())
+        return out | {"waited": waited, "waited_share": waited / waits.size}
+
     def reasoning_summary(self) -> dict[str, Any] | None:
         """A reasoning model's figures of the rung (definitions: docs/reasoning.md), None when no
         completed request reasoned and no stream was odd: `tokens` (reasoning tokens, the
@@ -438,7 +489,7 @@ class RungTally:
         `think_ms`, and `odd` (requests per odd stream event, failed ones too)."""
         if not self.reasoning_requests and not self.odd:
             return None
-        ttfo, think = (self.values[name] for name in ("ttfo", "think"))
+        ttfo, think = (self.kept(name) for name in ("ttfo", "think"))
         return {
             "tokens": self.reasoning_tokens,
             "share": self.reasoning_tokens / self.tokens if self.tokens else None,
@@ -478,7 +529,9 @@ class RungTally:
     @property
     def window(self) -> RungWindow:
         """The rung's one window (llmload.analysis.run.window)."""
-        return rung_window(self.index, self.users, self.first_start, self.last_end)
+        if self._window is None:
+            self._window = self.events.window()
+        return self._window
 
     @property
     def wall_s(self) -> float:
@@ -492,19 +545,87 @@ class RungTally:
     def completed_tokens_per_s(self, seconds: float) -> float:
         return self.tokens / seconds if seconds > 0 else 0.0
 
+    @property
+    def steady(self) -> bool:
+        """The window is the rung's steady part (not its requests' whole span)."""
+        return self.window.rule == STEADY
+
+    def window_tokens(self) -> tuple[float, float, float]:
+        """The completed requests' output tokens that arrived before the window (the ramp), in
+        it and after it (the drain); a whole-span window holds every one."""
+        if not self.steady:
+            return 0.0, float(self.tokens), 0.0
+        w = self.window
+        return self.timeline.split(w.start, w.end)
+
+    def _overlapping(self) -> np.ndarray:
+        """Per request: it overlaps the window (in flight when it opened, or started in it)."""
+        starts = np.frombuffer(self.events.starts, dtype=np.float64)
+        if not self.steady:
+            return np.ones(starts.size, dtype=bool)
+        ends = np.frombuffer(self.events.ends, dtype=np.float64)
+        w = self.window
+        return (starts < w.end) & (ends > w.start)
+
+    def _ended_inside(self) -> np.ndarray:
+        """Per request: it ended inside the window (the window's request rates)."""
+        ends = np.frombuffer(self.events.ends, dtype=np.float64)
+        if not self.steady:
+            return np.ones(ends.size, dtype=bool)
+        return (ends >= self.window.start) & (ends <= self.window.end)
+
+    def kept(self, name: str) -> np.ndarray:
+        """The per-request values `name` (of `values`, or "rate") of the window's requests, in order."""
+        return self._of_window(self.rates if name == "rate" else self.values[name], name)
+
+    def _of_window(self, values: array[float], owned_as: str) -> np.ndarray:
+        """Those of per-request `values` whose requests (`owners[owned_as]`) overlap the window."""
+        kept = np.frombuffer(values, dtype=np.float64).copy()  # no view: the array may grow
+        chosen: np.ndarray = kept[self._owned_mask(owned_as)]
+        return chosen
+
+    def _owned_mask(self, owned_as: str) -> np.ndarray:
+        """Per value of `owners[owned_as]`: its request overlaps the window."""
+        mask: np.ndarray = self._overlapping()[np.frombuffer(self.owners[owned_as], dtype=np.int64)]
+        return mask
+
+    def in_flight_s(self) -> float:
+        """The requests' seconds in flight inside the window, summed (achieved concurrency)."""
+        if not self.steady:
+            return self.e2e_s
+        w = self.window
+        starts = np.maximum(np.frombuffer(self.events.starts, dtype=np.float64), w.start)
+        ends = np.minimum(np.frombuffer(self.events.ends, dtype=np.float64), w.end)
+        return math.fsum(np.maximum(ends - starts, 0.0).tolist())
+
+    def _window_counts(self) -> tuple[int, int, float]:
+        """The completed requests that ended inside the window, of them those that met the
+        SLOs, and their prompt tokens."""
+        inside = self._ended_inside()
+        ok = np.frombuffer(self.ok, dtype=np.int8).astype(bool) & inside
+        met = np.frombuffer(self.met, dtype=np.int8).astype(bool) & inside
+        prompt = math.fsum(np.frombuffer(self.prompts, dtype=np.float64)[ok].tolist())
+        return int(ok.sum()), int(met.sum()), prompt
+
+    def window_summary(self) -> dict[str, Any]:
+        """The json row's `window`: its edges, rule, ramp and drain seconds, and the output
+        tokens before it, in it and after it."""
+        ramp, inside, drain = self.window_tokens()
+        return self.window.as_dict() | {"tokens": inside, "ramp_tokens": ramp, "drain_tokens": drain}
+
     def row(self, *, partial: bool = False) -> SweepRow:
         """The sweep-table row (definitions: `llmload.analysis.run.sweep_rows`)."""
         waited = self.waited()
         return SweepRow(
             rung=self.index,
             conc=self.users,
-            agg_tok_s=self.completed_tokens_per_s(self.wall_s),
-            per_req_tok_s=mean(self.rates) if self.rates else None,
+            agg_tok_s=self.per_second(self.window_tokens()[1]),
+            per_req_tok_s=mean(rates.tolist()) if (rates := self.kept("rate")).size else None,
             tokens=self.tokens,
             wall_s=self.wall_s,
-            window=self.window.as_dict(),
+            window=self.window_summary(),
             interval=interval_dict(self.slices.intervals(self.window.start, self.window.end)),
-            ttft_p50_ms=_median(self.values["ttft"]),
+            ttft_p50_ms=_median(self.kept("ttft")),
             requests=self.requests,
             failures=sum(self.failures.values()),
             failures_by_kind=dict(sorted(self.failures.items())),
@@ -520,6 +641,7 @@ class RungTally:
             reasoning=self.reasoning_summary(),
             structured=self.structured_summary(),
             tool_calls=self.tool_summary(),
+            scheduled=self.scheduled_summary(),
             waited=None if waited is None else waited[0],
             decoding_max=None if waited is None else waited[1],
             chunks_lower_bound=self.itl_per_chunk,
@@ -530,14 +652,24 @@ class RungTally:
         TTFT without their own setup (the kernel's handshake round trip, else the connect's wall
         time, plus TLS); None when no request opened one. The connect's wall time also holds the
         turns of users that started at once, which a pooled connection would not have saved."""
-        if not self.new_connections or not self.values["ttft"]:
+        ttft = self.kept("ttft")
+        if not self.new_connections or not ttft.size:
             return None
-        return cast("float", _median(self.values["ttft"])) - cast("float", _median(self.ttft_warm_ms))
+        warm = self._of_window(self.ttft_warm_ms, "ttft")  # one per TTFT
+        return cast("float", _median(ttft)) - cast("float", _median(warm))
 
     def merge(self, other: RungTally) -> None:
         """Add the tally of the same rung's requests that follow ours in the records file (the
         second part of a file read in two): every figure comes out as if one tally had read both
         parts in order (values concatenated, counts and histograms added)."""
+        for name, owners in other.owners.items():
+            self.owners[name].extend((np.frombuffer(owners, dtype=np.int64) + self.requests).tolist())
+        self.events.merge(other.events)
+        self.timeline.merge(other.timeline)
+        self.ok.extend(other.ok)
+        self.met.extend(other.met)
+        self.prompts.extend(other.prompts)
+        self._window = None
         self.requests += other.requests
         self.tokens += other.tokens
         self.partial_tokens += other.partial_tokens
@@ -555,7 +687,7 @@ class RungTally:
             (self.spans, other.spans),
             (self.cached, other.cached),
             (self.cached_of, other.cached_of),
-            *((self.values[name], other.values[name]) for name in LATENCY_NAMES),
+            *((self.values[name], other.values[name]) for name in (*LATENCY_NAMES, *SCHEDULED_NAMES)),
         ):
             mine.extend(theirs)
         self.itl_us.merge(other.itl_us)
@@ -615,22 +747,24 @@ class RungTally:
         latencies = {
             name: summarize_counts(self.itl_counts(), percentiles)
             if name == "itl"
-            else summarize_array(np.frombuffer(self.values[name], dtype=np.float64), percentiles)
+            else summarize_array(self.kept(name), percentiles)
             for name in LATENCY_NAMES
         }
+        completed, good, prompt = self._window_counts()
+        tokens = self.window_tokens()[1]
         return RungMetrics(
             rung=self.index,
             conc=self.users,
             completed=self.completed,
             latencies=latencies,
             itl_per_chunk=self.itl_per_chunk,
-            output_tok_s=self.per_second(self.tokens),
-            total_tok_s=self.per_second(self.prompt_tokens + self.tokens) if self.prompt_known else None,
-            request_s=self.per_second(self.completed),
-            achieved_concurrency=self.per_second(self.e2e_s),
+            output_tok_s=self.per_second(tokens),
+            total_tok_s=self.per_second(prompt + tokens) if self.prompt_known else None,
+            request_s=self.per_second(completed),
+            achieved_concurrency=self.per_second(self.in_flight_s()),
             slo=dict(self.slo),
             good_requests=self.good,
-            goodput_request_s=self.per_second(self.good),
+            goodput_request_s=self.per_second(good),
             stopped_early=self.counts.stopped_early,
             chunks_over_tokens=self.counts.kinds.get("chunks_over_tokens", 0),
             disagree=self.counts.disagree,
@@ -716,9 +850,9 @@ def _minus(values: np.ndarray, m: float) -> np.ndarray:
         return values - m
 
 
-def _median(values: array[float]) -> float | None:
+def _median(values: np.ndarray) -> float | None:
     """The median of the values (`percentile` of them, 50), None for no values."""
-    return percentiles_of_array(np.frombuffer(values, dtype=np.float64), (50.0,))[50.0] if values else None
+    return percentiles_of_array(values, (50.0,))[50.0] if values.size else None
 
 
 def percentile_or_none(values: Sequence[float], q: float) -> float | None:
@@ -825,7 +959,7 @@ class SweepTally:
     def windows(self) -> list[RungWindow]:
         """The warm-up's window (when it had requests) and each measured rung's, in ladder order."""
         users, start, end = self.warmup_span
-        warmup = [rung_window(WARMUP_RUNG, users, start, end)] if start <= end else []
+        warmup = [span_window(WARMUP_RUNG, users, start, end)] if start <= end else []
         return warmup + [self.rungs[i].window for i in sorted(self.rungs)]
 
     def merge(self, other: SweepTally) -> None:

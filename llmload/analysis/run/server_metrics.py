@@ -29,12 +29,12 @@ data-parallel ranks add up.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from llmload.analysis.run.window import RecordWindows, RungWindow
+from llmload.analysis.run.window import STEADY, RecordWindows, RungWindow, TokenTimeline
 from llmload.core.files.jsonl import iter_jsonl
 from llmload.core.files.records import RequestRecord
 from llmload.core.files.run_files import RunFiles
@@ -158,14 +158,16 @@ class ServerRungMetrics:
     conc: int
     samples: int  # scrapes taken inside the window
     generation_tokens: float | None
-    client_tokens: int  # tokens the client received in the stage (completed and failed requests)
+    # tokens the client received in the stage (completed and failed requests; a steady window's:
+    # its completed requests' tokens that arrived inside the bracket, rounded); None: no bracket
+    client_tokens: int | None
     running: float | None
     waiting: float | None
     kv_usage: float | None
     accept_len: float | None
     overlap: bool  # the counters' bracket overlaps another stage's window
     bracket: tuple[float, float] | None = None  # the scrapes the generated tokens' delta is taken between
-    generation_tok_s: float | None = None  # generation_tokens over the rung's window
+    generation_tok_s: float | None = None  # generation_tokens over the window (a steady one's: the bracket)
     cache_queries: float | None = None  # prompt tokens looked up in the prefix cache (counter delta)
     cache_hits: float | None = None  # of which it served (counter delta)
     cache_share: float | None = None  # hits / queries, or SGLang's hit-rate gauge (0..1)
@@ -203,11 +205,19 @@ def _accept_len(
     return gauge_mean(inside, "accept_len_gauge")
 
 
-def client_tokens(records: Iterable[RequestRecord]) -> tuple[dict[int, int], list[int], list[RungWindow]]:
-    """Output tokens the client received per rung index (warm-up and failed requests too), the
-    rungs with a failed request, and the windows of the warm-up and of each measured rung; one
-    pass over the records."""
+# the client's output tokens of a stage: all of them, or those that arrived between two times
+ClientTokens = int | Callable[[float, float], float]
+
+
+def client_tokens(
+    records: Iterable[RequestRecord],
+) -> tuple[dict[int, ClientTokens], list[int], list[RungWindow]]:
+    """Output tokens the client received per rung index (warm-up and failed requests too; a
+    rung with a steady window: its completed requests' tokens between two times), the rungs
+    with a failed request, and the windows of the warm-up and of each measured rung; one pass
+    over the records."""
     client: dict[int, int] = {}
+    timelines: dict[int, TokenTimeline] = {}
     failed: set[int] = set()
     windows = RecordWindows()
     for rec in records:
@@ -215,13 +225,20 @@ def client_tokens(records: Iterable[RequestRecord]) -> tuple[dict[int, int], lis
             continue
         windows.add(rec)
         client[rec.rung] = client.get(rec.rung, 0) + rec.output_tokens
-        if not rec.ok:
+        if rec.ok:
+            timelines.setdefault(rec.rung, TokenTimeline()).add(rec)
+        else:
             failed.add(rec.rung)
-    return client, sorted(failed), list(windows.windows().values())
+    found = windows.windows()
+    given: dict[int, ClientTokens] = {
+        rung: timelines[rung].between if found[rung].rule == STEADY and rung in timelines else tokens
+        for rung, tokens in client.items()
+    }
+    return given, sorted(failed), list(found.values())
 
 
 def rung_server_metrics(
-    samples: Sequence[Sample], windows: Sequence[RungWindow], client: Mapping[int, int]
+    samples: Sequence[Sample], windows: Sequence[RungWindow], client: Mapping[int, ClientTokens]
 ) -> list[ServerRungMetrics]:
     """Per-stage server figures (see the module docstring for the window rules); `client`: output
     tokens the client received per rung index (`client_tokens`)."""
@@ -233,24 +250,36 @@ def rung_server_metrics(
         overlap = bracket is not None and any(
             o is not w and o.start < bracket[1] and o.end > bracket[0] for o in windows
         )
+        given = client.get(w.rung, 0)
+        received = given if not callable(given) else round(given(*bracket)) if bracket else None
+        seconds = _generating_s(w, bracket)
         out.append(
             ServerRungMetrics(
                 rung=w.rung,
                 conc=w.conc,
                 samples=len(inside),
                 generation_tokens=tokens,
-                client_tokens=client.get(w.rung, 0),
+                client_tokens=received,
                 running=gauge_mean(inside, "running"),
                 waiting=gauge_mean(inside, "waiting"),
                 kv_usage=gauge_mean(inside, "kv_usage"),
                 accept_len=_accept_len(samples, times, w, inside),
                 overlap=overlap,
                 bracket=bracket,
-                generation_tok_s=None if tokens is None or w.seconds <= 0 else tokens / w.seconds,
+                generation_tok_s=None if tokens is None or seconds <= 0 else tokens / seconds,
                 **_cache(samples, times, w, inside),
             )
         )
     return out
+
+
+def _generating_s(w: RungWindow, bracket: tuple[float, float] | None) -> float:
+    """The seconds the server's tokens of a bracket are divided by: the window's, or a steady
+    window's bracket (its scrapes inside the rung's requests' span: the ramp's and the drain's
+    tokens they hold are counted) less what of it lies outside that span."""
+    if bracket is None or w.rule != STEADY:
+        return w.seconds
+    return min(bracket[1], w.last_end) - max(bracket[0], w.first_start)
 
 
 def _cache(
@@ -278,15 +307,15 @@ def token_warnings(metrics: Sequence[ServerRungMetrics], failed_rungs: Sequence[
     error. More is expected only when requests failed (tokens generated but never delivered)."""
     out = []
     for m in metrics:
-        if m.generation_tokens is None or m.overlap:
+        if m.generation_tokens is None or m.client_tokens is None or m.overlap:
             continue
         name = rung_name(m.rung, m.conc)
         server, client = m.generation_tokens, m.client_tokens
         if server < client * (1 - TOKEN_TOLERANCE):
-            out.append(f"{name}: server generated {server:.0f} tokens but the client received {client}")
+            out.append(f"{name}: server generated {server:.0f} tokens but the client received {client:.0f}")
         elif server > client * (1 + TOKEN_TOLERANCE) + 1 and m.rung not in failed_rungs:
             out.append(
-                f"{name}: server generated {server:.0f} tokens, the client received {client} "
+                f"{name}: server generated {server:.0f} tokens, the client received {client:.0f} "
                 "(another client on the server?)"
             )
     return out
@@ -315,7 +344,10 @@ def load_server_metrics(prefix: str | Path, records: Iterable[RequestRecord]) ->
 
 
 def server_metrics_of(
-    prefix: str | Path, client: Mapping[int, int], failed: Sequence[int], windows: Sequence[RungWindow]
+    prefix: str | Path,
+    client: Mapping[int, ClientTokens],
+    failed: Sequence[int],
+    windows: Sequence[RungWindow],
 ) -> ServerMetrics | None:
     """`load_server_metrics` with the client's tokens per rung index, the rungs with a failed
     request and the windows already found (`client_tokens`, or the post-processor's tallies)."""

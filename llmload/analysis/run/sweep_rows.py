@@ -44,6 +44,10 @@ Definitions (per rung):
   made one, the calls, replies of several calls, calls whose arguments are not a JSON object
   (`invalid`) and the valid share of the calls, 1 - invalid / calls (`RungTally.tool_summary`;
   definitions in docs/metrics.md).
+- scheduled (rate mode, else None): TTFT and E2EL from each request's scheduled arrival (p50, p99),
+  queue_wait's, and the requests that waited for a client slot (`waited`: sent more than 1 ms
+  after their scheduled arrival) and their share (`RungTally.scheduled_summary`; definitions in
+  llmload.analysis.run.metrics).
 - waited / decoding_max: requests that waited for a place in the server's batch and the most
   streams decoding at once (llmload.analysis.run.steps.waited_requests); None without streams.
 - saturated / generator: the load generator's own health during the rung (llmload.analysis.run.health),
@@ -128,10 +132,11 @@ class SweepRow:
     chunks_lower_bound: bool = False  # multi-token chunks without per-chunk usage
     cache: dict[str, Any] | None = None  # prefix cache share of the prompts (RungTally.cache)
     server: dict[str, Any] | None = None  # the server's figures (ServerRungMetrics.as_dict)
-    window: dict[str, float] | None = None  # the rung's one window: start, end, seconds (= wall_s)
+    window: dict[str, Any] | None = None  # the rung's one window: edges, seconds (= wall_s), ramp...
     structured: dict[str, Any] | None = None  # tools, response_format: RungTally.structured_summary
     tool_calls: dict[str, Any] | None = None  # replies with tool calls: RungTally.tool_summary
     interval: dict[str, Any] | None = None  # +- % of agg tok/s and TTFT p50 (llmload.analysis.interval)
+    scheduled: dict[str, Any] | None = None  # rate mode, from the intended time: RungTally.scheduled_summary
 
 
 @dataclass(frozen=True, slots=True)

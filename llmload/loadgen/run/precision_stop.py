@@ -9,8 +9,9 @@ module is one of the run's record sinks, and the ladder asks it (`due`) at its t
 once every CHECK_S seconds. When it is met, the master sends `llmload_rung_end`; the users send no
 more and finish what is in flight, and the rung ends as any rung does.
 
-The window of a rung still running is the rung's window (`llmload.analysis.run.window`) up to
-the last end seen less the longest request seen: the requests that started before that have
+The window of a rung still running is its requests' span so far (`llmload.analysis.run.window`'s
+whole-span rule: a held rung's ramp is its users' first sends, milliseconds) up to the last end
+seen less the longest request seen: the requests that started before that have
 ended, so the tokens counted in it are all in. The rule needs at least MIN_PER_USER completed
 requests per user first. The rung's figures and their interval in the table are taken after
 it ends, over its whole window; the log line says how many requests it took.
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from llmload.analysis.interval import Interval, RungSlices
 from llmload.analysis.run.metrics import ttft_ms
 from llmload.analysis.run.rung_tally import chunk_span
-from llmload.analysis.run.window import rung_window
+from llmload.analysis.run.window import span_window
 from llmload.core.config import SweepConfig
 from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE
@@ -52,7 +53,7 @@ class LiveRung:
 
     def intervals(self, rung: int, users: int) -> dict[str, Interval]:
         """The intervals over the window whose requests have all ended (module docstring)."""
-        window = rung_window(rung, users, self.first_start, self.last_end - self.longest)
+        window = span_window(rung, users, self.first_start, self.last_end - self.longest)
         return self.slices.intervals(window.start, window.end)
 
 

@@ -40,7 +40,7 @@ from llmload.analysis.run.server_metrics import (
     read_samples,
     rung_server_metrics,
 )
-from llmload.analysis.run.window import rung_window
+from llmload.analysis.run.window import span_window
 from llmload.analysis.sessions.figures import SessionEnds, SessionFigures, SessionTally
 from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE, rung_name
@@ -199,7 +199,7 @@ class LiveSweep:
             return {}
         now, finished = time.time(), self._finished()
         windows = [
-            t.window if i in finished else rung_window(i, t.users, t.first_start, now)
+            t.window if i in finished else span_window(i, t.users, t.first_start, now)
             for i, t in sorted(self.rungs.items())
         ]
         return {m.rung: m for m in rung_server_metrics(samples, windows, {})}
