@@ -213,7 +213,8 @@ class Probe:
     @property
     def agg_tok_s(self) -> float:
         """Output tokens of completed requests over the summed wall time of the probe's stages
-        (each stage: first start to last end, as the sweep table's wall_s)."""
+        (each stage: first start to last end; a probe's throughput is over its whole span, not the
+        sweep's steady window)."""
         walls: dict[int, tuple[float, float]] = {}
         for r in self.records:
             lo, hi = walls.get(r.rung, (r.t_start, r.t_end))

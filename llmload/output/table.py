@@ -252,10 +252,15 @@ def window_notes(rows: Sequence[SweepRow]) -> list[str]:
         elif w.get("rule") == STEADY and (edges := w["ramp_s"] + w["drain_s"]) > EDGES_NOTE_SHARE * (
             edges + w["seconds"]
         ):
+            parts = [
+                f"{part} ({w[f'{part}_s']:.1f} s, {w[f'{part}_tokens']:.0f} tokens)"
+                for part in ("ramp", "drain")
+                if w[f"{part}_s"] >= EDGES_NOTE_SHARE * (edges + w["seconds"]) or w[f"{part}_tokens"]
+            ]
             notes.append(
                 f"{rung_name(r.rung, r.conc)}: figures over its steady {w['seconds']:.1f} s (at least "
-                f"{held_floor(r.conc)} in flight); its ramp ({w['ramp_s']:.1f} s, {w['ramp_tokens']:.0f} "
-                f"tokens) and drain ({w['drain_s']:.1f} s, {w['drain_tokens']:.0f} tokens) are left out"
+                f"{held_floor(r.conc)} in flight); its {' and '.join(parts)} "
+                f"{'are' if len(parts) > 1 else 'is'} left out"
             )
     return notes
 

@@ -6,14 +6,16 @@ same instants (every `--scrape-interval` and at every stage boundary), into
 `<prefix>_gpu_metrics.jsonl`: one line per scrape, `{"t", "samples": {"name{labels}": value}}` of
 the four DCGM series below, or `{"t", "error"}` (llmload.loadgen.monitor.scraper.MetricsScraper
 writes both files). A GPU is told by its `gpu` label, else its `UUID`. A rung's window is its
-one window (llmload.analysis.run.window: its first request's start to its last one's end, the
-sweep table's `wall_s`, the same as the server's counters'); the scrapes that bracket it are the
-last at or before its start and the first at or after its end, taken while the server was idle
-(the scraper samples at every stage boundary). Per rung:
+one window (llmload.analysis.run.window: a concurrency rung's steady part, else its requests'
+span; the sweep table's `wall_s`, the same as the server's counters'); the scrapes that bracket
+it are the last at or before its start and the first at or after its end (the scraper samples
+every `--scrape-interval` and at every stage boundary, where the server is idle). Per rung:
 
 - energy_j: the sum over GPUs of each one's energy over the window: its energy counter's rise
   between the scrapes that bracket the window (mJ -> J), less the power each bracketing scrape
-  read times its distance from the window's edge (the server is idle there); for a GPU without
+  read times its distance from the window's edge (the power read stands for the power of that
+  gap: idle at a stage boundary, the ramp's or the drain's at a steady window's edge, where the
+  error is the change of power within one scrape interval times that gap); for a GPU without
   the counter, or whose counter went backwards inside the bracket (a reset of that GPU alone),
   its mean power gauge inside the window x the window (`gpu_energy_from`, per GPU: "counter" or
   "power"; `energy_from`: "counter", "power" or "counter+power"; the run's note names the GPUs
@@ -21,7 +23,7 @@ last at or before its start and the first at or after its end, taken while the s
 - power_w: energy_j over the window (all GPUs together), so tok_per_j = agg_tok_s / power_w;
 - util_pct: the mean over GPUs of each one's mean utilisation gauge inside the window;
 - mem_peak_mib: the most memory any one GPU held in a scrape inside the window;
-- tok_per_j: the rung's output tokens (the sweep table's `tokens`) / energy_j.
+- tok_per_j: the rung's output tokens that arrived inside the window / energy_j.
 
 A DCGM exporter refreshes its page every collect interval (30 s unless told otherwise): a page
 that kept its energy counter for more than STALE_SHARE of the shortest rung gets the run's note.
@@ -152,7 +154,7 @@ def _counter_energy(
 ) -> float | None:
     """One GPU's energy over the window from its counter, J: the counter's rise between the
     bracketing scrapes, less the power each of them read times its distance from the window's edge
-    (the server is idle there: a rung's scrapes are taken at its boundaries); None without the
+    (module docstring); None without the
     counter on both sides, or when it went backwards between them (a reset: `_went_back`)."""
     delta, bracket = counter_delta(samples, times, key, w)
     if delta is None or bracket is None or _reset(samples, times, key, w):
@@ -238,7 +240,7 @@ def load_gpu_metrics(
     prefix: str | Path, run_info: RunInfo | None, rungs: Sequence[tuple[RungWindow, float]]
 ) -> GpuMetrics | None:
     """The run's GPU figures; None when the run did not ask for them (no `gpu_metrics`). `rungs`:
-    each measured rung's window (`RungTally.window`) and output tokens (the table's `tokens`)."""
+    each measured rung's window (`RungTally.window`) and the output tokens that arrived in it."""
     asked = run_info.recorded("gpu_metrics") if run_info is not None else None
     if asked is None or not asked.gpu_metrics or run_info is None:
         return None

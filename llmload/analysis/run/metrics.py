@@ -26,13 +26,16 @@ Latencies come from completed (outcome "ok") requests and are summarized from ra
   token-bearing chunk. Without `chunk_tokens`, ITL is per chunk and `itl_per_chunk` is set when
   some request has more tokens than chunks (a chunk then spans several tokens).
 
-Rates per rung (wall_s as in `llmload.analysis.run.sweep_rows`: first start to last end, all requests):
-- output_tok_s = output tokens of completed requests / wall_s (the sweep table's agg_tok/s).
-- total_tok_s = (prompt + output tokens of completed requests) / wall_s; None when a completed
-  request has no prompt_tokens.
-- request_s = completed requests / wall_s.
-- achieved_concurrency = sum of E2EL of all measured requests (failed too) / wall_s.
-- goodput_request_s = completed requests meeting every given SLO / wall_s (vLLM: a value meets
+Rates per rung, over its one window (llmload.analysis.run.window; wall_s its length); latencies are
+those of the requests that overlap it (all of them for a whole-span window):
+- output_tok_s = output tokens of completed requests that arrived in the window / wall_s (the
+  sweep table's agg_tok/s).
+- total_tok_s = (prompt tokens of the completed requests that ended in the window + output_tok_s's
+  tokens) / wall_s; None when a completed request has no prompt_tokens.
+- request_s = completed requests that ended in the window / wall_s.
+- achieved_concurrency = the seconds each measured request (failed too) was in flight inside the
+  window, summed, / wall_s (a whole-span window: sum of E2EL / wall_s).
+- goodput_request_s = of those, the requests meeting every given SLO / wall_s (vLLM: a value meets
   its SLO when <= the limit; a 1-token request has TPOT 0; SLO keys not given are not checked).
 
 Request-rate mode: queue_wait = t_start - t_scheduled (a due request waiting for a free client

@@ -7,13 +7,18 @@ During a run the master appends one line per scrape to `<prefix>_server_metrics.
 
 One table maps the common quantities to each server family's metric names. Counters become
 per-rung deltas, gauges per-rung means, over each rung's one window
-(llmload.analysis.run.window: its first request's start to its last one's end):
+(llmload.analysis.run.window: a concurrency rung's steady part, else its requests' span):
 - a counter's delta is taken between the last sample at or before the window's start and the
   first sample at or after its end (`bracket`, the bracketing samples: the scraper samples at
-  every stage boundary, while the server is idle). The bracket holds another stage's tokens only
-  if it overlaps that stage's window, and then the rung is flagged `overlap`.
-- generation_tok_s: the generated tokens' delta over the window's length, the server's side of
-  the sweep table's agg_tok/s (the same tokens over the same seconds, when every request
+  every stage boundary, while the server is idle, and every `--scrape-interval`). The bracket
+  holds another stage's tokens only if it overlaps that stage's window, and then the rung is
+  flagged `overlap`. The master learns a request's start only when its record arrives (at its
+  end), so it cannot scrape at a steady window's edges live: such a bracket reaches up to one
+  scrape interval into the ramp and the drain, and the client's tokens it is checked against
+  (`client_tokens`) are those that arrived between the same two scrapes.
+- generation_tok_s: the generated tokens' delta over the window's length (a steady window's:
+  over its bracket, less what of it lies outside the rung's requests' span), the server's side
+  of the sweep table's agg_tok/s (the same tokens over the same seconds, when every request
   completed: they agree within the tokens of one scrape interval).
 - a gauge's mean is over the samples taken inside the window.
 - accept_len = 1 + d(accepted) / d(drafts) from the speculative-decoding counters (vLLM,
