@@ -43,7 +43,7 @@ ESTIMATED_MARK = "*"
 PARTIAL_MARK = "!"
 SATURATED_MARK = "^"
 INPUT_TOLERANCE = SweepConfig().input_tolerance  # the note's threshold: the default that fails a run
-EDGES_NOTE_SHARE = 0.05  # a rung's ramp and drain are noted when they took more of its span
+EDGES_NOTE_PCT = 5.0  # a steady rung is noted when its agg_tok/s is more off its whole span's
 CONNECT_NOTE_PCT = 5.0  # connections opened in a rung are noted when they raise its TTFT p50 by more
 _ESTIMATED_COLUMNS = ("agg_tok/s", "per_req_tok/s", "tokens")
 
@@ -238,8 +238,8 @@ def sweep_notes(rows: Sequence[SweepRow]) -> list[str]:
 
 def window_notes(rows: Sequence[SweepRow]) -> list[str]:
     """Rungs whose window is not their whole span (llmload.analysis.run.window): those that never
-    held their concurrency, and those whose ramp and drain took more than `EDGES_NOTE_SHARE` of
-    it (the JSON's `window` has every rung's)."""
+    held their concurrency, and those whose steady agg_tok/s is more than `EDGES_NOTE_PCT` off the
+    whole span's, ramp and drain included (the JSON's `window` has every rung's)."""
     notes = []
     for r in rows:
         w = r.window or {}
@@ -249,20 +249,28 @@ def window_notes(rows: Sequence[SweepRow]) -> list[str]:
                 "its users): its figures are over its whole span, ramp and drain included; run the "
                 "rung longer (`duration` or `requests_per_user`)"
             )
-        elif w.get("rule") == STEADY and (edges := w["ramp_s"] + w["drain_s"]) > EDGES_NOTE_SHARE * (
-            edges + w["seconds"]
+        elif (
+            w.get("rule") == STEADY
+            and (span := _span_tok_s(w))
+            and abs(r.agg_tok_s / span - 1) * 100 > EDGES_NOTE_PCT
         ):
             parts = [
-                f"{part} ({w[f'{part}_s']:.1f} s, {w[f'{part}_tokens']:.0f} tokens)"
+                f"{part} {w[f'{part}_s']:.1f} s, {w[f'{part}_tokens']:.0f} tokens"
                 for part in ("ramp", "drain")
-                if w[f"{part}_s"] >= EDGES_NOTE_SHARE * (edges + w["seconds"]) or w[f"{part}_tokens"]
+                if w[f"{part}_tokens"] or w[f"{part}_s"] >= 0.05
             ]
             notes.append(
-                f"{rung_name(r.rung, r.conc)}: figures over its steady {w['seconds']:.1f} s (at least "
-                f"{held_floor(r.conc)} in flight); its {' and '.join(parts)} "
-                f"{'are' if len(parts) > 1 else 'is'} left out"
+                f"{rung_name(r.rung, r.conc)}: agg_tok/s is over its steady {w['seconds']:.1f} s (at least "
+                f"{held_floor(r.conc)} in flight), {r.agg_tok_s / span - 1:+.0%} on its whole span's "
+                f"{span:.1f} ({'; '.join(parts)} left out)"
             )
     return notes
+
+
+def _span_tok_s(w: Mapping[str, Any]) -> float | None:
+    """The agg_tok/s of a steady window's rung over its whole span, ramp and drain included."""
+    seconds = w["ramp_s"] + w["seconds"] + w["drain_s"]
+    return (w["ramp_tokens"] + w["tokens"] + w["drain_tokens"]) / seconds if seconds > 0 else None
 
 
 def _connections_matter(row: SweepRow) -> bool:

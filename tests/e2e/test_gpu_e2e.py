@@ -16,12 +16,14 @@ DCGM-shaped page, whose power model the simulator integrates exactly and writes 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from fixtures.paths import REPO
+from fixtures.runs import held_span
 
 from llmload.analysis.run.postprocess import load_run
 from llmload.servers.process import free_port
@@ -106,28 +108,39 @@ def test_the_gpu_and_the_servers_counters_share_the_rungs_one_window(tmp_path: P
     power = ("--sim", "idle_w=100", "--sim", "busy_w=0", "--sim", "seq_w=0")  # 100 W, busy or idle
     _sim_gpu_sweep(run_dir, "--sim", "gpus=1", *power, "--scrape-interval", str(SCRAPE_S))
     rows = _json_rows(run_dir)
-    requests, _ = load_truth(run_dir / "sim_truth.jsonl")
+    requests, steps = load_truth(run_dir / "sim_truth.jsonl")
     records = list(load_run(run_dir / "run").iter_records())
     for row in rows:
         window, server, gpu = row["window"], row["server"], row["gpu"]
-        assert set(window) == {"start", "end", "seconds"} and "window" not in server and "window" not in gpu
+        assert set(window) == WINDOW_KEYS and "window" not in server and "window" not in gpu
         assert window["seconds"] == pytest.approx(row["wall_s"]) and window["seconds"] > 0
         mine = [r for r in records if r.rung == row["rung"] and r.phase == "measure"]
-        assert window["start"] == min(r.t_start for r in mine) and window["end"] == max(r.t_end for r in mine)
+        held = held_span([(r.t_start, r.t_end) for r in mine], math.ceil(0.95 * row["conc"]))
+        assert window["rule"] == "steady" and (window["start"], window["end"]) == held
         # the GPU: its known power over the window
         assert gpu["energy_from"] == "counter"
         assert gpu["energy_j"] == pytest.approx(100.0 * window["seconds"], rel=0.01), (row["rung"], gpu)
         assert gpu["power_w"] == pytest.approx(100.0, rel=0.01)
-        # the server's counter: read at scrapes that bracket the same window, all the rung's tokens
+        # the server's counter: read at scrapes that bracket the same window; c1's is its whole span,
+        # bracketed at the rung's boundaries: all its tokens; c4's steady part is bracketed by the
+        # periodic scrapes inside the rung: the tokens the truth's steps made between them
         first, last = server["bracket"]
         assert first <= window["start"] and last >= window["end"]
-        truth = sum(requests[r.request_id]["completion_tokens"] for r in mine)
-        assert server["generation_tokens"] == truth == row["tokens"]
+        made = sum(s["tokens"] for s in steps if first < s["t_end"] <= last)
+        if window["ramp_s"] == window["drain_s"] == 0.0:
+            truth = sum(requests[r.request_id]["completion_tokens"] for r in mine)
+            assert server["generation_tokens"] == truth == row["tokens"] == made
+        else:
+            assert abs(server["generation_tokens"] - made) <= max(s["tokens"] for s in steps)
         resolution = row["agg_tok_s"] * SCRAPE_S / window["seconds"]  # one scrape interval's tokens, per s
-        assert abs(server["generation_tok_s"] - row["agg_tok_s"]) <= resolution, (row["rung"], server, row)
+        off = abs(server["generation_tok_s"] - row["agg_tok_s"])
+        assert off <= 2 * resolution, (row["rung"], server, row)  # the bracket: up to a scrape interval wider
 
 
 SCRAPE_S = 0.5
+WINDOW_KEYS = {
+    "start", "end", "seconds", "rule", "ramp_s", "drain_s", "tokens", "ramp_tokens", "drain_tokens",
+}  # fmt: skip
 
 
 def _json_rows(run_dir: Path) -> list[dict]:
@@ -153,7 +166,7 @@ def test_a_gpu_without_the_energy_counter_is_counted_from_its_power(tmp_path: Pa
     lines = [json.loads(line) for line in truth_path.read_text().splitlines() if line.strip()]
     for row, tally in zip(result.rows, result.rungs, strict=True):
         g = result.gpu.rungs[row.rung]
-        true_power = _truth_energy(lines, steps, tally.first_start, tally.last_end) / row.wall_s
+        true_power = _truth_energy(lines, steps, tally.window.start, tally.window.end) / row.wall_s
         assert g.gpus == 8 and g.energy_from == "counter+power" and g.from_power == ["7"]
         assert g.power_w is not None and abs(g.power_w / true_power - 1) < 0.01, (row.rung, g, true_power)
     assert all(r["gpu"]["gpu_energy_from"]["7"] == "power" for r in _json_rows(run_dir))

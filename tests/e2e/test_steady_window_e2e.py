@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fixtures.runs import held_span
 
 from llmload.analysis.run.postprocess import load_run
 from llmload.output.run_table import render_run
@@ -41,15 +42,9 @@ def _held_by_the_server(run: SweepRun) -> tuple[float, float]:
     """From the first instant the server had 8 requests (arrived, last token not yet sent) to the
     last instant it had, by the truth log's request lines."""
     lines = (json.loads(line) for line in Path(run.truth_log).read_text().splitlines())
-    served = [r for r in lines if r["type"] == "request"]
-    events = sorted([(r["arrival"], 1) for r in served] + [(r["last_token"], -1) for r in served])
-    held, count, previous = [], 0, 0
-    for t, step in events:
-        count += step
-        if (count >= 8) != (previous >= 8):
-            held.append(t)
-        previous = count
-    return held[0], held[-1]
+    held = held_span([(r["arrival"], r["last_token"]) for r in lines if r["type"] == "request"], 8)
+    assert held is not None
+    return held
 
 
 def test_the_row_is_the_servers_rate_at_full_batch(lognormal_run):
