@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from fixtures.runs import held_span
 
 from llmload.analysis.budget import CostModel, budget_rows, load_points
 from llmload.analysis.compare import IMPROVED, NOISE, REGRESSED, compare_runs
@@ -56,17 +57,27 @@ def test_the_figures_follow_their_definitions_request_by_request(mixed_runs):
     result = load_run(run.prefix, with_metrics=True, slo={"tpot_ms": 30})
     for row, m in zip(result.rows, result.metrics, strict=True):
         rung = [r for r in records if r.rung == row.rung]
-        wall = max(r.t_end for r in rung) - min(r.t_start for r in rung)
         assert row.tokens == sum(truth[r.request_id]["completion_tokens"] for r in rung)
-        assert row.agg_tok_s == pytest.approx(row.tokens / wall)
-        assert row.per_req_tok_s == pytest.approx(mean([r.output_tokens / r.e2e_s for r in rung]))
-        tpots = [tpot_ms(r) for r in rung]
+        # the steady window (docs/window.md): its tokens by chunk time (each chunk a request's
+        # tokens shared evenly, to the millisecond), per request the ones that overlap it
+        held = held_span([(r.t_start, r.t_end) for r in rung], math.ceil(0.95 * row.conc))
+        assert held is not None and (row.window["start"], row.window["end"]) == held
+        start, end = held
+        shares = [
+            (r.t_start + at, r.output_tokens / len(r.chunk_times)) for r in rung for at in r.chunk_times
+        ]
+        inside = sum(n for at, n in shares if start <= at <= end)
+        edges = sum(n for at, n in shares if min(abs(at - start), abs(at - end)) < 0.001)
+        assert abs(row.agg_tok_s * (end - start) - inside) <= edges + 1e-6
+        overlapping = [r for r in rung if r.t_start < end and r.t_end > start]
+        assert row.per_req_tok_s == pytest.approx(mean([r.output_tokens / r.e2e_s for r in overlapping]))
+        tpots = [tpot_ms(r) for r in overlapping]
         assert m.latencies["tpot"].mean == pytest.approx(mean(tpots))  # each request's own, averaged
-        served = [truth[r.request_id] for r in rung]
+        served = [truth[r.request_id] for r in overlapping]
         truth_ms = [1000 * (t["last_token"] - t["first_token"]) / (t["tokens_sent"] - 1) for t in served]
         assert m.latencies["tpot"].mean == pytest.approx(mean(truth_ms), abs=1.0)
         assert m.latencies["itl"].count == sum(r.output_tokens - 1 for r in rung)  # every gap, pooled
-        assert m.good_requests == sum(v <= 30 for v in tpots)
+        assert m.good_requests == sum(v <= 30 for v in map(tpot_ms, rung))  # of the whole rung
         assert finite(m.output_tok_s, m.total_tok_s, m.goodput_request_s, m.achieved_concurrency)
         assert all(s is None or finite(s.mean, s.std, *s.percentiles.values()) for s in m.latencies.values())
         assert row.output_tokens["off"] == 0

@@ -64,18 +64,21 @@ def test_tokens_are_counted_where_their_chunks_arrived():
     b = make_record(1.0, 3.0, 8, 1.0, users=2, chunk_times=[1.0, 2.0], chunk_tokens=[3, 5])
     tally = tally_records(0, 2, [a, b])
     assert (tally.window.start, tally.window.end) == (1.0, 3.0)
-    # inside [1, 3]: a's chunks at 1, 2, 3 and both of b's (at 2 and 3); a's last at 4 is the drain
-    assert tally.window_tokens() == (0.0, 3.0 + 8.0, 1.0)
+    # each chunk's tokens spread over the gap since its request's previous chunk, a first chunk's
+    # at its time: a's first token arrived at the opening instant (by 1 s: before), its second
+    # and third over 1-3 s, its fourth over 3-4 s (the drain); b's 3 at 2 s and its 5 over 2-3 s
+    assert tally.window_tokens() == pytest.approx((1.0, 2.0 + 8.0, 1.0))
     row = tally.row()
-    assert row.agg_tok_s == pytest.approx(11.0 / 2.0)
+    assert row.agg_tok_s == pytest.approx(10.0 / 2.0)
     assert tally.metrics().achieved_concurrency == pytest.approx(2.0)
     timeline = TokenTimeline()
     timeline.add(a)
     other = TokenTimeline()
     other.add(b)
     timeline.merge(other)
-    assert timeline.split(1.0, 3.0) == (0.0, 11.0, 1.0)
-    assert timeline.between(3.5, 10.0) == 1.0
+    assert timeline.split(1.0, 3.0) == pytest.approx((1.0, 10.0, 1.0))
+    assert timeline.between(3.5, 10.0) == pytest.approx(0.5)  # half of a's last gap
+    assert timeline.between(2.5, 3.0) == pytest.approx(0.5 + 2.5)  # halves of a's and b's last gaps
 
 
 def test_latencies_are_those_of_the_requests_that_overlap_the_window():

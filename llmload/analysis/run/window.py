@@ -19,8 +19,9 @@ Open-loop stages (rate mode, trace replay: their records carry a `rate` or a `tr
 the warm-up (rung -1) keep the whole span (`rule` WHOLE): their load is the schedule's, not a
 count of users to hold.
 
-The sweep row's tokens per second count the completed requests' output tokens by the time each
-chunk arrived inside the window (`TokenTimeline`, to the millisecond), its request rates the
+The sweep row's tokens per second count the completed requests' output tokens that arrived
+inside the window (`TokenTimeline`: each chunk's spread over the gap since its request's previous
+chunk, so an edge inside a server's step takes its share of that step), its request rates the
 completed requests that ended inside it; its latencies are those of the requests that overlap it
 (in flight when it opened, or started inside it: the opening wave that built the held
 concurrency is in, a request sent in the drain is out). The generator's health is the samples
@@ -197,17 +198,22 @@ def record_windows(records: Iterable[RequestRecord]) -> dict[int, RungWindow]:
 
 
 class TokenTimeline:
-    """Output tokens by the millisecond they arrived (epoch ms -> tokens), fed one completed
-    request at a time: each content chunk's tokens at its time (`chunk_tokens` where the server
-    reported them, else the request's tokens shared evenly over its chunks; a request without
-    chunks, not streamed: all of them at its end). Chunk times are batched and binned by numpy;
-    the bins cost 8 bytes per millisecond of the rung's span."""
+    """Output tokens by the time they arrived, fed one completed request at a time: each content
+    chunk's tokens (`chunk_tokens` where the server reported them, else the request's tokens
+    shared evenly over its chunks; a request without chunks, not streamed: all of them at its end)
+    spread evenly over the gap since the request's previous chunk (its first chunk's at its time):
+    a server's step writes every sequence's chunk at once, so a window's edge that falls inside a
+    step counts the share of that step's tokens before it, not all or none of them at random.
+    Kept as the cumulative tokens' slope and offset changes per millisecond (C(X) = X S(X) + O(X),
+    S and O the running sums: exact at each millisecond, 16 bytes per millisecond of the rung's
+    span), filled by numpy in batches of chunk times."""
 
     BATCH = 1 << 16  # chunk times per batch
 
     def __init__(self) -> None:
-        self._bins = np.zeros(0, dtype=np.float64)
-        self._origin = 0  # the epoch millisecond of bins[0]
+        self._slope = np.zeros(0, dtype=np.float64)  # per ms from the origin: change of tokens per ms
+        self._offset = np.zeros(0, dtype=np.float64)  # and of the offset (C(X) = X S(X) + O(X))
+        self._origin = 0  # the epoch millisecond of index 0
         self._seconds = array("d")  # chunk times (s after their request's start)
         self._micros = bytearray()  # the same as int32 microseconds (a records file's chunk index)
         self._heads: dict[str, tuple[array[float], array[int], array[float]]] = {
@@ -222,7 +228,7 @@ class TokenTimeline:
             self._head("micros", rec.t_start, n, rec.output_tokens / n)
         elif rec.chunk_tokens is not None and len(rec.chunk_tokens) == len(rec.chunk_times) > 0:
             times = rec.t_start + np.asarray(rec.chunk_times, dtype=np.float64)
-            self._deposit(times, np.asarray(rec.chunk_tokens, dtype=np.float64))
+            self._deposit(times, np.asarray(rec.chunk_tokens, dtype=np.float64), np.zeros(1, dtype=np.int64))
         elif rec.chunk_times:
             n = len(rec.chunk_times)
             self._seconds.extend(rec.chunk_times)
@@ -249,44 +255,85 @@ class TokenTimeline:
             ).copy()
             repeat = np.array(counts, dtype=np.int64)  # copies: the arrays are emptied below
             times = np.repeat(np.array(starts, dtype=np.float64), repeat) + offsets
-            self._deposit(times, np.repeat(np.array(shares, dtype=np.float64), repeat))
+            firsts = np.cumsum(repeat) - repeat
+            self._deposit(times, np.repeat(np.array(shares, dtype=np.float64), repeat), firsts)
             for held in self._heads[kind]:
                 del held[:]
         del self._seconds[:]
         del self._micros[:]
 
-    def _deposit(self, times: np.ndarray, tokens: np.ndarray) -> None:
+    def _deposit(self, times: np.ndarray, tokens: np.ndarray, firsts: np.ndarray) -> None:
+        """Chunks at `times` (s) of `tokens`, requests one after another (`firsts`: where each
+        request's chunks begin): each spread over the gap since its request's previous chunk."""
         if not times.size:
             return
-        ms = np.floor(times * 1000.0).astype(np.int64)
-        low, high = int(ms.min()), int(ms.max())
-        if not self._bins.size:
+        ms = times * 1000.0
+        self._cover(math.floor(float(ms.min())), math.ceil(float(ms.max())) + 1)
+        b = ms - self._origin
+        a = np.empty_like(b)
+        a[1:] = b[:-1]
+        a[firsts] = b[firsts]  # a request's first chunk: at its time
+        spread = b > a
+        rate = np.where(spread, tokens / np.where(spread, b - a, 1.0), 0.0)
+        size = self._slope.size
+        at_a, at_b = np.ceil(a).astype(np.int64), np.ceil(b).astype(np.int64)
+        self._slope += np.bincount(at_a, weights=rate, minlength=size) - np.bincount(
+            at_b, weights=rate, minlength=size
+        )
+        # a point (a request's first chunk): all its tokens at once, from its millisecond on (so
+        # an end's last chunk is inside a window that ends at it)
+        points = np.bincount(
+            np.floor(b).astype(np.int64), weights=np.where(spread, 0.0, tokens), minlength=size
+        )
+        offsets = np.bincount(at_b, weights=rate * b, minlength=size) + points
+        self._offset += offsets - np.bincount(at_a, weights=rate * a, minlength=size)
+
+    def _cover(self, low: int, high: int) -> None:
+        """Grow the arrays to hold the epoch milliseconds `low` to `high` (exclusive)."""
+        if not self._slope.size:
             self._origin = low
-        if low < self._origin:
-            self._bins = np.concatenate((np.zeros(self._origin - low), self._bins))
+        if low < self._origin:  # the offsets' meaning moves with the origin: O' = O - shift x S
+            shift = self._origin - low
+            self._offset = np.concatenate((np.zeros(shift), self._offset - shift * self._slope))
+            self._slope = np.concatenate((np.zeros(shift), self._slope))
             self._origin = low
-        if high - self._origin >= self._bins.size:
-            grown = max(high - self._origin + 1, 2 * self._bins.size)
-            self._bins = np.concatenate((self._bins, np.zeros(grown - self._bins.size)))
-        self._bins += np.bincount(ms - self._origin, weights=tokens, minlength=self._bins.size)
+        if high - self._origin > self._slope.size:
+            grown = max(high - self._origin, 2 * self._slope.size) - self._slope.size
+            self._slope = np.concatenate((self._slope, np.zeros(grown)))
+            self._offset = np.concatenate((self._offset, np.zeros(grown)))
+
+    def _arrived(self, at: np.ndarray) -> np.ndarray:
+        """The tokens arrived by each epoch second of `at` (linear between milliseconds)."""
+        if not self._slope.size:
+            return np.zeros(len(at))
+        grid = np.arange(self._slope.size, dtype=np.float64)
+        counted = grid * np.cumsum(self._slope) + np.cumsum(self._offset)
+        arrived: np.ndarray = np.interp(
+            np.asarray(at) * 1000.0 - self._origin, grid, counted, left=0.0, right=counted[-1]
+        )
+        return arrived
 
     def split(self, start: float, end: float) -> tuple[float, float, float]:
-        """The tokens that arrived before `start`, from `start` to `end` and after `end` (s), to
-        the millisecond (the milliseconds of the edges are inside)."""
+        """The tokens that arrived before `start`, from `start` to `end` and after `end` (s)."""
         self._flush()
-        low = min(max(math.floor(start * 1000.0) - self._origin, 0), self._bins.size)
-        high = min(max(math.floor(end * 1000.0) - self._origin + 1, low), self._bins.size)
-        sums = (self._bins[:low].sum(), self._bins[low:high].sum(), self._bins[high:].sum())
-        return float(sums[0]), float(sums[1]), float(sums[2])
+        before, by_end, total = self._arrived(np.array([start, end, math.inf])).tolist()
+        return before, by_end - before, total - by_end
 
     def between(self, start: float, end: float) -> float:
-        """The tokens that arrived from `start` to `end` (s), to the millisecond."""
+        """The tokens that arrived from `start` to `end` (s)."""
         return self.split(start, end)[1]
 
     def merge(self, other: TokenTimeline) -> None:
         """Add the tokens of `other`."""
         other._flush()
-        if other._bins.size:
-            (nonzero,) = np.nonzero(other._bins)
-            at = (nonzero + other._origin) / 1000.0 + 0.0005  # each bin's middle: the same bin
-            self._deposit(at, other._bins[nonzero])
+        if not other._slope.size:
+            return
+        low = min(self._origin, other._origin) if self._slope.size else other._origin
+        high = max(self._origin + self._slope.size, other._origin + other._slope.size)
+        for timeline in (self, other):
+            timeline._cover(low, high)
+        size = max(self._slope.size, other._slope.size)
+        for timeline in (self, other):
+            timeline._cover(low, low + size)  # doubled: one may be longer; both to the longer
+        self._slope[: other._slope.size] += other._slope
+        self._offset[: other._offset.size] += other._offset
