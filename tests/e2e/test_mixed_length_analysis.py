@@ -49,6 +49,17 @@ def mixed_runs(tmp_path_factory):
     return runs
 
 
+def _arrived_between(rec, start: float, end: float) -> float:
+    """A request's tokens that arrived from `start` to `end`: its first chunk's share at its time,
+    each later chunk's spread over the gap since the one before (docs/window.md)."""
+    times = [rec.t_start + at for at in rec.chunk_times]
+    share = rec.output_tokens / len(times)
+    total = share if start < times[0] <= end else 0.0
+    for before, at in zip(times, times[1:], strict=False):
+        total += share * max(0.0, min(at, end) - max(before, start)) / (at - before)
+    return total
+
+
 def test_the_figures_follow_their_definitions_request_by_request(mixed_runs):
     run = mixed_runs[0]
     records, _ = read_records(run.records)
@@ -58,17 +69,14 @@ def test_the_figures_follow_their_definitions_request_by_request(mixed_runs):
     for row, m in zip(result.rows, result.metrics, strict=True):
         rung = [r for r in records if r.rung == row.rung]
         assert row.tokens == sum(truth[r.request_id]["completion_tokens"] for r in rung)
-        # the steady window (docs/window.md): its tokens by chunk time (each chunk a request's
-        # tokens shared evenly, to the millisecond), per request the ones that overlap it
+        # the steady window (docs/window.md): its tokens by the chunks' times (each chunk a share of
+        # its request's tokens, spread over the gap since the previous chunk), per request the
+        # ones that overlap it
         held = held_span([(r.t_start, r.t_end) for r in rung], math.ceil(0.95 * row.conc))
         assert held is not None and (row.window["start"], row.window["end"]) == held
         start, end = held
-        shares = [
-            (r.t_start + at, r.output_tokens / len(r.chunk_times)) for r in rung for at in r.chunk_times
-        ]
-        inside = sum(n for at, n in shares if start <= at <= end)
-        edges = sum(n for at, n in shares if min(abs(at - start), abs(at - end)) < 0.001)
-        assert abs(row.agg_tok_s * (end - start) - inside) <= edges + 1e-6
+        inside = sum(_arrived_between(r, start, end) for r in rung)
+        assert row.agg_tok_s * (end - start) == pytest.approx(inside, rel=1e-3)  # to the millisecond
         overlapping = [r for r in rung if r.t_start < end and r.t_end > start]
         assert row.per_req_tok_s == pytest.approx(mean([r.output_tokens / r.e2e_s for r in overlapping]))
         tpots = [tpot_ms(r) for r in overlapping]
