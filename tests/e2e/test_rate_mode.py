@@ -185,6 +185,6 @@ def test_the_row_times_ttft_and_e2el_from_the_scheduled_arrival(poisson_run):
         assert sched["queue_wait_p50_ms"] == pytest.approx(
             percentile([(r.t_start - r.t_scheduled) * 1000.0 for r in rung], 50)
         )
-    assert rows[1].scheduled["waited_share"] > 0.9  # 400/s is more than 16 slots serve
+    assert rows[1].scheduled["waited_share"] > 0.5  # 400/s is more than 16 slots serve
     header = render(rows).splitlines()[0].split()
     assert header[header.index("ttft_p50_ms") + 1 :][:4] == list(SCHEDULED_COLUMNS)

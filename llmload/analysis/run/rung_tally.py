@@ -529,8 +529,8 @@ class RungTally:
     @property
     def window(self) -> RungWindow:
         """The rung's one window (llmload.analysis.run.window)."""
-        if self._window is None:
-            self._window = self.events.window()
+        if self._window is None:  # a timeline that cannot hold the rung: its whole span
+            self._window = self.events.window(held=not self.timeline.overflowed)
         return self._window
 
     @property

@@ -161,13 +161,13 @@ class WindowEvents:
             mine = self.sessions.get(name, (start, end))
             self.sessions[name] = (min(mine[0], start), max(mine[1], end))
 
-    def window(self) -> RungWindow:
-        """The rung's window (module docstring)."""
+    def window(self, *, held: bool = True) -> RungWindow:
+        """The rung's window (module docstring; `held` False: its whole span)."""
         starts, ends = self.starts, self.ends
         if self.sessions:
             spans = list(self.sessions.values())
             starts, ends = array("d", (s for s, _ in spans)), array("d", (e for _, e in spans))
-        return rung_window(self.rung, self.users, starts, ends, held=not self.open_loop)
+        return rung_window(self.rung, self.users, starts, ends, held=held and not self.open_loop)
 
 
 class RecordWindows:
@@ -204,16 +204,21 @@ class TokenTimeline:
     spread evenly over the gap since the request's previous chunk (its first chunk's at its time):
     a server's step writes every sequence's chunk at once, so a window's edge that falls inside a
     step counts the share of that step's tokens before it, not all or none of them at random.
-    Kept as the cumulative tokens' slope and offset changes per millisecond (C(X) = X S(X) + O(X),
-    S and O the running sums: exact at each millisecond, 16 bytes per millisecond of the rung's
-    span), filled by numpy in batches of chunk times."""
+    Kept as the cumulative tokens' slope and offset changes per BIN_MS (C(X) = X S(X) + O(X), S
+    and O the running sums: exact at each bin's edge, linear between; 16 bytes per bin of the
+    rung's span), filled by numpy in batches of chunk times. A rung longer than MAX_BINS bins, or a
+    hand-made file's times beyond them, overflows it (`overflowed`): its window is then its whole
+    span."""
 
     BATCH = 1 << 16  # chunk times per batch
+    BIN_MS = 10.0  # the bins' width
+    MAX_BINS = 1 << 24  # 46 h of 10 ms (256 MB): beyond, the timeline gives up
 
     def __init__(self) -> None:
         self._slope = np.zeros(0, dtype=np.float64)  # per ms from the origin: change of tokens per ms
         self._offset = np.zeros(0, dtype=np.float64)  # and of the offset (C(X) = X S(X) + O(X))
-        self._origin = 0  # the epoch millisecond of index 0
+        self._origin = 0  # the bin (epoch ms / BIN_MS) of index 0
+        self.overflowed = False
         self._seconds = array("d")  # chunk times (s after their request's start)
         self._micros = bytearray()  # the same as int32 microseconds (a records file's chunk index)
         self._heads: dict[str, tuple[array[float], array[int], array[float]]] = {
@@ -265,10 +270,15 @@ class TokenTimeline:
     def _deposit(self, times: np.ndarray, tokens: np.ndarray, firsts: np.ndarray) -> None:
         """Chunks at `times` (s) of `tokens`, requests one after another (`firsts`: where each
         request's chunks begin): each spread over the gap since its request's previous chunk."""
-        if not times.size:
+        if not times.size or self.overflowed:
             return
-        ms = times * 1000.0
-        self._cover(math.floor(float(ms.min())), math.ceil(float(ms.max())) + 1)
+        ms = times * (1000.0 / self.BIN_MS)
+        low, high = float(ms.min()), float(ms.max())
+        if not (math.isfinite(low) and math.isfinite(high)) or not self._cover(
+            math.floor(low), math.ceil(high) + 1
+        ):
+            self.overflowed = True
+            return
         b = ms - self._origin
         a = np.empty_like(b)
         a[1:] = b[:-1]
@@ -288,8 +298,14 @@ class TokenTimeline:
         offsets = np.bincount(at_b, weights=rate * b, minlength=size) + points
         self._offset += offsets - np.bincount(at_a, weights=rate * a, minlength=size)
 
-    def _cover(self, low: int, high: int) -> None:
-        """Grow the arrays to hold the epoch milliseconds `low` to `high` (exclusive)."""
+    def _cover(self, low: int, high: int) -> bool:
+        """Grow the arrays to hold the bins `low` to `high` (exclusive); False (and no change)
+        when that would take more than MAX_BINS."""
+        if (
+            max(high, self._origin + self._slope.size) - min(low, self._origin if self._slope.size else low)
+            > self.MAX_BINS
+        ):
+            return False
         if not self._slope.size:
             self._origin = low
         if low < self._origin:  # the offsets' meaning moves with the origin: O' = O - shift x S
@@ -298,9 +314,13 @@ class TokenTimeline:
             self._slope = np.concatenate((np.zeros(shift), self._slope))
             self._origin = low
         if high - self._origin > self._slope.size:
-            grown = max(high - self._origin, 2 * self._slope.size) - self._slope.size
-            self._slope = np.concatenate((self._slope, np.zeros(grown)))
-            self._offset = np.concatenate((self._offset, np.zeros(grown)))
+            grown = min(max(high - self._origin, 2 * self._slope.size), self.MAX_BINS) - self._slope.size
+            self._pad(grown)
+        return True
+
+    def _pad(self, bins: int) -> None:
+        self._slope = np.concatenate((self._slope, np.zeros(bins)))
+        self._offset = np.concatenate((self._offset, np.zeros(bins)))
 
     def _arrived(self, at: np.ndarray) -> np.ndarray:
         """The tokens arrived by each epoch second of `at` (linear between milliseconds)."""
@@ -309,15 +329,16 @@ class TokenTimeline:
         grid = np.arange(self._slope.size, dtype=np.float64)
         counted = grid * np.cumsum(self._slope) + np.cumsum(self._offset)
         arrived: np.ndarray = np.interp(
-            np.asarray(at) * 1000.0 - self._origin, grid, counted, left=0.0, right=counted[-1]
+            np.asarray(at) * (1000.0 / self.BIN_MS) - self._origin, grid, counted, left=0.0, right=counted[-1]
         )
         return arrived
 
     def split(self, start: float, end: float) -> tuple[float, float, float]:
-        """The tokens that arrived before `start`, from `start` to `end` and after `end` (s)."""
+        """The tokens that arrived before `start`, from `start` to `end` and after `end` (s), to
+        the millionth of a token (so that a file read in parts gives the same figures)."""
         self._flush()
         before, by_end, total = self._arrived(np.array([start, end, math.inf])).tolist()
-        return before, by_end - before, total - by_end
+        return round(before, 6), round(by_end - before, 6), round(total - by_end, 6)
 
     def between(self, start: float, end: float) -> float:
         """The tokens that arrived from `start` to `end` (s)."""
@@ -325,15 +346,18 @@ class TokenTimeline:
 
     def merge(self, other: TokenTimeline) -> None:
         """Add the tokens of `other`."""
+        self._flush()
         other._flush()
-        if not other._slope.size:
+        self.overflowed = self.overflowed or other.overflowed
+        if not other._slope.size or self.overflowed:
             return
         low = min(self._origin, other._origin) if self._slope.size else other._origin
         high = max(self._origin + self._slope.size, other._origin + other._slope.size)
-        for timeline in (self, other):
-            timeline._cover(low, high)
+        if not (self._cover(low, high) and other._cover(low, high)):
+            self.overflowed = True
+            return
         size = max(self._slope.size, other._slope.size)
         for timeline in (self, other):
-            timeline._cover(low, low + size)  # doubled: one may be longer; both to the longer
-        self._slope[: other._slope.size] += other._slope
-        self._offset[: other._offset.size] += other._offset
+            timeline._pad(size - timeline._slope.size)
+        self._slope += other._slope
+        self._offset += other._offset
