@@ -553,9 +553,9 @@ class RungTally:
     def window_tokens(self) -> tuple[float, float, float]:
         """The completed requests' output tokens that arrived before the window (the ramp), in
         it and after it (the drain); a whole-span window holds every one."""
-        if not self.steady:
-            return 0.0, float(self.tokens), 0.0
         w = self.window
+        if not self.steady or w.ramp_s == w.drain_s == 0.0:  # the whole span: every token, exactly
+            return 0.0, float(self.tokens), 0.0
         return self.timeline.split(w.start, w.end)
 
     def _overlapping(self) -> np.ndarray:
