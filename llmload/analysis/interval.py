@@ -11,10 +11,10 @@ tokens, and the users that start and end together). So a slice must last at leas
 median request (end to end), or the rung gets no interval: a rung of one request per user whose
 requests start and end together is one event, however it is cut.
 
-- agg tok/s: a slice's value is the output tokens delivered in it over its length. A completed
-  request's tokens are spread evenly over its chunks' span (first to last chunk; all at its end
-  when it was not streamed), so a slice counts the share of each request's span it holds. The
-  mean of the slices' values is the rate over the window.
+- agg tok/s: a slice's value is the output tokens that arrived in it over its length, counted by
+  chunk time as the rung's figure counts them (the rung's token timeline,
+  `llmload.analysis.run.window.TokenTimeline`); the mean of the slices' values is the rate over
+  the window.
 - TTFT p50: a slice's value is the median TTFT of the requests whose first token arrived in it;
   every slice must have one, or the figure has no interval.
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -78,45 +78,46 @@ def needed(n: float, have_pct: float, want_pct: float) -> float:
     return n * (have_pct / want_pct) ** 2
 
 
+class Tokens(Protocol):
+    """Output tokens by arrival time (`llmload.analysis.run.window.TokenTimeline`)."""
+
+    def split(self, start: float, end: float) -> tuple[float, float, float]: ...
+
+
 @dataclass(slots=True)
 class RungSlices:
-    """What a rung's interval needs of each completed request, fed one at a time: its chunks'
-    first and last time (epoch s), its output tokens, its TTFT (ms, nan without one) and its
-    end-to-end time (s)."""
+    """What a rung's interval needs of each completed request besides its tokens, fed one at a
+    time: its first token's time (epoch s), its TTFT (ms, nan without one) and its end-to-end
+    time (s)."""
 
-    spans: array[float] = field(default_factory=lambda: array("d"))  # first, last, tokens, ttft, e2e
+    values: array[float] = field(default_factory=lambda: array("d"))  # first token, ttft, e2e
 
     def __len__(self) -> int:
-        return len(self.spans) // 5
+        return len(self.values) // 3
 
-    def add(
-        self, t_start: float, first: float, last: float, tokens: int, ttft_ms: float | None, e2e_s: float
-    ) -> None:
-        """A completed request: its start (epoch s), its first and last chunk (s after it; both
-        its end when it was not streamed), its output tokens, its TTFT and its E2E time."""
-        ttft = math.nan if ttft_ms is None else ttft_ms
-        self.spans.extend((t_start + first, t_start + last, float(tokens), ttft, e2e_s))
+    def add(self, first_at: float, ttft_ms: float | None, e2e_s: float) -> None:
+        """A completed request: when its first token came (its end when it was not streamed), its
+        TTFT and its E2E time."""
+        self.values.extend((first_at, math.nan if ttft_ms is None else ttft_ms, e2e_s))
 
     def merge(self, other: RungSlices) -> None:
-        self.spans.extend(other.spans)
+        self.values.extend(other.values)
 
-    def intervals(self, start: float, end: float) -> dict[str, Interval]:
-        """Each figure's interval over the window [start, end] (FIGURES: those that have one)."""
+    def intervals(self, start: float, end: float, tokens: Tokens) -> dict[str, Interval]:
+        """Each figure's interval over the window [start, end] (FIGURES: those that have one),
+        the rung's tokens by arrival time given."""
         width = (end - start) / SLICES
         if not len(self) or not width >= MIN_SLICE_S:
             return {}
-        rows = np.frombuffer(self.spans, dtype=np.float64).reshape(-1, 5)
-        first, last, tokens, ttft, e2e = rows.T
+        first, ttft, e2e = np.frombuffer(self.values, dtype=np.float64).reshape(-1, 3).T
         if width < float(np.median(e2e)):  # slices within one request: not independent
             return {}
         edges = start + width * np.arange(SLICES + 1)
-        lo, hi = edges[:-1][None, :], edges[1:][None, :]
-        span = (last - first)[:, None]
-        overlap = np.clip(np.minimum(last[:, None], hi) - np.maximum(first[:, None], lo), 0.0, None)
-        point = _slice_of(first, edges)[:, None] == np.arange(SLICES)[None, :]  # a span of no length
-        share = np.where(span > 0, overlap / np.where(span > 0, span, 1.0), point)
+        before, inside, _ = tokens.split(start, end)
+        # tokens up to each inner edge (the timeline's milliseconds), the window's own at its end
+        upto = [tokens.split(edge, edge)[0] - before for edge in edges[:-1]] + [inside]
         out = {}
-        if (agg := batch_means((tokens[:, None] * share).sum(axis=0) / width)) is not None:
+        if (agg := batch_means(np.diff(np.asarray(upto)) / width)) is not None:
             out["agg_tok_s"] = agg
         medians = _slice_medians(first, ttft, edges)
         if medians is not None and (ttft_p50 := batch_means(medians)) is not None:

@@ -404,7 +404,7 @@ class RungTally:
         self.uncertainty.add(rec, found["ttft"], found["tpot"])
         first, last, chunks = chunk_span(rec, micros)
         ttft_now = values["ttft"][-1] if found["ttft"] else None
-        self.slices.add(t_start, first, last, rec.output_tokens, ttft_now, e2e)
+        self.slices.add(t_start + first, ttft_now, e2e)
         if rec.stream and chunks >= 2:  # a completed stream's send, first and last chunk, mean gap
             self.spans.extend((t_start, t_start + first, t_start + last, (last - first) / (chunks - 1)))
         if self.itl:
@@ -624,7 +624,7 @@ class RungTally:
             tokens=self.tokens,
             wall_s=self.wall_s,
             window=self.window_summary(),
-            interval=interval_dict(self.slices.intervals(self.window.start, self.window.end)),
+            interval=interval_dict(self.slices.intervals(self.window.start, self.window.end, self.timeline)),
             ttft_p50_ms=_median(self.kept("ttft")),
             requests=self.requests,
             failures=sum(self.failures.values()),

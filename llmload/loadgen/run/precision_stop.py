@@ -9,23 +9,18 @@ module is one of the run's record sinks, and the ladder asks it (`due`) at its t
 once every CHECK_S seconds. When it is met, the master sends `llmload_rung_end`; the users send no
 more and finish what is in flight, and the rung ends as any rung does.
 
-The window of a rung still running is its requests' span so far (`llmload.analysis.run.window`'s
-whole-span rule: a held rung's ramp is its users' first sends, milliseconds) up to the last end
-seen less the longest request seen: the requests that started before that have
-ended, so the tokens counted in it are all in. The rule needs at least MIN_PER_USER completed
-requests per user first. The rung's figures and their interval in the table are taken after
-it ends, over its whole window; the log line says how many requests it took.
+The window of a rung still running is the rung's window (`llmload.analysis.run.window`, its
+steady part) as its completed requests give it: a request still in flight is not in the count, so
+the window ends before it started and every token counted in it is in. The rule needs at least
+MIN_PER_USER completed requests per user first. The rung's figures and their interval in the
+table are taken after it ends, over its whole window; the log line says how many requests it took.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
 from llmload.analysis.interval import Interval, RungSlices
 from llmload.analysis.run.metrics import ttft_ms
-from llmload.analysis.run.rung_tally import chunk_span
-from llmload.analysis.run.window import span_window
+from llmload.analysis.run.window import TokenTimeline, WindowEvents
 from llmload.core.config import SweepConfig
 from llmload.core.files.records import RequestRecord
 from llmload.core.names import MEASURE_PHASE
@@ -35,26 +30,24 @@ CHECK_S = 1.0  # the rule is evaluated at most this often (the ladder ticks once
 MIN_PER_USER = 2  # completed requests per user before the rule may end a rung
 
 
-@dataclass(slots=True)
 class LiveRung:
-    """A running rung's completed requests, as the interval needs them."""
+    """A running rung's completed requests, as its window and interval need them."""
 
-    slices: RungSlices = field(default_factory=RungSlices)
-    first_start: float = math.inf
-    last_end: float = -math.inf
-    longest: float = 0.0
+    def __init__(self, rung: int, users: int) -> None:
+        self.events = WindowEvents(rung, users)
+        self.timeline = TokenTimeline()
+        self.slices = RungSlices()
 
     def add(self, rec: RequestRecord) -> None:
-        first, last, _ = chunk_span(rec, None)
-        self.slices.add(rec.t_start, first, last, rec.output_tokens, ttft_ms(rec), rec.e2e_s)
-        self.first_start = min(self.first_start, rec.t_start)
-        self.last_end = max(self.last_end, rec.t_end)
-        self.longest = max(self.longest, rec.e2e_s)
+        self.events.add(rec)
+        self.timeline.add(rec)
+        first = rec.t_first if rec.t_first is not None else rec.t_end
+        self.slices.add(first, ttft_ms(rec), rec.e2e_s)
 
-    def intervals(self, rung: int, users: int) -> dict[str, Interval]:
-        """The intervals over the window whose requests have all ended (module docstring)."""
-        window = span_window(rung, users, self.first_start, self.last_end - self.longest)
-        return self.slices.intervals(window.start, window.end)
+    def intervals(self) -> dict[str, Interval]:
+        """The intervals over the rung's window as its completed requests give it (module docstring)."""
+        window = self.events.window()
+        return self.slices.intervals(window.start, window.end, self.timeline)
 
 
 class PrecisionStop:
@@ -71,7 +64,9 @@ class PrecisionStop:
 
     def __call__(self, rec: RequestRecord) -> None:
         if rec.phase == MEASURE_PHASE and rec.ok:
-            self.rungs.setdefault(rec.rung, LiveRung()).add(rec)
+            if rec.rung not in self.rungs:
+                self.rungs[rec.rung] = LiveRung(rec.rung, rec.users)
+            self.rungs[rec.rung].add(rec)
 
     def due(self, progress: StageProgress, now: float) -> str | None:
         """The line to log when the running stage should end now (its precision reached or its
@@ -86,7 +81,7 @@ class PrecisionStop:
         done = len(live.slices) if live is not None else 0
         if live is None or done < MIN_PER_USER * stage.users:
             return None
-        found = live.intervals(stage.rung, stage.users)
+        found = live.intervals()
         reached = self.reached(found)
         if done >= self.max_requests:
             self.ended.add(stage.seq)
@@ -102,7 +97,7 @@ class PrecisionStop:
         live = self.rungs.get(stage.rung)
         if stage.phase != MEASURE_PHASE or stage.seq in self.ended or live is None:
             return None
-        found = live.slices.intervals(live.first_start, live.last_end)
+        found = live.intervals()
         return (
             f"{stage.name}: capped at precision_max_s: {self.reached(found)} after {len(live.slices)} "
             f"requests (asked +-{self.pct:g} %)"
