@@ -63,38 +63,41 @@ def cache_share(row: SweepRow) -> float | None:
     return None if share is None else float(share)
 
 
-def _reasoned(rows: Sequence[SweepRow]) -> bool:
-    """Whether some rung's requests reasoned (the table then has REASONING_COLUMNS)."""
-    return any(r.reasoning and r.reasoning["requests"] for r in rows)
+@dataclass(frozen=True, slots=True)
+class _Groups:
+    """The optional column groups a run's table shows, from its rows: `reasoned` (some rung's
+    requests reasoned: REASONING_COLUMNS), `checked` (answers checked against a response_format:
+    VALID_COLUMN), `called` (replies made tool calls: CALLS_VALID_COLUMN), `scheduled` (a rate-mode
+    rung: SCHEDULED_COLUMNS)."""
 
+    reasoned: bool = False
+    checked: bool = False
+    called: bool = False
+    scheduled: bool = False
 
-def _checked(rows: Sequence[SweepRow]) -> bool:
-    """Whether some rung's answers were checked against a response_format (the VALID_COLUMN)."""
-    return any(r.structured and r.structured["checked"] for r in rows)
-
-
-def _called(rows: Sequence[SweepRow]) -> bool:
-    """Whether some rung's replies made tool calls (the CALLS_VALID_COLUMN)."""
-    return any(r.tool_calls for r in rows)
-
-
-def _scheduled(rows: Sequence[SweepRow]) -> bool:
-    """Whether some rung was of rate mode (the table then has SCHEDULED_COLUMNS)."""
-    return any(r.scheduled for r in rows)
+    @classmethod
+    def of(cls, rows: Sequence[SweepRow]) -> _Groups:
+        return cls(
+            reasoned=any(r.reasoning and r.reasoning["requests"] for r in rows),
+            checked=any(r.structured and r.structured["checked"] for r in rows),
+            called=any(r.tool_calls for r in rows),
+            scheduled=any(r.scheduled for r in rows),
+        )
 
 
 def _header(rows: Sequence[SweepRow], wide: bool) -> tuple[str, ...]:
+    groups = _Groups.of(rows)
     core: tuple[str, ...] = CORE_COLUMNS
     if any(r.interval for r in rows):
         at = core.index("agg_tok/s") + 1
         core = (*core[:at], INTERVAL_COLUMN, *core[at:])
-    valid = (VALID_COLUMN,) * _checked(rows) + (CALLS_VALID_COLUMN,) * _called(rows)
+    valid = (VALID_COLUMN,) * groups.checked + (CALLS_VALID_COLUMN,) * groups.called
     at = core.index("per_req_tok/s") + 1
     core = (*core[:at], *valid, *core[at:])
-    if _scheduled(rows):
+    if groups.scheduled:
         at = core.index("ttft_p50_ms") + 1
         core = (*core[:at], *SCHEDULED_COLUMNS, *core[at:])
-    if _reasoned(rows):
+    if groups.reasoned:
         at = core.index("ttft_p50_ms") + 1
         core = (*core[:at], *REASONING_COLUMNS, *core[at:])
     if any(cache_share(r) is not None for r in rows):
@@ -120,14 +123,7 @@ def _scheduled_cells(row: SweepRow) -> dict[str, str]:
     }
 
 
-def _sweep_cells(
-    row: SweepRow,
-    wide: bool,
-    reasoned: bool = False,
-    checked: bool = False,
-    called: bool = False,
-    scheduled: bool = False,
-) -> dict[str, str]:
+def _sweep_cells(row: SweepRow, wide: bool, groups: _Groups = _Groups()) -> dict[str, str]:
     cells = {
         "conc": str(row.conc) if row.rate is None else f"{row.rate:g}/s",  # a rate rung: its rate
         "agg_tok/s": fmt_num(row.agg_tok_s),
@@ -136,14 +132,14 @@ def _sweep_cells(
         "wall_s": fmt_num(row.wall_s, 2),
         "ttft_p50_ms": fmt_num(row.ttft_p50_ms),
         "failures": str(row.failures),
-        **(_reasoning_cells(row) if reasoned else {}),
-        **(_scheduled_cells(row) if scheduled else {}),
+        **(_reasoning_cells(row) if groups.reasoned else {}),
+        **(_scheduled_cells(row) if groups.scheduled else {}),
     }
     cells[CACHE_COLUMN] = fmt_pct(cache_share(row))
     cells[INTERVAL_COLUMN] = fmt_num((row.interval or {}).get("agg_tok_s_pct"), 1)
-    if checked:
+    if groups.checked:
         cells[VALID_COLUMN] = fmt_pct((row.structured or {}).get("valid_share"))
-    if called:
+    if groups.called:
         cells[CALLS_VALID_COLUMN] = fmt_pct((row.tool_calls or {}).get("valid_share"))
     if wide:
         cells |= {
@@ -158,10 +154,8 @@ def _sweep_cells(
 def _marked(rows: Sequence[SweepRow], wide: bool) -> list[dict[str, str]]:
     """Cells with `*` / `!` marks; in a column holding a mark, unmarked cells get a trailing space
     so the decimal points stay aligned."""
-    table = [
-        _sweep_cells(row, wide, _reasoned(rows), _checked(rows), _called(rows), _scheduled(rows))
-        for row in rows
-    ]
+    groups = _Groups.of(rows)
+    table = [_sweep_cells(row, wide, groups) for row in rows]
     for mark, columns, flags in (
         (PARTIAL_MARK, ("conc",), [r.partial for r in rows]),
         (ESTIMATED_MARK, _ESTIMATED_COLUMNS, [r.estimated for r in rows]),
@@ -284,7 +278,7 @@ def structured_notes(rows: Sequence[SweepRow]) -> list[str]:
     how many replies stopped on their own before max_tokens (a cap for them)."""
     calls = (
         [f"{CALLS_VALID_COLUMN}: tool calls whose arguments are a JSON object, of the calls replies made"]
-        if _called(rows)
+        if _Groups.of(rows).called
         else []
     )
     shaped = [r for r in rows if r.structured]
@@ -292,7 +286,7 @@ def structured_notes(rows: Sequence[SweepRow]) -> list[str]:
         return calls
     valid = (
         f"{VALID_COLUMN}: answers that parse as JSON and fit the response_format's schema; "
-        if _checked(rows)
+        if _Groups.of(rows).checked
         else ""
     )
     counts = [(r, r.structured or {}) for r in shaped]
@@ -308,7 +302,7 @@ def reasoning_notes(rows: Sequence[SweepRow]) -> list[str]:
     """A reasoning model's rungs: the columns' meaning, requests that never answered, reasoning
     the client counted, and odd streams (named, with what to do)."""
     notes = []
-    if _reasoned(rows):
+    if _Groups.of(rows).reasoned:
         notes.append(
             "think_%: reasoning tokens of the output tokens; ttfo_p50_ms: median time to the first "
             "answer token (ttft counts the first token of either kind)"
@@ -612,16 +606,9 @@ class Extra:
 
 
 def _csv_row(
-    row: SweepRow,
-    m: RungMetrics | None,
-    percentiles: Sequence[float],
-    wide: bool,
-    reasoned: bool = False,
-    checked: bool = False,
-    called: bool = False,
-    scheduled: bool = False,
+    row: SweepRow, m: RungMetrics | None, percentiles: Sequence[float], wide: bool, groups: _Groups
 ) -> dict[str, str]:
-    out = _sweep_cells(row, wide, reasoned, checked, called, scheduled) | {
+    out = _sweep_cells(row, wide, groups) | {
         "estimated": str(row.estimated),
         "partial": str(row.partial),
         "saturated": str(row.saturated),
@@ -673,13 +660,12 @@ def render(
         data += [asdict(m) | {"not_run": not m.started, "partial": m.started} for m in missing]
         return json.dumps(sorted(data, key=lambda d: d["rung"]), indent=2)
     if fmt == "csv":
-        reasoned, judged = _reasoned(rows), _checked(rows)
-        called, scheduled = _called(rows), _scheduled(rows)
+        groups = _Groups.of(rows)
         flat = _with_missing(
             [
                 (
                     r.rung,
-                    _csv_row(r, m, percentiles, wide, reasoned, judged, called, scheduled)
+                    _csv_row(r, m, percentiles, wide, groups)
                     | {k: v for e in extras for k, v in e.csv(r.rung).items()},
                 )
                 for r, m in paired
