@@ -107,7 +107,13 @@ def test_faults_are_counted_by_kind_and_tokens_stay_exact(tmp_path, group):
         ok = [truth[r.request_id] for r in rung.records if r.ok]
         assert row.tokens == sum(t["completion_tokens"] for t in ok)
         assert row.partial_tokens == sum(r.output_tokens for r in rung.failed)
-        assert row.agg_tok_s == pytest.approx(row.tokens / row.wall_s)  # completed requests only
+        # completed requests only: the tokens of the rung's window (its steady part, docs/window.md)
+        # over its seconds, and the window's ramp, inside and drain tokens are the row's tokens
+        window = row.window or {}
+        assert row.wall_s == pytest.approx(window["seconds"])
+        assert row.agg_tok_s == pytest.approx(window["tokens"] / row.wall_s)
+        split = window["ramp_tokens"] + window["tokens"] + window["drain_tokens"]
+        assert split == pytest.approx(row.tokens, abs=1e-6 * row.tokens)
 
     # Locust's own CSVs: the same requests, failures by kind and tokens
     assert cross_check(run.prefix, tally_rungs(records)) == []

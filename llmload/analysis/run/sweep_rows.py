@@ -7,11 +7,13 @@ a ladder may repeat a concurrency. Only measured records (phase "measure") count
 determinism probes and the calibration requests (llmload.core.names) are excluded from everything.
 
 Definitions (per rung):
-- wall_s: first t_start to last t_end over all the rung's measured requests, failed ones too:
-  the length of the rung's one window (llmload.analysis.run.window; `window` in json: its start,
-  end and seconds), the interval of every other per-rung figure.
-- tokens: output tokens of completed (outcome "ok") requests.
-- agg_tok_s: tokens / wall_s.
+- wall_s: the length of the rung's one window (llmload.analysis.run.window, docs/window.md: a
+  concurrency rung's steady part, where ceil(0.95 c) requests were in flight, failed ones too;
+  else first t_start to last t_end), the interval of every other per-rung figure; `window` in
+  json: its start, end, seconds, rule, ramp and drain, and the tokens before, in and after it.
+- tokens: output tokens of completed (outcome "ok") requests, all of them (ramp and drain too).
+- agg_tok_s: the completed requests' tokens that arrived inside the window / wall_s (the whole
+  span's window: tokens / wall_s).
 - per_req_tok_s: mean over completed requests of output_tokens / (t_end - t_start).
 - ttft_p50_ms: median of t_first - t_start over completed requests (linear interpolation).
 - partial_tokens: output tokens received by failed requests; never counted in tokens or rates.
