@@ -64,10 +64,10 @@ def test_the_valid_share_per_rung_is_the_simulators(tmp_path, endpoint):
 
 def test_tools_are_sent_and_answered_with_tool_calls(tmp_path):
     ladder = (
-        "endpoint: chat\nrungs: [2]\nrequests_per_user: 4\nmax_tokens: 400\nwarmup_requests: 0\n"
+        "endpoint: chat\nrungs: [2]\nrequests_per_user: 8\nmax_tokens: 400\nwarmup_requests: 0\n"
         "unique_prompts: true\ntools: weather\ntool_choice: required\nparallel_tool_calls: false\n"
     )
-    run, records, truth = sweep(tmp_path, ladder, invalid_share=0.4)
+    run, records, truth = sweep(tmp_path, ladder, invalid_share=0.5)
     for rec in records:
         served = truth[rec.request_id]
         assert served["structured"] == "tool_calls" and len(served["tool_calls"]) == 1
@@ -77,10 +77,11 @@ def test_tools_are_sent_and_answered_with_tool_calls(tmp_path):
         # the client's reading of the calls (llmload.loadgen.stream) against what was sent
         assert rec.chunks == len(served["chunk_times"]) and rec.tool_calls == 1
         assert rec.tool_calls_invalid == (0 if served["valid"] else 1)
-    assert {truth[r.request_id]["valid"] for r in records} == {True, False}  # both kinds were sent
+    # both kinds were sent: 16 draws at 50 %, all alike 3 times in 100,000 runs (8 at 40 % failed CI once)
+    assert {truth[r.request_id]["valid"] for r in records} == {True, False}
     (row,) = load_run(run.prefix).rows
     assert row.structured is not None and row.structured["stopped"] == len(records)
-    assert "stopped before max_tokens: rung01 c2 8 of 8" in render([row])
+    assert f"stopped before max_tokens: rung01 c2 {len(records)} of {len(records)}" in render([row])
     # the valid share of the calls beside tok/s: of one call a reply, those the simulator sent valid
     sent_valid = sum(truth[r.request_id]["valid"] for r in records)
     assert row.tool_calls is not None and row.tool_calls["calls"] == len(records)
