@@ -53,6 +53,10 @@ MAX_TOKENS_FIELDS = ("auto", "max_tokens", "max_completion_tokens")
 MODES = ("concurrency", "rate", "capacity", "trace")  # users, request rates, a search, or a trace file
 CAPACITY_VARIABLES = ("concurrency", "rate")  # what a capacity search varies
 THINK_TIMES = ("constant", "exponential")  # sessions: the pause between a reply and the next turn
+# concurrency rungs that no count or duration ends run until their agg tok/s is known to +- this
+# many percent (or a cap): a held rung's end by default (docs/precision.md)
+DEFAULT_PRECISION = 5.0
+RUNG_END_KEYS = ("mode", "sessions", "soak", "duration", "requests_per_user", "precision")  # rung_precision's
 MAX_FAN_OUT = 16  # agent sessions: the most sub-agents one turn may start (sessions.fan_out)
 ARRIVALS = ("poisson", "gamma")
 CONNECTION_KEEP_ALIVE, CONNECTION_CLOSE = "keep-alive", "close"
@@ -519,10 +523,11 @@ class SweepConfig:
         None, help="rate mode: requests per rung (else `duration`)", check=optional(integer())
     )
     seed: int = setting(0, help="arrival schedules and prompt sampling", check=any_integer)
-    requests_per_user: int = setting(
-        1,
-        help="requests each user sends per rung (count-based rungs)",
-        check=integer(1, 1_000_000),
+    requests_per_user: int | None = setting(
+        None,
+        help="count-based rungs: requests each user sends per rung (null: rungs hold their users until "
+        "`precision` or its caps end them, docs/precision.md)",
+        check=optional(integer(1, 1_000_000)),
         flag="--requests-per-user",
         parse=int,
     )
@@ -538,7 +543,8 @@ class SweepConfig:
         None,
         help="concurrency mode: each rung holds its users until the 95-percent interval of its agg tok/s "
         "is within +- this many percent (docs/precision.md), or a cap (precision_max_s, "
-        "precision_max_requests)",
+        f"precision_max_requests); null: {DEFAULT_PRECISION:g} unless `requests_per_user` or `duration` "
+        "ends the rungs",
         check=optional(number(0, 100, above=True)),
         flag="--precision",
         parse=float,
@@ -548,12 +554,12 @@ class SweepConfig:
     )
     precision_max_s: float = setting(
         120.0,
-        help="with `precision`: seconds a rung may run at most (then it ends with the precision it reached)",
+        help="held rungs: seconds a rung may run at most (then it ends with the precision it reached)",
         check=number(0, 30 * 86_400, above=True),
     )
     precision_max_requests: int = setting(
         2000,
-        help="with `precision`: completed requests after which a rung ends at most (its users finish "
+        help="held rungs: completed requests after which a rung ends at most (its users finish "
         "what is in flight)",
         check=integer(1, 10_000_000),
     )
@@ -797,6 +803,22 @@ class SweepConfig:
         return self.mode == "rate"
 
     @property
+    def rung_precision(self) -> float | None:
+        """The precision (+- %) a rung of this run runs to (docs/precision.md): `precision` as asked;
+        else the default for concurrency rungs of single requests that neither `requests_per_user`
+        (count-based rungs) nor `duration` ends; None when something else ends the rungs."""
+        if self.precision is not None:
+            return self.precision
+        held = self.requests_per_user is None and self.duration is None and self.soak is None
+        return DEFAULT_PRECISION if held and self.mode == "concurrency" and self.sessions is None else None
+
+    @property
+    def per_user(self) -> int:
+        """Requests a user sends in a count-based stage: `requests_per_user`, 1 when not given
+        (a held rung's quota is its end, not a count)."""
+        return self.requests_per_user or 1
+
+    @property
     def most_users(self) -> int:
         """The most users any stage of the run holds at once (rate slots, a search's top, a rung)."""
         if self.mode in ("rate", "trace") or (self.mode == "capacity" and self.capacity.variable == "rate"):
@@ -894,6 +916,11 @@ def _check_precision(config: SweepConfig) -> None:
         raise ConfigError(
             f"{config.source}: 'precision' ends each rung itself: its time cap is 'precision_max_s', "
             "not 'duration'"
+        )
+    if config.requests_per_user is not None:
+        raise ConfigError(
+            f"{config.source}: 'precision' ends each rung itself: its cap of requests is "
+            "'precision_max_requests', not 'requests_per_user' (which makes count-based rungs)"
         )
 
 

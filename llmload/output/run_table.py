@@ -13,6 +13,7 @@ from llmload.analysis.run.clocks import clock_notes
 from llmload.analysis.run.postprocess import RunResult
 from llmload.analysis.run.production_traffic import turn_metrics
 from llmload.analysis.run.sweep_rows import SweepRow
+from llmload.core.config import RUNG_END_KEYS
 from llmload.core.names import rung_name
 from llmload.core.stats import DEFAULT_PERCENTILES
 from llmload.output.gpu_report import gpu_extra, gpu_notes
@@ -68,10 +69,12 @@ def extra_notes(result: RunResult, knee: Knee | None) -> list[str]:
     """The notes of the run's other checks: the ladder's early stop (over-saturation) and its knee
     (llmload.analysis.knee), greedy determinism, the GPUs, the workers' clocks."""
     stopped = result.run_info.stopped_early if result.run_info is not None else None
-    asked = result.run_info.config.get("precision") if result.run_info is not None else None
+    held = result.run_info.recorded(*RUNG_END_KEYS) if result.run_info is not None else None
+    asked = held.rung_precision if held is not None else None
+    short = None if asked is None else precision_note(result.rows, asked)
     return [
         *([] if stopped is None else [stopped]),
-        *([] if not isinstance(asked, int | float) else [precision_note(result.rows, float(asked))]),
+        *([] if short is None else [short]),
         *([] if knee is None else [knee.line()]),
         *divergence_notes(result.divergence),
         *gpu_notes(result.gpu),
@@ -79,16 +82,22 @@ def extra_notes(result: RunResult, knee: Knee | None) -> list[str]:
     ]
 
 
-def precision_note(rows: Sequence[SweepRow], asked: float) -> str:
-    """What a run to a stated precision (`--precision`, docs/precision.md) reached: each rung's
-    agg tok/s +- % and its requests, the rungs short of it (capped) named."""
-    reached = []
+def precision_note(rows: Sequence[SweepRow], asked: float) -> str | None:
+    """The held rungs a cap ended short of their precision (`precision`, docs/precision.md): each
+    one's agg tok/s +- % and its requests, and what to do; None when every rung reached it (the
+    table's `±%` column shows what each reached)."""
+    short = []
     for row in rows:
         pct = (row.interval or {}).get("agg_tok_s_pct")
-        shown = "no interval" if pct is None else f"+-{pct:.1f} %"
-        short = "" if pct is not None and pct <= asked else ", short of it (capped)"
-        reached.append(f"{rung_name(row.rung, row.conc)} {shown} in {row.requests} requests{short}")
-    return f"precision +-{asked:g} % asked: " + "; ".join(reached)
+        if pct is None or pct > asked:
+            shown = "no interval" if pct is None else f"+-{pct:.1f} %"
+            short.append(f"{rung_name(row.rung, row.conc)} {shown} in {row.requests} requests")
+    if not short:
+        return None
+    return (
+        f"precision +-{asked:g} % not reached, a cap ended the rung: " + "; ".join(short)
+        + ": raise precision_max_s or precision_max_requests, or ask a wider --precision"
+    )
 
 
 def knee_extra(knee: Knee, result: RunResult) -> Extra:

@@ -241,7 +241,7 @@ def window_notes(rows: Sequence[SweepRow]) -> list[str]:
             notes.append(
                 f"{rung_name(r.rung, r.conc)} never held {held_floor(r.conc)} requests in flight (95 % of "
                 "its users): its figures are over its whole span, ramp and drain included; run the "
-                "rung longer (`duration` or `requests_per_user`)"
+                "rung longer (a held rung: leave `requests_per_user` out, docs/precision.md)"
             )
         elif (
             w.get("rule") == STEADY

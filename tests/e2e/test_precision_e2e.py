@@ -109,6 +109,25 @@ def test_the_master_ends_a_rung_whose_users_run_in_two_processes(tmp_path: Path)
         text=True,
         check=True,
     )
-    assert "precision +-2 % asked: rung01 c4 +-" in table.stdout and f"in {done} requests" in table.stdout
+    header, row = table.stdout.splitlines()[:2]
+    assert header.split()[:3] == ["conc", "agg_tok/s", "±%"] and float(row.split()[2]) <= PCT
+    assert "not reached" not in table.stdout  # every rung reached it: no note
     workers = {json.loads(line)["worker"] for line in (run.prefix.parent / "run_records.jsonl").open()}
     assert len(workers) == 2  # both processes' users sent, and both stopped
+
+
+def test_a_rung_with_no_count_and_no_duration_is_held_to_the_default_precision(tmp_path: Path) -> None:
+    """Held concurrency is the default: a ladder without `requests_per_user`, `duration` or
+    `precision` holds its users until agg tok/s is known to +-5 % (DEFAULT_PRECISION), each user
+    sending again as soon as its request ends; with `requests_per_user` the rung is the seed's
+    count-based one."""
+    held = {k: v for k, v in LADDER.items() if k != "precision"} | {"rungs": [USERS]}
+    run = sweep(tmp_path / "held", SIM, held)
+    log = run.log.read_text()
+    ended = re.search(r"rung01 c4: agg_tok_s \+-([\d.]+) % after (\d+) requests: it ends \(precision \+-5 %\)", log)
+    assert ended is not None and float(ended.group(1)) <= 5.0, log[-3000:]
+    assert int(ended.group(2)) >= 10 * USERS  # ten slices, each at least a request long
+    counted = sweep(tmp_path / "counted", SIM, held | {"requests_per_user": 3})
+    records = [json.loads(line) for line in (counted.prefix.parent / "run_records.jsonl").open()]
+    assert len([r for r in records if r["phase"] == "measure"]) == 3 * USERS
+    assert "it ends" not in counted.log.read_text()

@@ -9,7 +9,7 @@ import pytest
 from fixtures.runs import make_record
 
 from llmload.analysis.run.sweep_rows import SweepRow
-from llmload.core.config import ConfigError, SweepConfig, parse_config
+from llmload.core.config import DEFAULT_PRECISION, ConfigError, SweepConfig, parse_config
 from llmload.loadgen.run.messages import Stage
 from llmload.loadgen.run.precision_stop import CHECK_S, MIN_PER_USER, PrecisionStop
 from llmload.loadgen.run.stage_protocol import StageProgress
@@ -76,6 +76,7 @@ def test_the_rule_waits_for_its_minimum_and_between_checks():
         ({"mode": "rate", "rungs": [1.0], "duration": 5}, "'precision' applies to concurrency rungs"),
         ({"duration": 5}, "its time cap is 'precision_max_s', not 'duration'"),
         ({"precision": 0}, "precision"),
+        ({"requests_per_user": 3}, "its cap of requests is 'precision_max_requests', not 'requests_per_user'"),
     ],
 )
 def test_precision_is_refused_where_it_cannot_end_a_rung(keys, message):
@@ -83,14 +84,33 @@ def test_precision_is_refused_where_it_cannot_end_a_rung(keys, message):
         parse_config({"precision": 2, **keys}, source="ladder.yaml")
 
 
-def test_the_table_s_note_says_what_each_rung_reached_and_names_the_capped():
+@pytest.mark.parametrize(
+    ("keys", "held"),
+    [
+        ({}, DEFAULT_PRECISION),  # held concurrency by default
+        ({"precision": 2}, 2.0),
+        ({"requests_per_user": 1}, None),  # the seed's count-based rungs, as an option
+        ({"duration": 30}, None),  # held until a time
+        ({"mode": "rate", "rungs": [1.0], "requests_per_rung": 10}, None),  # rate keeps its own end
+        ({"rungs": [4], "duration": 60, "soak": {}}, None),
+        ({"mode": "trace", "trace_file": "t.jsonl"}, None),
+        ({"mode": "capacity", "slo": {"ttft_ms": 500}}, None),
+        ({"endpoint": "chat", "sessions": {"turns": 2}}, None),  # sessions end with their conversations
+    ],
+)
+def test_a_rung_is_held_to_a_precision_unless_something_else_ends_it(keys, held):
+    assert parse_config(keys, source="ladder.yaml").rung_precision == held
+
+
+def test_the_table_s_note_names_the_rungs_a_cap_ended_short_and_is_quiet_when_all_reached_it():
     rows = [
         SweepRow(0, 4, 1300.0, 330.0, 6656, 5.0, 9.0, 52, 0, interval={"agg_tok_s_pct": 1.18}),
         SweepRow(1, 8, 2000.0, 250.0, 9000, 120.0, 9.0, 2000, 0, interval={"agg_tok_s_pct": 3.4}),
         SweepRow(2, 16, 2100.0, 130.0, 900, 1.0, 9.0, 16, 0),
     ]
     assert precision_note(rows, 2.0) == (
-        "precision +-2 % asked: rung01 c4 +-1.2 % in 52 requests; "
-        "rung02 c8 +-3.4 % in 2000 requests, short of it (capped); "
-        "rung03 c16 no interval in 16 requests, short of it (capped)"
+        "precision +-2 % not reached, a cap ended the rung: rung02 c8 +-3.4 % in 2000 requests; "
+        "rung03 c16 no interval in 16 requests: raise precision_max_s or precision_max_requests, "
+        "or ask a wider --precision"
     )
+    assert precision_note(rows[:1], 2.0) is None  # the ±% column says what it reached

@@ -1,6 +1,7 @@
-"""The live end of a rung run to a stated precision (`precision`, `--precision PCT`).
+"""The live end of a held rung: run to a stated precision (`precision`, `--precision PCT`, or by
+default `llmload.core.config.DEFAULT_PRECISION` when no `requests_per_user` or `duration` ends it).
 
-With `precision`, a concurrency rung holds its users (each sends again as soon as its request
+A held concurrency rung holds its users (each sends again as soon as its request
 ends) until the 95 % interval of its agg tok/s (`llmload.analysis.interval`, and of TTFT p50 with
 `precision_ttft`) is within +- PCT %, or until a cap: `precision_max_requests` completed requests
 or `precision_max_s` seconds (the stage's deadline). The rule is evaluated on the master (or the
@@ -54,8 +55,8 @@ class PrecisionStop:
     """A record sink of the run (its completed measured records), and the rule the ladder asks."""
 
     def __init__(self, config: SweepConfig) -> None:
-        assert config.precision is not None
-        self.pct = config.precision
+        assert config.rung_precision is not None
+        self.pct = config.rung_precision
         self.ttft = config.precision_ttft
         self.max_requests = config.precision_max_requests
         self.rungs: dict[int, LiveRung] = {}

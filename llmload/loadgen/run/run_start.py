@@ -146,7 +146,7 @@ def begin_run(
     prompts = len(workload.pool) if not workload.distinct else max(len(workload.pool), config.most_users)
     run_id = new_run_id()  # the stages carry it to the users, whose records carry it
     stages = plan_stages(config, model, prompt_words, prompt_vocab, prompts, prompt_overhead, run_id)
-    held = config.duration if config.precision is None else config.precision_max_s  # a rung's time
+    held = config.duration if config.rung_precision is None else config.precision_max_s  # a rung's time
     protocol = StageProtocol(stages, duration=held, stall_limit=stall_limit(config))
     reconciler = RungReconciler(config)
     writer = RecordWriter(path, fsync=False, truncate=True, chunk_index=True, exclusive=True)
@@ -183,7 +183,7 @@ def begin_run(
     if watches(config):
         state.falls = FallWatch()
     probes: list[RecordSink] = [] if state.probes is None else [state.probes]
-    if config.precision is not None:
+    if config.rung_precision is not None:
         state.precision = PrecisionStop(config)
         probes.append(state.precision)
     probes += [] if state.falls is None else [state.falls]

@@ -93,7 +93,7 @@ def plan_stages(
         stages.append(Stage(len(stages), 0, config.max_concurrency, 1, model, config, rate=trace_rate))
     for i, value in enumerate(config.rungs if config.mode in ("concurrency", "rate") else ()):
         users, rate = (config.max_concurrency, float(value)) if config.rate_mode else (int(value), None)
-        stages.append(Stage(len(stages), i, users, config.requests_per_user, model, config, rate=rate))
+        stages.append(Stage(len(stages), i, users, config.per_user, model, config, rate=rate))
         if config.determinism:  # the check's probe: one request a user, at the rung's concurrency
             stages.append(Stage(len(stages), i, users, 1, model, config, probe=True))
     return [
