@@ -5,7 +5,8 @@ command, `make sweep`: `llmload sweep --ladder config/sweep.yaml` against the em
 What the command printed (stdout and stderr in one stream, as a terminal shows them) replaces the
 block between the `sweep-output` markers of both pages. tests/e2e/test_sweep_e2e.py runs the same
 command and checks the block against what it prints: after a change to the table or its notes,
-run this once (about 30 s) and commit the pages.
+run this once (about 3 minutes: each rung is held until its agg tok/s is known to +-5 %) and commit
+the pages.
 
     .venv/bin/python scripts/readme_table.py
 """
@@ -27,7 +28,7 @@ END = "<!-- sweep-output:end -->"
 FENCE = "```"
 
 
-def run_command(cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_command(cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """`make sweep`'s command run in `cwd` (its reports/ folder lands there): its output, stdout and
     stderr in one unbuffered stream, in the order a terminal shows them."""
     return subprocess.run(

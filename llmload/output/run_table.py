@@ -95,7 +95,8 @@ def precision_note(rows: Sequence[SweepRow], asked: float) -> str | None:
     if not short:
         return None
     return (
-        f"precision +-{asked:g} % not reached, a cap ended the rung: " + "; ".join(short)
+        f"precision +-{asked:g} % not reached, a cap ended the rung: "
+        + "; ".join(short)
         + ": raise precision_max_s or precision_max_requests, or ask a wider --precision"
     )
 

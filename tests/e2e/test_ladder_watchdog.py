@@ -40,7 +40,9 @@ def stage_started(run_file: Path, name: str) -> bool:
 
 def test_a_dead_worker_does_not_hang_the_run(tmp_path):
     ladder = tmp_path / "ladder.yaml"
-    ladder.write_text("rungs: [2, 4]\nmax_tokens: 200\nwarmup_requests: 0\ntimeouts: {total: 5}\n")
+    ladder.write_text(
+        "rungs: [2, 4]\nrequests_per_user: 1\nmax_tokens: 200\nwarmup_requests: 0\ntimeouts: {total: 5}\n"
+    )
     prefix = tmp_path / "run"
     with SimulatorProcess(log_path=tmp_path / "sim.log", accept_len=1, base_ms=20, per_seq_ms=1) as sim:
         extra = ["--ladder", str(ladder), "--processes", "2"]  # locust_command picks a free master port

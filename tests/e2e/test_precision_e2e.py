@@ -124,7 +124,8 @@ def test_a_rung_with_no_count_and_no_duration_is_held_to_the_default_precision(t
     held = {k: v for k, v in LADDER.items() if k != "precision"} | {"rungs": [USERS]}
     run = sweep(tmp_path / "held", SIM, held)
     log = run.log.read_text()
-    ended = re.search(r"rung01 c4: agg_tok_s \+-([\d.]+) % after (\d+) requests: it ends \(precision \+-5 %\)", log)
+    ends = r"rung01 c4: agg_tok_s \+-([\d.]+) % after (\d+) requests: it ends \(precision \+-5 %"
+    ended = re.search(ends, log)
     assert ended is not None and float(ended.group(1)) <= 5.0, log[-3000:]
     assert int(ended.group(2)) >= 10 * USERS  # ten slices, each at least a request long
     counted = sweep(tmp_path / "counted", SIM, held | {"requests_per_user": 3})

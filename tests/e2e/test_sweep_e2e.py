@@ -5,6 +5,7 @@ process over loopback, and the sweep table is checked against the simulator's gr
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import re
 import time
@@ -16,7 +17,9 @@ from fixtures.runs import held_span
 
 from llmload.analysis.run.locust_csv import cross_check
 from llmload.analysis.run.rung_tally import sweep_rows, tally_rungs
+from llmload.core.config import DEFAULT_PRECISION
 from llmload.core.files.records import RequestRecord, read_records
+from llmload.loadgen.run.precision_stop import MIN_PER_USER
 from llmload.runner.sweep_run import SweepRun, run_sweep
 from llmload.sim.engine import StepModel
 from llmload.sim.truth import load_truth
@@ -40,9 +43,11 @@ def truth_by_rung(run: SweepRun) -> dict[int, list[tuple[RequestRecord, dict]]]:
 
 
 def check_against_truth(
-    run: SweepRun, ladder: list[int], max_tokens: int, rate_rel: float = 0.01, per_user: int = 1
+    run: SweepRun, ladder: list[int], max_tokens: int, rate_rel: float = 0.01, per_user: int | None = None
 ) -> None:
-    """Tokens exactly as the server counted them; the end of every request (and so of each
+    """Tokens exactly as the server counted them (`per_user` requests a user, count-based rungs;
+    None: held rungs, whose users sent until the rung's precision ended it, each at least
+    MIN_PER_USER requests); the end of every request (and so of each
     rung's steady window) when the server wrote its last token. A request's time starts at the
     client's t0, just before sending: no server sees that instant, and the transit to the
     server's handler is latency the user waits for (vLLM counts it the same way), so the truth
@@ -56,11 +61,12 @@ def check_against_truth(
     assert [r.conc for r in rows] == ladder
     for row in rows:
         pairs = truth[row.rung]
-        assert row.requests == len(pairs) == row.conc * per_user
+        assert row.requests == len(pairs) == (row.conc * per_user if per_user else row.requests)
+        assert row.requests >= row.conc * (per_user or MIN_PER_USER)
         assert row.failures == 0
         assert all(0 <= t["arrival"] - rec.t_start < TRANSIT_MAX_S for rec, t in pairs)
         true_tokens = sum(t["completion_tokens"] for _, t in pairs)
-        assert row.tokens == true_tokens == row.conc * per_user * max_tokens
+        assert row.tokens == true_tokens == row.requests * max_tokens
         # the rung's steady window as the truth has it (t0 to the server's last write, at least
         # ceil(0.95 c) in flight), its tokens those the server wrote inside it
         held = held_span([(rec.t_start, t["last_token"]) for rec, t in pairs], math.ceil(0.95 * row.conc))
@@ -99,7 +105,7 @@ def readme_command(tmp_path_factory) -> tuple[SweepRun, str]:
     run as scripts/readme_table.py runs it: the run and what it printed."""
     cwd = tmp_path_factory.mktemp("sweep")
     started = time.time()
-    proc = README.run_command(cwd, timeout=240)
+    proc = README.run_command(cwd)  # held rungs: about 3 minutes, more on a loaded machine
     (run_dir,) = (cwd / "reports").iterdir()
     run = SweepRun(
         prefix=run_dir / "run",
@@ -191,11 +197,14 @@ def split_output(lines: list[str]) -> tuple[str, list[list[str]], set[str]]:
 
 def test_the_readme_shows_what_its_command_prints(readme_command):
     """README.md's and docs/index.md's example block is what `make sweep` prints today (notes
-    included): the same columns, the same rungs and tokens (conc, tokens and failures exactly), the
-    same kinds of lines under the table. Timing figures differ from run to run, within:
+    included): the same columns, the same rungs (conc and failures exactly), the same kinds of lines
+    under the table. Figures differ from run to run, within:
 
-    - agg_tok/s, per_req_tok/s, wall_s: 10 %, as the seed curve above (the simulator's steps are
+    - agg_tok/s, per_req_tok/s: 10 %, as the seed curve above (the simulator's steps are
       sleeps and its acceptance draws are seeded, so only a loaded machine's lateness moves them);
+    - tokens and wall_s: 25 %, and `±%` is within the default precision in both: each rung is held
+      until its agg tok/s is known to +-5 % (docs/precision.md), checked at the master's 1 s ticks,
+      so where it ends moves by a tick and the requests in flight;
     - ttft_p50_ms: one decode step at the rung's batch (27.2 + 6.0 x conc ms, the simulator's
       default step) plus 5 ms: the users of a rung send at once, and which step each request
       joins, the one in progress or the next, is a sub-millisecond race, so a rung's median moves
@@ -219,13 +228,10 @@ def test_the_readme_shows_what_its_command_prints(readme_command):
             fig = dict(zip(cols, now, strict=True))
             was = dict(zip(cols, shown, strict=True))
             conc = int(fig["conc"].rstrip("!~^*"))
-            assert (was["tokens"], was["failures"]) == (fig["tokens"], fig["failures"]), (
-                f"{where}: conc {conc}"
-            )
-            for col in ("agg_tok/s", "per_req_tok/s", "wall_s"):
-                assert float(was[col]) == pytest.approx(float(fig[col]), rel=0.10), (
-                    f"{where}: {col} at {conc}"
-                )
+            assert was["failures"] == fig["failures"], f"{where}: conc {conc}"
+            for col, rel in {"agg_tok/s": 0.1, "per_req_tok/s": 0.1, "tokens": 0.25, "wall_s": 0.25}.items():
+                assert float(was[col]) == pytest.approx(float(fig[col]), rel=rel), f"{where}: {col} at {conc}"
+            assert float(was["±%"]) <= DEFAULT_PRECISION and float(fig["±%"]) <= DEFAULT_PRECISION
             bound = step.base_ms + step.per_seq_ms * conc + 5.0
             ttft = abs(float(was["ttft_p50_ms"]) - float(fig["ttft_p50_ms"]))
             assert ttft <= bound, f"{where}: ttft_p50_ms at conc {conc} off by {ttft:.1f} ms (> {bound:.1f})"
@@ -238,3 +244,42 @@ def test_the_readme_command_is_make_sweeps():
     """scripts/readme_table.py runs what the Makefile's `sweep` target runs without arguments."""
     recipe = (REPO / "Makefile").read_text().split("\nsweep:", 1)[1].split("\n\n", 1)[0]
     assert "llmload sweep" in recipe and f"$(or $(LADDER),{README.LADDER})" in recipe
+
+
+EXACT_MS = 1.0  # the latency bar of the metrics tests
+QUIET = ("may be late", "saturated")  # the notes a healthy run must not print
+
+
+def test_make_sweep_prints_the_table_alone_and_its_times_are_true(readme_command):
+    """Quiet when right (issue 40): `make sweep` prints the table and no note about late times or a
+    saturated generator (a busy machine is the machine's, and may be said), and that silence is
+    true: against the simulator's truth log every chunk of every request was timed within 1 ms of
+    its write unless the record marks it, and then within its mark. (The last token is read with
+    the closing messages the server writes with it: its lateness counts from when they were
+    written, the truth log's `closed`.)"""
+    run, printed = readme_command
+    lines = printed.splitlines()
+    _, rows, _ = split_output(lines)
+    assert [r[0] for r in rows] == ["1", "4", "8", "10"]
+    at = next(i for i, line in enumerate(lines) if line.startswith("conc ")) + 1 + len(rows)
+    notes = lines[at:]
+    assert lines[0].startswith("llmload sweep: sweeping the simulator; files in "), printed
+    assert all(n.startswith("the machine was busy") for n in notes), printed  # nothing else to say
+    assert run.truth_log is not None
+    truth, _ = load_truth(run.truth_log)
+    records, _ = read_records(run.records)
+    checked = 0
+    for rec in records:
+        true = truth[rec.request_id]
+        written = list(true["chunk_times"])
+        assert rec.ok and rec.output_tokens == 256 and len(written) == len(rec.chunk_times)
+        seen = [rec.t_start + c for c in rec.chunk_times]
+        if seen[-1] > written[-1]:  # timed by the closing messages: late only after they were written
+            written[-1] = min(seen[-1], true["closed"])
+        marks = dict(zip(rec.uncertain_chunks or (), rec.uncertain_ms or (), strict=True))
+        for i, (s, w) in enumerate(zip(seen, written, strict=True)):
+            late_ms = (s - w) * 1000.0
+            assert late_ms <= marks.get(i, EXACT_MS), (rec.request_id, i, late_ms, marks)
+            checked += 1
+    assert len(records) > 1 + 2 * (1 + 4 + 8 + 10) and checked > len(records)  # the warm-up's request too
+    assert not json.loads(run.prefix.with_name("run_run.json").read_text())["errors"]

@@ -76,7 +76,7 @@ def test_the_rule_waits_for_its_minimum_and_between_checks():
         ({"mode": "rate", "rungs": [1.0], "duration": 5}, "'precision' applies to concurrency rungs"),
         ({"duration": 5}, "its time cap is 'precision_max_s', not 'duration'"),
         ({"precision": 0}, "precision"),
-        ({"requests_per_user": 3}, "its cap of requests is 'precision_max_requests', not 'requests_per_user'"),
+        ({"requests_per_user": 3}, "'precision_max_requests', not 'requests_per_user'"),
     ],
 )
 def test_precision_is_refused_where_it_cannot_end_a_rung(keys, message):
