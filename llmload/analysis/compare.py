@@ -30,7 +30,7 @@ is "too few requests to judge (n=N)", its change shown: neither noise nor a verd
 the sweep flagged in either run (load generator saturated, machine busy: llmload.analysis.run.health)
 has its verdict withheld, the reason named: its figures measured the machine, not the server.
 
-With one request per user a rung holds only `conc` requests started together,
+In a count-based rung of one request per user a rung holds only `conc` requests started together,
 so the interval is wide at low concurrency and run-level noise is invisible without repeats:
 the threshold is the guard against calling a 1-2 % scheduling shift a regression. A rung's
 verdict is "regressed" if any figure regressed, else "improved" if any improved.

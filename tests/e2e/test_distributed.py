@@ -29,13 +29,13 @@ from llmload.sim.truth import load_truth
 
 LADDER = [1, 4, 8, 10]
 MAX_TOKENS = 128
-ARGS = ["--max-tokens", str(MAX_TOKENS)]
+ARGS = ["--max-tokens", str(MAX_TOKENS), "--requests-per-user", "1"]  # count-based: tokens comparable
 
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory) -> SweepRun:
     run = run_sweep(run_dir=tmp_path_factory.mktemp("single"), locust_args=ARGS, timeout=RUN_TIMEOUT_S)
-    check_against_truth(run, LADDER, MAX_TOKENS)
+    check_against_truth(run, LADDER, MAX_TOKENS, per_user=1)
     return run
 
 
@@ -43,7 +43,7 @@ def check_same_table(run: SweepRun, single: SweepRun, planted: Path) -> None:
     """Tokens exact at every rung; agg tok/s within noise where compare can judge (rungs of at
     least 5 requests, not marked late by the health verdict), and a planted 20 % slowdown of
     this run caught there."""
-    check_against_truth(run, LADDER, MAX_TOKENS)
+    check_against_truth(run, LADDER, MAX_TOKENS, per_user=1)
     rows = sweep_rows(tally_rungs(read_records(run.records)[0]))
     reference = {r.conc: r for r in sweep_rows(tally_rungs(read_records(single.records)[0]))}
     for row in rows:

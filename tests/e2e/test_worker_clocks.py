@@ -51,7 +51,7 @@ def run_fleet(run_dir: Path, cert: tuple[Path, Path], skews_s: list[float]) -> t
     run = run_master_and_workers(
         run_dir,
         [{**skewed, "FAKETIME": f"{skew:+g}"} if skew else None for skew in skews_s],
-        ["--max-tokens", str(MAX_TOKENS), *tls],
+        ["--max-tokens", str(MAX_TOKENS), "--requests-per-user", "1", *tls],  # count-based: one start a rung
         worker_args=tls,
         sim_args=["--ssl-certfile", str(cert[0]), "--ssl-keyfile", str(cert[1])],
     )

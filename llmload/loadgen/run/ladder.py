@@ -10,10 +10,12 @@ Roles (the same code runs in a local run, with `--processes N` and with master/w
   stage is ready the shape announces the same stage again with a common `start_at` a moment
   ahead: all users on all workers send their first request at that instant, and a rung's
   concurrency is real from its first request.
-- A user sends its quota for the stage (`requests_per_user` requests, or requests until the
-  stage deadline for time-based rungs), then reports `llmload_user_done` and waits for the next
-  stage. So a rung ends only when all its users have finished their requests: no in-flight
-  request is cut, and no request is counted in the wrong rung.
+- A user sends its quota for the stage: by default requests one after the other until the
+  master ends the rung (`llmload_rung_end`, its precision reached: `precision_stop`) or its
+  deadline (the precision's time cap, or `duration`); `requests_per_user` requests in a
+  count-based rung. Then it reports `llmload_user_done` and waits for the next stage. So a rung
+  ends only when all its users have finished their requests: no in-flight request is cut, and no
+  request is counted in the wrong rung.
 - Each request's record travels to the master as `llmload_record` (from a worker as its dict; in
   a local run as the record itself) and is written there, in one file, flushed per record
   (workers in other pods need no shared disk), with the run's id, then goes to the run's other
