@@ -40,7 +40,10 @@ def test_a_csv_writer_that_cannot_write_stops_the_run(tmp_path: Path, monkeypatc
     try:
         greenlet = gevent.spawn(writer.stats_writer)
         greenlet.link_exception(greenlet_exception_logger(logging.getLogger(LOCUST_LOGGER)))
-        gevent.sleep(3)  # one CSV interval and its flush
+        for _ in range(300):  # one CSV interval and its flush: at once (FLUSH_INTERVAL 0), at most 3 s
+            gevent.sleep(0.01)
+            if environment.shape_class.end.failed:
+                break
         greenlet.kill()
     finally:
         logging.getLogger(LOCUST_LOGGER).removeHandler(handler)

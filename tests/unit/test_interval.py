@@ -49,7 +49,7 @@ def intervals_of(tokens: list[float], ttfts: list[float] | None, end: float) -> 
 
 def test_covers_the_mean_rate_of_a_correlated_series_about_95_percent():
     rng = random.Random(52)
-    mean_tokens, steps, runs = 40.0, 3000, 300
+    mean_tokens, steps, runs = 40.0, 3000, 150
     covered = naive_covered = 0
     for _ in range(runs):
         tokens = ar1(rng, steps, mean_tokens, 0.95, 2.0)
@@ -65,7 +65,7 @@ def test_covers_the_mean_rate_of_a_correlated_series_about_95_percent():
 
 def test_covers_the_median_ttft_of_a_correlated_series_about_95_percent():
     rng = random.Random(7)
-    runs, covered = 300, 0
+    runs, covered = 150, 0
     for _ in range(runs):
         ttfts = ar1(rng, 2000, 80.0, 0.9, 3.0)  # symmetric around 80 ms: its median is 80
         found = intervals_of([10.0] * 2000, ttfts, 2000 * STEP_S)["ttft_p50_ms"]
