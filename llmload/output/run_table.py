@@ -83,9 +83,10 @@ def extra_notes(result: RunResult, knee: Knee | None) -> list[str]:
 
 
 def precision_note(rows: Sequence[SweepRow], asked: float) -> str | None:
-    """The held rungs a cap ended short of their precision (`precision`, docs/precision.md): each
-    one's agg tok/s +- % and its requests, and what to do; None when every rung reached it (the
-    table's `±%` column shows what each reached)."""
+    """The held rungs whose interval over their whole window is wider than their precision
+    (`precision`, docs/precision.md: a cap ended them, or the rule's last check over their
+    completed requests read narrower): each one's agg tok/s +- % and its requests, and what to do;
+    None when every rung reached it (the table's `±%` column shows what each reached)."""
     short = []
     for row in rows:
         pct = (row.interval or {}).get("agg_tok_s_pct")
@@ -95,9 +96,10 @@ def precision_note(rows: Sequence[SweepRow], asked: float) -> str | None:
     if not short:
         return None
     return (
-        f"precision +-{asked:g} % not reached, a cap ended the rung: "
+        f"precision +-{asked:g} % not reached over the rung's window: "
         + "; ".join(short)
-        + ": raise precision_max_s or precision_max_requests, or ask a wider --precision"
+        + " (Locust's log says whether a cap ended it): raise precision_max_s or "
+        "precision_max_requests, or ask a narrower --precision to run it longer"
     )
 
 

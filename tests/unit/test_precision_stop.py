@@ -43,9 +43,21 @@ def test_a_steady_rung_ends_once_its_interval_is_within_the_precision():
     held_rung(stop, 4, 1, 0.02)  # one request per user: too few to judge
     assert stop.due(progress, 2000.0) is None
     held_rung(stop, 4, 30, 0.02, t0=1001.1)
-    line = stop.due(progress, 2000.0 + CHECK_S)
-    assert line is not None and "it ends (precision +-2 %)" in line and "after 124 requests" in line
-    assert stop.due(progress, 2000.0 + 2 * CHECK_S) is None  # once
+    assert stop.due(progress, 2000.0 + CHECK_S) is None  # met once: it must hold again
+    held_rung(stop, 4, 1, 0.02, seed=5, t0=1031.2)  # one more request a user
+    line = stop.due(progress, 2000.0 + 2 * CHECK_S)
+    assert line is not None and "it ends (precision +-2 %)" in line and "after 128 requests" in line
+    assert stop.due(progress, 2000.0 + 3 * CHECK_S) is None  # once
+
+
+def test_met_once_then_missed_starts_the_confirmation_over():
+    config = parse_config({"rungs": [2], "precision": 2}, source="t")
+    stop = PrecisionStop(config)
+    progress = running(config, users=2)
+    held_rung(stop, 2, 30, 0.02)
+    assert stop.due(progress, 2000.0) is None and stop.met_at == {1: 60}
+    held_rung(stop, 2, 10, 0.9, seed=9, t0=1031.0)  # a burst of noise: no longer within +-2 %
+    assert stop.due(progress, 2000.0 + CHECK_S) is None and stop.met_at == {}
 
 
 def test_a_noisy_rung_runs_on_until_its_cap_of_requests():
@@ -67,7 +79,9 @@ def test_the_rule_waits_for_its_minimum_and_between_checks():
     assert stop.due(progress, 2000.0) is None
     held_rung(stop, 8, 15, 0.0, seed=3, t0=1000.0 + MIN_PER_USER)  # slices as long as a request
     assert stop.due(progress, 2000.0 + CHECK_S / 2) is None  # checked half a period ago
-    assert stop.due(progress, 2000.0 + CHECK_S) is not None
+    assert stop.due(progress, 2000.0 + CHECK_S) is None  # met: to be confirmed
+    held_rung(stop, 8, 1, 0.0, seed=4, t0=1000.0 + MIN_PER_USER + 15)
+    assert stop.due(progress, 2000.0 + 2 * CHECK_S) is not None
 
 
 @pytest.mark.parametrize(
@@ -102,15 +116,15 @@ def test_a_rung_is_held_to_a_precision_unless_something_else_ends_it(keys, held)
     assert parse_config(keys, source="ladder.yaml").rung_precision == held
 
 
-def test_the_table_s_note_names_the_rungs_a_cap_ended_short_and_is_quiet_when_all_reached_it():
+def test_the_table_s_note_names_the_rungs_short_of_it_and_is_quiet_when_all_reached_it():
     rows = [
         SweepRow(0, 4, 1300.0, 330.0, 6656, 5.0, 9.0, 52, 0, interval={"agg_tok_s_pct": 1.18}),
         SweepRow(1, 8, 2000.0, 250.0, 9000, 120.0, 9.0, 2000, 0, interval={"agg_tok_s_pct": 3.4}),
         SweepRow(2, 16, 2100.0, 130.0, 900, 1.0, 9.0, 16, 0),
     ]
     assert precision_note(rows, 2.0) == (
-        "precision +-2 % not reached, a cap ended the rung: rung02 c8 +-3.4 % in 2000 requests; "
-        "rung03 c16 no interval in 16 requests: raise precision_max_s or precision_max_requests, "
-        "or ask a wider --precision"
+        "precision +-2 % not reached over the rung's window: rung02 c8 +-3.4 % in 2000 requests; "
+        "rung03 c16 no interval in 16 requests (Locust's log says whether a cap ended it): raise "
+        "precision_max_s or precision_max_requests, or ask a narrower --precision to run it longer"
     )
     assert precision_note(rows[:1], 2.0) is None  # the ±% column says what it reached

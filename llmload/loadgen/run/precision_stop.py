@@ -13,8 +13,12 @@ more and finish what is in flight, and the rung ends as any rung does.
 The window of a rung still running is the rung's window (`llmload.analysis.run.window`, its
 steady part) as its completed requests give it: a request still in flight is not in the count, so
 the window ends before it started and every token counted in it is in. The rule needs at least
-MIN_PER_USER completed requests per user first. The rung's figures and their interval in the
-table are taken after it ends, over its whole window; the log line says how many requests it took.
+MIN_PER_USER completed requests per user first, and holds twice before it ends a rung: met at a
+check, it must be met again once every user has completed one more request (an interval over ten
+slices is itself noisy, and stopping at its first lucky dip under the asked precision left the
+rung's final interval, over its whole window, wider than asked: docs/measurements.md). The
+rung's figures and their interval in the table are taken after it ends, over its whole window;
+the log line says how many requests it took.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ class PrecisionStop:
         self.max_requests = config.precision_max_requests
         self.rungs: dict[int, LiveRung] = {}
         self.ended: set[int] = set()  # stages ended by the rule
+        self.met_at: dict[int, int] = {}  # stage -> completed requests when the rule was first met
         self.checked = 0.0
 
     def __call__(self, rec: RequestRecord) -> None:
@@ -87,10 +92,14 @@ class PrecisionStop:
         if done >= self.max_requests:
             self.ended.add(stage.seq)
             return f"{stage.name}: capped at {done} requests (precision_max_requests): {reached}"
-        if self._met(found):
-            self.ended.add(stage.seq)
-            return f"{stage.name}: {reached} after {done} requests: it ends (precision +-{self.pct:g} %)"
-        return None
+        if not self._met(found):
+            self.met_at.pop(stage.seq, None)
+            return None
+        first = self.met_at.setdefault(stage.seq, done)
+        if done < first + stage.users:  # met once: again after one more request a user
+            return None
+        self.ended.add(stage.seq)
+        return f"{stage.name}: {reached} after {done} requests: it ends (precision +-{self.pct:g} %)"
 
     def finished(self, progress: StageProgress) -> str | None:
         """At a stage's end: what a rung the rule did not end (its time cap) reached."""
