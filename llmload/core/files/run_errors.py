@@ -29,6 +29,7 @@ KINDS: dict[str, str] = {
     "reconciliation": "a finished rung's token accounts do not add up",
     "input_lengths": "a finished rung's prompts are off the asked lengths",
     "stalled_rung": "a started rung made no progress for longer than any request can take",
+    "lost_worker": "a worker stopped answering Locust's heartbeat while a held rung ran: its users are gone",
     "write_failed": "a file of the run could not be written (disk full, over quota): the run stopped at once",
     "interrupted": "the run stopped before its last rung finished",
     "soak": "a soak run's verdict that is not a pass, its reasons, or why it cannot be judged",

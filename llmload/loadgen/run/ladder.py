@@ -106,6 +106,12 @@ class LadderShape(LoadTestShape):
         assert self.runner is not None
         return self.runner
 
+    def _missing_workers(self) -> list[str]:
+        """The workers Locust's master has marked missing (no heartbeat for its liveness limit,
+        `WorkerNodes.missing`); none in a local run."""
+        runner = self._runner
+        return [worker.id for worker in runner.clients.missing] if isinstance(runner, MasterRunner) else []
+
     # --- messages from the users (master / local process) -------------------------------
     def on_record(self, environment: Any, msg: Any, **_: Any) -> None:
         if self.run is not None and not self.end.write_failed:  # after a failed write: dropped
@@ -222,6 +228,15 @@ class LadderShape(LoadTestShape):
                 run.probes.finished(run, event.progress)  # may plan the next probe
         current = run.current
         assert current is not None
+        if current.stage.deadline is not None and (lost := self._missing_workers()):
+            # a held rung's other users keep it going, so it would never stall: stop now
+            self.end.fail(
+                "lost_worker",
+                f"{current.stage.name}: worker {', '.join(lost)} stopped answering Locust's heartbeat "
+                "mid-rung, its users gone; the run stops, the rung is partial",
+                exit_codes.INTERRUPTED,
+            )
+            return None
         if run.precision is not None and (reached := run.precision.due(current, time.time())):
             log.info("llmload: %s", reached)  # its users send no more (llmload.loadgen.run.precision_stop)
             self._runner.send_message(MSG_RUNG_END, {"seq": current.stage.seq})
