@@ -30,7 +30,8 @@ EXIT_CODES: dict[int, str] = {
     "nothing was measured",
     RECONCILIATION: "finished, but a rung's token accounts do not add up (token reconciliation)",
     INTERRUPTED: "stopped before every rung finished: SIGINT/SIGTERM/SIGHUP, the web UI's STOP, a stalled "
-    "rung, a killed Locust; the finished rungs' files are intact and the table marks the rest",
+    "rung, a worker lost mid-rung (no heartbeat), a killed Locust; the finished rungs' files are intact "
+    "and the table marks the rest",
     DIVERGED: "finished, but with --fail-on-divergence a rung's greedy texts differ from the same "
     "prompts' reference texts (the greedy-determinism check)",
     OUTPUT_CHANGED: "llmload compare with --fail-on-output-change: a candidate request's greedy text differs "
