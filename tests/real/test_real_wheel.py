@@ -22,7 +22,7 @@ def test_the_wheel_sweeps_the_real_server(llama_server, wheel_venv: Path, tmp_pa
     before = scrape_metrics(llama_server.metrics_url)[PREDICTED]
     proc = subprocess.run(
         [str(wheel_venv / "llmload"), "sweep", "--host", llama_server.url, "--run-dir", "reports/real"]
-        + ["--rungs", "1,2", "--max-tokens", "8", "--scrape-interval", "0"],
+        + ["--rungs", "1,2", "--requests-per-user", "2", "--max-tokens", "8", "--scrape-interval", "0"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
