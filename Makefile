@@ -47,7 +47,7 @@ TIMED := $(foreach k,$(shell seq $(TIMED_PROCESSES)),test-e2e-timed-$(k))
 REAL := test-real-1 test-real-2
 ## each job's tests and their seconds, as JUnit XML: `python tests/fixtures/shards.py` sums them per file
 JUNIT := .pytest_cache/junit
-PYTEST := $(PY) -m pytest -q --durations=8 --junitxml=$(JUNIT)/$@.xml $(PYTEST_ARGS)
+PYTEST = $(PY) -m pytest -q --durations=8 --junitxml=$(JUNIT)/$@.xml $(PYTEST_ARGS)  # `=`: $@ is each job's name
 .PHONY: $(UNTIMED) $(TIMED) $(REAL) test-e2e-alone test-e2e-timed-again
 
 test: $(STAMP)
